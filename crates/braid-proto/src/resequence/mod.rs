@@ -1,0 +1,220 @@
+//! Receivers that put striped packets back in order (stripe paper sections 4 and 5).
+//!
+//! Three modes:
+//! - [`LogicalReceiver`] (`logical`): no per-packet sequence number. The receiver runs the
+//!   sender's causal scheduler over per-path queues (logical reception, section 4) and
+//!   resynchronises with markers (section 5, Appendix A `ProcessMarker` / `Skipline`).
+//!   Quasi-FIFO: FIFO except for a while after loss.
+//! - [`SequenceReceiver`] (`sequence`): a sequence number on every packet; guaranteed FIFO.
+//!   Logical reception predicts the path of the next packet (the fast path); a bounded reorder
+//!   buffer covers the rest and declares a packet lost when every path has delivered something
+//!   later, or when the hold timer expires.
+//! - [`Passthrough`] (`none`): deliver on arrival.
+//!
+//! [`Resequencer`] dispatches over them.
+
+mod logical;
+mod none;
+mod sequence;
+
+pub use logical::LogicalReceiver;
+pub use none::Passthrough;
+pub use sequence::SequenceReceiver;
+
+use crate::path::{Marker, PathId};
+use crate::scheduler::{ConfigError, SchedulerConfig};
+use crate::time::{Duration, Instant};
+use core::str::FromStr;
+
+/// Resequencing mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResequenceMode {
+    /// Logical reception with markers; no sequence numbers on the wire.
+    Logical,
+    /// Sequence numbers, logical reception as the fast path, bounded reorder buffer.
+    Sequence,
+    /// Deliver on arrival.
+    None,
+}
+
+impl ResequenceMode {
+    /// Name used in configs and result files.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResequenceMode::Logical => "logical",
+            ResequenceMode::Sequence => "sequence",
+            ResequenceMode::None => "none",
+        }
+    }
+}
+
+impl FromStr for ResequenceMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "logical" => Ok(ResequenceMode::Logical),
+            "sequence" => Ok(ResequenceMode::Sequence),
+            "none" => Ok(ResequenceMode::None),
+            other => Err(format!(
+                "unknown resequencing mode `{other}`: use logical, sequence or none"
+            )),
+        }
+    }
+}
+
+/// Receiver settings.
+#[derive(Clone, Debug)]
+pub struct ResequencerConfig {
+    /// The mode.
+    pub mode: ResequenceMode,
+    /// The sender's scheduler config (the receiver simulates it).
+    pub scheduler: SchedulerConfig,
+    /// `logical`: how long to wait on an empty path while other paths hold data before skipping
+    /// it; `sequence`: how long a gap may stay open before it is declared lost. `None` waits
+    /// for markers (logical) or for every path to move past the gap (sequence).
+    pub hold: Option<Duration>,
+    /// Limit on buffered payload bytes. When reached, the receiver stops waiting for the
+    /// missing packet; arrivals past twice the limit are dropped.
+    pub buffer_limit_bytes: u64,
+}
+
+impl ResequencerConfig {
+    /// Defaults: 100 ms hold, 4 MiB buffer.
+    pub fn new(mode: ResequenceMode, scheduler: SchedulerConfig) -> Self {
+        ResequencerConfig {
+            mode,
+            scheduler,
+            hold: Some(Duration::from_millis(100)),
+            buffer_limit_bytes: 4 << 20,
+        }
+    }
+}
+
+/// A packet handed to the application, in delivery order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery<P> {
+    /// The path it arrived on.
+    pub path: PathId,
+    /// Its sequence number, in mode `sequence`.
+    pub seq: Option<u64>,
+    /// Payload length.
+    pub len: u32,
+    /// The payload.
+    pub payload: P,
+}
+
+/// Receiver counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResequencerStats {
+    /// Packets delivered.
+    pub delivered: u64,
+    /// Bytes delivered.
+    pub delivered_bytes: u64,
+    /// Markers processed.
+    pub markers: u64,
+    /// Paths skipped because a marker showed the receiver was early (`Skipline`).
+    pub marker_skips: u64,
+    /// Paths skipped because the hold timer expired while blocked.
+    pub hold_skips: u64,
+    /// Paths skipped, or gaps abandoned, because the buffer limit was reached.
+    pub forced_skips: u64,
+    /// Packets delivered out of turn to catch up after the receiver got ahead of a path.
+    pub late_deliveries: u64,
+    /// `sequence`: packets declared lost.
+    pub lost: u64,
+    /// `sequence`: arrivals older than what was already delivered (late or duplicate), dropped.
+    pub stale_dropped: u64,
+    /// Arrivals dropped because the buffer was over twice its limit.
+    pub overflow_dropped: u64,
+    /// Messages for a path that does not exist, or markers that make no sense, dropped.
+    pub invalid_dropped: u64,
+}
+
+/// The receiver of any mode.
+///
+/// # Polling
+/// Feed arrivals with [`handle_data`](Self::handle_data) and
+/// [`handle_marker`](Self::handle_marker); then call [`poll_deliver`](Self::poll_deliver) until
+/// it returns `None`. If [`poll_timeout`](Self::poll_timeout) returns an instant, call
+/// `poll_deliver` again once that time is reached. `now` must never go backwards.
+#[derive(Clone, Debug)]
+pub enum Resequencer<P> {
+    /// `logical`.
+    Logical(LogicalReceiver<P>),
+    /// `sequence`.
+    Sequence(SequenceReceiver<P>),
+    /// `none`.
+    None(Passthrough<P>),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $r:ident => $e:expr) => {
+        match $self {
+            Resequencer::Logical($r) => $e,
+            Resequencer::Sequence($r) => $e,
+            Resequencer::None($r) => $e,
+        }
+    };
+}
+
+impl<P> Resequencer<P> {
+    /// A receiver for `config`.
+    pub fn new(config: &ResequencerConfig) -> Result<Self, ConfigError> {
+        Ok(match config.mode {
+            ResequenceMode::Logical => Resequencer::Logical(LogicalReceiver::new(config)?),
+            ResequenceMode::Sequence => Resequencer::Sequence(SequenceReceiver::new(config)?),
+            ResequenceMode::None => Resequencer::None(Passthrough::new(config)?),
+        })
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> ResequenceMode {
+        match self {
+            Resequencer::Logical(_) => ResequenceMode::Logical,
+            Resequencer::Sequence(_) => ResequenceMode::Sequence,
+            Resequencer::None(_) => ResequenceMode::None,
+        }
+    }
+
+    /// A data packet arrived on `path`.
+    pub fn handle_data(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        seq: Option<u64>,
+        len: u32,
+        payload: P,
+    ) {
+        dispatch!(self, r => r.handle_data(now, path, seq, len, payload))
+    }
+
+    /// A marker arrived on `path`.
+    pub fn handle_marker(&mut self, now: Instant, path: PathId, marker: Marker) {
+        dispatch!(self, r => r.handle_marker(now, path, marker))
+    }
+
+    /// The next packet to deliver, if any.
+    pub fn poll_deliver(&mut self, now: Instant) -> Option<Delivery<P>> {
+        dispatch!(self, r => r.poll_deliver(now))
+    }
+
+    /// When `poll_deliver` should be called again even without arrivals.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        dispatch!(self, r => r.poll_timeout())
+    }
+
+    /// Payload bytes buffered for `path`.
+    pub fn buffered_bytes(&self, path: PathId) -> u64 {
+        dispatch!(self, r => r.buffered_bytes(path))
+    }
+
+    /// Payload bytes buffered in all.
+    pub fn total_buffered_bytes(&self) -> u64 {
+        dispatch!(self, r => r.total_buffered_bytes())
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ResequencerStats {
+        dispatch!(self, r => r.stats())
+    }
+}

@@ -1,0 +1,308 @@
+//! Resequencing mode `sequence`: guaranteed FIFO with sequence numbers (stripe paper section 4,
+//! "logical reception can help simplify the resequencing implementation"; loss detection as the
+//! BAG paper's BMP).
+
+use super::{Delivery, ResequencerConfig, ResequencerStats};
+use crate::path::{Marker, PathId};
+use crate::scheduler::{CausalScheduler, ConfigError, Scheduler};
+use crate::time::{Duration, Instant};
+use std::collections::VecDeque;
+
+#[derive(Clone, Debug)]
+struct SeqRx<P> {
+    seq: u64,
+    len: u32,
+    payload: P,
+}
+
+#[derive(Clone, Debug)]
+struct RxPath<P> {
+    /// Arrivals on this path, kept sorted by sequence number.
+    queue: VecDeque<SeqRx<P>>,
+    buffered: u64,
+    /// Highest sequence number that arrived on this path.
+    highest: Option<u64>,
+}
+
+/// FIFO delivery by sequence number over per-path queues.
+///
+/// Paths are FIFO, so the packet the receiver waits for (`next`), if it has arrived, is at the
+/// head of one path's queue. Logical reception predicts which: the receiver runs the sender's
+/// scheduler and looks at the predicted path first (the fast path); the sequence number only
+/// confirms. If the prediction misses (after a loss the simulation is out of step until a
+/// marker), the heads of the other paths are checked.
+///
+/// `next` is declared lost when every path has delivered something later (no FIFO path can
+/// still carry it), when the hold timer has run since the gap was first seen, or when the
+/// buffer limit is reached. Late arrivals for sequence numbers already passed are dropped.
+///
+/// # Polling
+/// See [`super::Resequencer`]. `now` must never go backwards.
+#[derive(Clone, Debug)]
+pub struct SequenceReceiver<P> {
+    sched: Scheduler,
+    paths: Vec<RxPath<P>>,
+    next: u64,
+    total_buffered: u64,
+    limit: u64,
+    hold: Option<Duration>,
+    gap_since: Option<Instant>,
+    stats: ResequencerStats,
+}
+
+impl<P> SequenceReceiver<P> {
+    /// A sequence receiver; `config.scheduler` drives the fast-path prediction.
+    pub fn new(config: &ResequencerConfig) -> Result<Self, ConfigError> {
+        let sched = config.scheduler.build()?;
+        let paths = (0..sched.paths())
+            .map(|_| RxPath {
+                queue: VecDeque::new(),
+                buffered: 0,
+                highest: None,
+            })
+            .collect();
+        Ok(SequenceReceiver {
+            sched,
+            paths,
+            next: 0,
+            total_buffered: 0,
+            limit: config.buffer_limit_bytes,
+            hold: config.hold,
+            gap_since: None,
+            stats: ResequencerStats::default(),
+        })
+    }
+
+    /// The next sequence number to deliver.
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+
+    /// A data packet arrived. Packets without a sequence number are invalid in this mode.
+    pub fn handle_data(
+        &mut self,
+        _now: Instant,
+        path: PathId,
+        seq: Option<u64>,
+        len: u32,
+        payload: P,
+    ) {
+        let (Some(seq), Some(rx)) = (seq, self.paths.get_mut(path.index())) else {
+            self.stats.invalid_dropped += 1;
+            return;
+        };
+        if seq < self.next {
+            self.stats.stale_dropped += 1;
+            return;
+        }
+        if self.total_buffered + u64::from(len) > self.limit.saturating_mul(2) {
+            self.stats.overflow_dropped += 1;
+            return;
+        }
+        let item = SeqRx { seq, len, payload };
+        match rx.queue.back() {
+            Some(last) if last.seq >= seq => {
+                // The path reordered (or duplicated): keep the queue sorted.
+                let at = rx.queue.partition_point(|x| x.seq < seq);
+                if rx.queue.get(at).is_some_and(|x| x.seq == seq) {
+                    self.stats.stale_dropped += 1;
+                    return;
+                }
+                rx.queue.insert(at, item);
+            }
+            _ => rx.queue.push_back(item),
+        }
+        rx.highest = Some(rx.highest.map_or(seq, |h| h.max(seq)));
+        rx.buffered += u64::from(len);
+        self.total_buffered += u64::from(len);
+    }
+
+    /// A marker: used to resynchronise the fast-path prediction when the receiver is at its path.
+    pub fn handle_marker(&mut self, _now: Instant, path: PathId, marker: Marker) {
+        if marker.path != path || path.index() >= self.paths.len() {
+            self.stats.invalid_dropped += 1;
+            return;
+        }
+        self.stats.markers += 1;
+        self.sched.set_deficit(path, marker.number.deficit);
+    }
+
+    fn pop(&mut self, i: usize) -> Delivery<P> {
+        let rx = &mut self.paths[i];
+        let item = rx
+            .queue
+            .pop_front()
+            .expect("pop is called on a non-empty queue");
+        rx.buffered -= u64::from(item.len);
+        self.total_buffered -= u64::from(item.len);
+        self.next = item.seq + 1;
+        self.gap_since = None;
+        self.stats.delivered += 1;
+        self.stats.delivered_bytes += u64::from(item.len);
+        Delivery {
+            path: PathId(i as u8),
+            seq: Some(item.seq),
+            len: item.len,
+            payload: item.payload,
+        }
+    }
+
+    /// Give up on everything below `to`.
+    fn jump(&mut self, to: u64) {
+        self.stats.lost += to - self.next;
+        self.next = to;
+        self.gap_since = None;
+    }
+
+    /// The next packet in sequence order, if it is there or its loss is certain.
+    pub fn poll_deliver(&mut self, now: Instant) -> Option<Delivery<P>> {
+        loop {
+            // Fast path: the path logical reception predicts.
+            let p = self.sched.select().index();
+            if self.paths[p]
+                .queue
+                .front()
+                .is_some_and(|x| x.seq == self.next)
+            {
+                let len = self.paths[p].queue.front().map_or(0, |x| x.len);
+                self.sched.update(len);
+                return Some(self.pop(p));
+            }
+            // Slow path: look at every head (FIFO paths put `next` at a head if it arrived).
+            if let Some(i) = (0..self.paths.len()).find(|&i| {
+                self.paths[i]
+                    .queue
+                    .front()
+                    .is_some_and(|x| x.seq == self.next)
+            }) {
+                return Some(self.pop(i));
+            }
+            if self.total_buffered == 0 {
+                self.gap_since = None;
+                return None;
+            }
+            // `next` is missing. Lost for sure if every path is already past it.
+            let mut resume = u64::MAX;
+            let mut all_past = true;
+            for rx in &self.paths {
+                match (rx.queue.front(), rx.highest) {
+                    (Some(head), _) => resume = resume.min(head.seq),
+                    (None, Some(h)) if h > self.next => resume = resume.min(h + 1),
+                    _ => all_past = false,
+                }
+            }
+            let min_head = self
+                .paths
+                .iter()
+                .filter_map(|rx| rx.queue.front().map(|x| x.seq))
+                .min()
+                .expect("something is buffered");
+            if all_past {
+                self.jump(resume.min(min_head));
+                continue;
+            }
+            let since = *self.gap_since.get_or_insert(now);
+            if self.total_buffered >= self.limit {
+                self.stats.forced_skips += 1;
+            } else if self.hold.is_some_and(|h| now >= since + h) {
+                self.stats.hold_skips += 1;
+            } else {
+                return None;
+            }
+            self.jump(min_head);
+        }
+    }
+
+    /// When the open gap's hold timer expires.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.gap_since, self.hold) {
+            (Some(since), Some(h)) if self.total_buffered > 0 => Some(since + h),
+            _ => None,
+        }
+    }
+
+    /// Payload bytes buffered for `path`.
+    pub fn buffered_bytes(&self, path: PathId) -> u64 {
+        self.paths.get(path.index()).map_or(0, |p| p.buffered)
+    }
+
+    /// Payload bytes buffered in all.
+    pub fn total_buffered_bytes(&self) -> u64 {
+        self.total_buffered
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ResequencerStats {
+        &self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resequence::ResequenceMode;
+    use crate::scheduler::{SchedulerConfig, SchedulerKind};
+
+    fn receiver(hold: Option<Duration>) -> SequenceReceiver<u64> {
+        let mut c = ResequencerConfig::new(
+            ResequenceMode::Sequence,
+            SchedulerConfig::new(SchedulerKind::Rr, vec![1, 1]),
+        );
+        c.hold = hold;
+        SequenceReceiver::new(&c).unwrap()
+    }
+
+    fn deliver_all(r: &mut SequenceReceiver<u64>, now: Instant) -> Vec<u64> {
+        std::iter::from_fn(|| r.poll_deliver(now).map(|d| d.payload)).collect()
+    }
+
+    #[test]
+    fn reorders_by_sequence() {
+        let mut r = receiver(None);
+        for s in [1u64, 3] {
+            r.handle_data(Instant::ZERO, PathId(1), Some(s), 100, s);
+        }
+        assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
+        for s in [0u64, 2] {
+            r.handle_data(Instant::ZERO, PathId(0), Some(s), 100, s);
+        }
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn loss_declared_when_every_path_is_past_it() {
+        let mut r = receiver(None);
+        r.handle_data(Instant::ZERO, PathId(1), Some(1), 100, 1);
+        // 0 could still come on path 0.
+        assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
+        r.handle_data(Instant::ZERO, PathId(0), Some(2), 100, 2);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![1, 2]);
+        assert_eq!(r.stats().lost, 1);
+        // A late 0 is dropped.
+        r.handle_data(Instant::ZERO, PathId(0), Some(0), 100, 0);
+        assert_eq!(r.stats().stale_dropped, 1);
+    }
+
+    #[test]
+    fn hold_timer_closes_a_gap() {
+        let mut r = receiver(Some(Duration::from_millis(5)));
+        r.handle_data(Instant::ZERO, PathId(1), Some(3), 100, 3);
+        assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
+        let t = r.poll_timeout().unwrap();
+        assert_eq!(deliver_all(&mut r, t), vec![3]);
+        assert_eq!(r.stats().lost, 3);
+    }
+
+    #[test]
+    fn reordering_within_a_path_and_duplicates() {
+        let mut r = receiver(None);
+        r.handle_data(Instant::ZERO, PathId(0), Some(2), 1, 2);
+        r.handle_data(Instant::ZERO, PathId(0), Some(0), 1, 0);
+        r.handle_data(Instant::ZERO, PathId(0), Some(0), 1, 0);
+        r.handle_data(Instant::ZERO, PathId(1), Some(1), 1, 1);
+        r.handle_data(Instant::ZERO, PathId(1), None, 1, 9);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0, 1, 2]);
+        assert_eq!(r.stats().stale_dropped, 1);
+        assert_eq!(r.stats().invalid_dropped, 1);
+    }
+}

@@ -1,0 +1,498 @@
+//! The striping sender (stripe paper section 3.2, Appendix A `Send`, `SendMarker`, `Send_i`).
+//!
+//! Packets enter in FIFO order through [`Striper::send`], go to the path the causal scheduler
+//! selects (`f(s)`) and wait in that path's bounded transmit queue (the per-channel transmit
+//! buffers of Figure 1 / Figure 17). The driver pulls them per path with
+//! [`Striper::poll_transmit`] whenever the path can take a packet. Markers (section 5) are put
+//! in band into the same queues at round boundaries, and credits (section 6.3.1) gate
+//! transmission per path.
+
+use crate::path::{Credit, Marker, PathId};
+use crate::scheduler::{CausalScheduler, ConfigError, Scheduler, SchedulerConfig};
+use crate::time::Instant;
+use std::collections::VecDeque;
+
+/// Where in a path's round a marker is placed (stripe conference paper section 6.3: start and
+/// end of a round gave the fewest misordered deliveries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MarkerPosition {
+    /// Before the first packet of the round on the path.
+    Start,
+    /// After the first packet of the round on the path.
+    Middle,
+    /// After the last packet of the round on the path.
+    End,
+}
+
+impl MarkerPosition {
+    /// Name used in configs and result files.
+    pub fn name(self) -> &'static str {
+        match self {
+            MarkerPosition::Start => "start",
+            MarkerPosition::Middle => "middle",
+            MarkerPosition::End => "end",
+        }
+    }
+}
+
+impl core::str::FromStr for MarkerPosition {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "start" => Ok(MarkerPosition::Start),
+            "middle" => Ok(MarkerPosition::Middle),
+            "end" => Ok(MarkerPosition::End),
+            other => Err(format!(
+                "unknown marker position `{other}`: use start, middle or end"
+            )),
+        }
+    }
+}
+
+/// Marker settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkerConfig {
+    /// A marker every this many rounds on each path; 0 turns markers off.
+    pub interval_rounds: u64,
+    /// Where in the round it goes.
+    pub position: MarkerPosition,
+}
+
+impl Default for MarkerConfig {
+    fn default() -> Self {
+        MarkerConfig {
+            interval_rounds: 1,
+            position: MarkerPosition::End,
+        }
+    }
+}
+
+/// Sender settings.
+#[derive(Clone, Debug)]
+pub struct StriperConfig {
+    /// The causal scheduler; the receiver must use an equal one.
+    pub scheduler: SchedulerConfig,
+    /// Markers for resynchronisation.
+    pub markers: MarkerConfig,
+    /// Put a sequence number on every data packet (resequencing mode `sequence`).
+    pub sequence_numbers: bool,
+    /// Limit of each path's transmit queue, in payload bytes.
+    pub queue_limit_bytes: u64,
+    /// Credit flow control: the initial grant per path in bytes, or `None` for no flow control.
+    pub initial_credit_bytes: Option<Vec<u64>>,
+}
+
+impl StriperConfig {
+    /// Defaults: markers at the end of every round, no sequence numbers, 64 KiB queues, no
+    /// credits.
+    pub fn new(scheduler: SchedulerConfig) -> Self {
+        StriperConfig {
+            scheduler,
+            markers: MarkerConfig::default(),
+            sequence_numbers: false,
+            queue_limit_bytes: 64 * 1024,
+            initial_credit_bytes: None,
+        }
+    }
+}
+
+/// A message the sender puts on a path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outgoing<P> {
+    /// A data packet.
+    Data {
+        /// Sequence number, in mode `sequence`.
+        seq: Option<u64>,
+        /// Payload length in bytes.
+        len: u32,
+        /// The payload (opaque to the core).
+        payload: P,
+    },
+    /// A marker.
+    Marker(Marker),
+}
+
+/// A message to transmit on a path now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit<P> {
+    /// The path.
+    pub path: PathId,
+    /// The message.
+    pub message: Outgoing<P>,
+}
+
+/// Why [`Striper::send`] refused a packet; the payload is handed back.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError<P> {
+    /// The selected path's transmit queue is full: try again after a `poll_transmit`.
+    #[error("transmit queue of the selected path is full")]
+    Full(P),
+    /// Larger than the configured largest packet.
+    #[error("packet larger than max_packet")]
+    TooLarge(P),
+}
+
+/// Sender counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StriperStats {
+    /// Data packets accepted.
+    pub data_packets: u64,
+    /// Data payload bytes accepted.
+    pub data_bytes: u64,
+    /// Markers queued.
+    pub markers: u64,
+    /// `send` calls refused because the queue was full.
+    pub full: u64,
+    /// `send` calls refused because the packet was too large.
+    pub too_large: u64,
+    /// `poll_transmit` calls that found data held back by credits.
+    pub credit_stalls: u64,
+    /// Credit grants that were stale (lower than one already applied) and ignored.
+    pub stale_credits: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct TxPath<P> {
+    queue: VecDeque<Outgoing<P>>,
+    queued_bytes: u64,
+    /// Cumulative data bytes queued on this path (what a marker reports as `tx_bytes`).
+    enqueued_bytes: u64,
+    /// Cumulative data bytes transmitted.
+    tx_bytes: u64,
+    /// Cumulative credit limit, if flow control is on.
+    credit_limit: Option<u64>,
+    /// Round of the last data packet queued, to recognise the first packet of a round.
+    last_round: u64,
+}
+
+/// The striping sender.
+///
+/// # Polling
+/// Call [`send`](Self::send) for each packet in FIFO order; for each path that can transmit,
+/// call [`poll_transmit`](Self::poll_transmit) until it returns `None`. Feed credit grants from
+/// the peer to [`handle_credit`](Self::handle_credit). The striper has no timers. `now` must
+/// never go backwards.
+#[derive(Clone, Debug)]
+pub struct Striper<P> {
+    sched: Scheduler,
+    paths: Vec<TxPath<P>>,
+    markers: MarkerConfig,
+    sequence_numbers: bool,
+    next_seq: u64,
+    queue_limit_bytes: u64,
+    max_packet: u32,
+    stats: StriperStats,
+}
+
+impl<P> Striper<P> {
+    /// A sender with the given config.
+    pub fn new(config: &StriperConfig) -> Result<Self, ConfigError> {
+        let sched = config.scheduler.build()?;
+        let n = sched.paths();
+        if let Some(c) = &config.initial_credit_bytes {
+            if c.len() != n {
+                return Err(ConfigError::PathCount(c.len()));
+            }
+        }
+        let paths = (0..n)
+            .map(|i| TxPath {
+                queue: VecDeque::new(),
+                queued_bytes: 0,
+                enqueued_bytes: 0,
+                tx_bytes: 0,
+                credit_limit: config.initial_credit_bytes.as_ref().map(|c| c[i]),
+                last_round: 0,
+            })
+            .collect();
+        Ok(Striper {
+            sched,
+            paths,
+            markers: config.markers,
+            sequence_numbers: config.sequence_numbers,
+            next_seq: 0,
+            queue_limit_bytes: config.queue_limit_bytes,
+            max_packet: config.scheduler.max_packet,
+            stats: StriperStats::default(),
+        })
+    }
+
+    /// Number of paths.
+    pub fn paths(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// The scheduler's state (for inspection and tests).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &StriperStats {
+        &self.stats
+    }
+
+    /// Payload bytes waiting in `path`'s transmit queue.
+    pub fn queued_bytes(&self, path: PathId) -> u64 {
+        self.paths.get(path.index()).map_or(0, |p| p.queued_bytes)
+    }
+
+    /// Messages waiting in `path`'s transmit queue.
+    pub fn queued_messages(&self, path: PathId) -> usize {
+        self.paths.get(path.index()).map_or(0, |p| p.queue.len())
+    }
+
+    /// The credit limit currently applied on `path`, if flow control is on.
+    pub fn credit_limit(&self, path: PathId) -> Option<u64> {
+        self.paths.get(path.index()).and_then(|p| p.credit_limit)
+    }
+
+    /// Cumulative data bytes transmitted on `path`.
+    pub fn tx_bytes(&self, path: PathId) -> u64 {
+        self.paths.get(path.index()).map_or(0, |p| p.tx_bytes)
+    }
+
+    /// Whether a packet of `len` bytes would be accepted now.
+    pub fn can_send(&self, len: u32) -> bool {
+        let p = &self.paths[self.sched.select().index()];
+        len <= self.max_packet && p.queued_bytes + u64::from(len) <= self.queue_limit_bytes
+    }
+
+    /// The next sequence number `send` will use.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Stripe one packet: `Send(p)` of Appendix A.
+    pub fn send(&mut self, _now: Instant, len: u32, payload: P) -> Result<PathId, SendError<P>> {
+        if len > self.max_packet {
+            self.stats.too_large += 1;
+            return Err(SendError::TooLarge(payload));
+        }
+        let path = self.sched.select();
+        let i = path.index();
+        if self.paths[i].queued_bytes + u64::from(len) > self.queue_limit_bytes {
+            self.stats.full += 1;
+            return Err(SendError::Full(payload));
+        }
+        let interval = self.markers.interval_rounds;
+        let number = self.sched.number(path);
+        let first_of_round = match number {
+            Some(n) => {
+                let first = n.round != self.paths[i].last_round;
+                self.paths[i].last_round = n.round;
+                first
+            }
+            None => false,
+        };
+        let due = |round: u64| interval > 0 && round % interval == 0;
+        if let (Some(n), MarkerPosition::Start, true) =
+            (number, self.markers.position, first_of_round)
+        {
+            if due(n.round) {
+                self.push_marker(path);
+            }
+        }
+        let seq = self.sequence_numbers.then(|| {
+            let s = self.next_seq;
+            self.next_seq += 1;
+            s
+        });
+        let tx = &mut self.paths[i];
+        tx.queue.push_back(Outgoing::Data { seq, len, payload });
+        tx.queued_bytes += u64::from(len);
+        tx.enqueued_bytes += u64::from(len);
+        self.stats.data_packets += 1;
+        self.stats.data_bytes += u64::from(len);
+        let round_ended = self.sched.update(len);
+        match (number, self.markers.position) {
+            (Some(n), MarkerPosition::Middle) if first_of_round && due(n.round) => {
+                self.push_marker(path);
+            }
+            (Some(n), MarkerPosition::End) if round_ended && due(n.round) => {
+                self.push_marker(path);
+            }
+            _ => {}
+        }
+        Ok(path)
+    }
+
+    /// `SendMarker(i)`: queue a marker with `path`'s current implicit number.
+    fn push_marker(&mut self, path: PathId) {
+        let Some(number) = self.sched.number(path) else {
+            return;
+        };
+        let tx = &mut self.paths[path.index()];
+        tx.queue.push_back(Outgoing::Marker(Marker {
+            path,
+            number,
+            tx_bytes: tx.enqueued_bytes,
+        }));
+        self.stats.markers += 1;
+    }
+
+    /// Queue a marker on every path now (e.g. when the driver wants to resynchronise an idle
+    /// bond). Markers are always safe to send: they carry the state of the next packet.
+    pub fn queue_markers(&mut self) {
+        for i in 0..self.paths.len() {
+            self.push_marker(PathId(i as u8));
+        }
+    }
+
+    /// `Send_i`: the next message for `path`, if any and if credits allow. Markers are never
+    /// held back by credits.
+    pub fn poll_transmit(&mut self, _now: Instant, path: PathId) -> Option<Transmit<P>> {
+        let tx = self.paths.get_mut(path.index())?;
+        match tx.queue.front()? {
+            Outgoing::Data { len, .. } => {
+                let len = u64::from(*len);
+                if let Some(limit) = tx.credit_limit {
+                    if tx.tx_bytes + len > limit {
+                        self.stats.credit_stalls += 1;
+                        return None;
+                    }
+                }
+                tx.queued_bytes -= len;
+                tx.tx_bytes += len;
+            }
+            Outgoing::Marker(_) => {}
+        }
+        let message = tx.queue.pop_front()?;
+        Some(Transmit { path, message })
+    }
+
+    /// Whether `path` has a message that `poll_transmit` would return now.
+    pub fn has_transmit(&self, path: PathId) -> bool {
+        let Some(tx) = self.paths.get(path.index()) else {
+            return false;
+        };
+        match tx.queue.front() {
+            None => false,
+            Some(Outgoing::Marker(_)) => true,
+            Some(Outgoing::Data { len, .. }) => tx
+                .credit_limit
+                .is_none_or(|l| tx.tx_bytes + u64::from(*len) <= l),
+        }
+    }
+
+    /// Apply a credit grant. Grants are cumulative, so a stale or duplicated one is harmless and
+    /// ignored.
+    pub fn handle_credit(&mut self, credit: Credit) {
+        let Some(tx) = self.paths.get_mut(credit.path.index()) else {
+            return;
+        };
+        if let Some(limit) = &mut tx.credit_limit {
+            if credit.limit_bytes > *limit {
+                *limit = credit.limit_bytes;
+            } else {
+                self.stats.stale_credits += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::{QuantumRule, SchedulerKind};
+
+    fn config(position: MarkerPosition, interval: u64) -> StriperConfig {
+        let mut s = SchedulerConfig::new(SchedulerKind::Srr, vec![1, 1]);
+        s.quantum = QuantumRule::Explicit(vec![500, 500]);
+        s.max_packet = 500;
+        let mut c = StriperConfig::new(s);
+        c.markers = MarkerConfig {
+            interval_rounds: interval,
+            position,
+        };
+        c
+    }
+
+    fn drain(s: &mut Striper<u32>, path: PathId) -> Vec<Outgoing<u32>> {
+        std::iter::from_fn(|| s.poll_transmit(Instant::ZERO, path).map(|t| t.message)).collect()
+    }
+
+    #[test]
+    fn end_of_round_markers_carry_next_number() {
+        let mut s = Striper::new(&config(MarkerPosition::End, 1)).unwrap();
+        for (i, len) in [300u32, 300, 500].into_iter().enumerate() {
+            s.send(Instant::ZERO, len, i as u32).unwrap();
+        }
+        let q0 = drain(&mut s, PathId(0));
+        assert_eq!(q0.len(), 3);
+        assert!(matches!(q0[0], Outgoing::Data { payload: 0, .. }));
+        assert!(matches!(q0[1], Outgoing::Data { payload: 1, .. }));
+        match q0[2] {
+            Outgoing::Marker(m) => {
+                assert_eq!(m.number.round, 2);
+                assert_eq!(m.number.deficit, 400);
+                assert_eq!(m.tx_bytes, 600);
+            }
+            ref other => panic!("expected marker, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn start_of_round_markers_precede_the_round() {
+        let mut s = Striper::new(&config(MarkerPosition::Start, 2)).unwrap();
+        // Rounds: path0 r1 [500], path1 r1 [500], path0 r2 [500] (marker due), ...
+        for i in 0..4u32 {
+            s.send(Instant::ZERO, 500, i).unwrap();
+        }
+        let q0 = drain(&mut s, PathId(0));
+        assert!(matches!(q0[0], Outgoing::Data { payload: 0, .. }));
+        assert!(
+            matches!(q0[1], Outgoing::Marker(m) if m.number.round == 2 && m.number.deficit == 500)
+        );
+        assert!(matches!(q0[2], Outgoing::Data { payload: 2, .. }));
+    }
+
+    #[test]
+    fn credits_gate_data_but_not_markers() {
+        let mut c = config(MarkerPosition::End, 1);
+        c.initial_credit_bytes = Some(vec![400, 400]);
+        let mut s = Striper::new(&c).unwrap();
+        s.send(Instant::ZERO, 300, 0).unwrap();
+        s.send(Instant::ZERO, 300, 1).unwrap();
+        assert!(s.poll_transmit(Instant::ZERO, PathId(0)).is_some());
+        assert!(s.poll_transmit(Instant::ZERO, PathId(0)).is_none());
+        assert_eq!(s.stats().credit_stalls, 1);
+        s.handle_credit(Credit {
+            path: PathId(0),
+            limit_bytes: 600,
+        });
+        s.handle_credit(Credit {
+            path: PathId(0),
+            limit_bytes: 500,
+        });
+        assert_eq!(s.stats().stale_credits, 1);
+        assert!(s.poll_transmit(Instant::ZERO, PathId(0)).is_some());
+        assert!(matches!(
+            s.poll_transmit(Instant::ZERO, PathId(0)).unwrap().message,
+            Outgoing::Marker(_)
+        ));
+    }
+
+    #[test]
+    fn full_queue_hands_payload_back() {
+        let mut c = config(MarkerPosition::End, 0);
+        c.queue_limit_bytes = 400;
+        let mut s = Striper::new(&c).unwrap();
+        s.send(Instant::ZERO, 300, 0).unwrap();
+        assert_eq!(s.send(Instant::ZERO, 300, 1), Err(SendError::Full(1)));
+        assert_eq!(s.send(Instant::ZERO, 501, 2), Err(SendError::TooLarge(2)));
+        assert!(!s.can_send(300));
+    }
+
+    #[test]
+    fn sequence_numbers_count_up() {
+        let mut c = config(MarkerPosition::End, 0);
+        c.sequence_numbers = true;
+        let mut s = Striper::new(&c).unwrap();
+        for i in 0..3 {
+            s.send(Instant::ZERO, 500, i).unwrap();
+        }
+        let q0 = drain(&mut s, PathId(0));
+        assert!(matches!(q0[0], Outgoing::Data { seq: Some(0), .. }));
+        assert!(matches!(q0[1], Outgoing::Data { seq: Some(2), .. }));
+    }
+}
