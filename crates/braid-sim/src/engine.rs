@@ -67,6 +67,10 @@ pub struct RunResult {
     pub link_lost: u64,
     /// Data packets lost on links.
     pub data_lost: u64,
+    /// Payload bytes of data packets lost on links.
+    pub data_lost_bytes: u64,
+    /// Payload bytes accepted by the striper.
+    pub sent_bytes: u64,
     /// Packets the Poisson source could not hand to the striper.
     pub source_drops: u64,
     /// Events processed.
@@ -157,6 +161,7 @@ impl Sim {
                 unreachable!("can_send said yes");
             }
             self.result.sent_packets += 1;
+            self.result.sent_bytes += u64::from(len);
         }
     }
 
@@ -181,8 +186,9 @@ impl Sim {
             }
             None => {
                 self.result.link_lost += 1;
-                if matches!(t.message, Outgoing::Data { .. }) {
+                if let Outgoing::Data { len, .. } = t.message {
                     self.result.data_lost += 1;
+                    self.result.data_lost_bytes += u64::from(len);
                 }
             }
         }
@@ -325,6 +331,7 @@ impl Sim {
                 let (id, len) = self.source.take(&mut self.rng);
                 if self.striper.send(self.now, len, id).is_ok() {
                     self.result.sent_packets += 1;
+                    self.result.sent_bytes += u64::from(len);
                 } else {
                     self.result.source_drops += 1;
                 }
