@@ -85,7 +85,7 @@ impl SizeDist {
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// Unreadable.
-    #[error("cannot read trace file {path}: {source}")]
+    #[error("cannot read trace file {path}")]
     Read {
         /// The file.
         path: String,

@@ -1,7 +1,16 @@
 //! The `braid` command.
 
+mod spec;
+
 use anyhow::{bail, Context, Result};
+use braid_proto::credit::CreditConfig;
+use braid_proto::resequence::{ResequenceMode, ResequencerConfig};
+use braid_proto::scheduler::{SchedulerConfig, SchedulerKind};
+use braid_proto::striper::{MarkerConfig, MarkerPosition, StriperConfig};
+use braid_proto::time::Duration;
 use braid_sim::experiments::{self, Output};
+use braid_sim::source::{Arrivals, SourceConfig};
+use braid_sim::Scenario;
 use clap::{Parser, Subcommand};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -18,18 +27,35 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run one of the stripe paper's experiments in the deterministic simulator.
-    ///
-    /// Writes DIR/results.json, DIR/results.csv and SVG plots, and prints a summary table.
-    Sim(SimArgs),
+    /// The deterministic simulator: the stripe paper's experiments, or a scenario of your own.
+    Sim {
+        #[command(subcommand)]
+        command: SimCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SimCommand {
+    /// Table I / Fig. 15: SRR, GRR, RR, RFQ with and without logical reception over a 10 Mbit/s
+    /// link and one swept from 4 to 26 Mbit/s.
+    StripeThroughput(ExperimentArgs),
+    /// Section 6.2: alternating 1000/200-byte packets on two equal links, SRR vs GRR.
+    GrrWorstCase(ExperimentArgs),
+    /// Lemma 3.4: max |bytes_i - K q_i| against the largest packet, SRR and RFQ.
+    Fairness(ExperimentArgs),
+    /// Theorem 5.1: time to FIFO after loss stops; misordering vs marker interval and position.
+    Resync(ExperimentArgs),
+    /// All four experiments, one subdirectory of --out each.
+    All(ExperimentArgs),
+    /// List the experiments.
+    List,
+    /// Run one scenario of your own and print what it measured.
+    Run(Box<RunArgs>),
 }
 
 #[derive(Parser, Debug)]
-struct SimArgs {
-    /// Experiment: stripe-throughput, grr-worst-case, fairness, resync, or `all`.
-    /// `list` prints them.
-    experiment: String,
-    /// Output directory (for `all`, one subdirectory per experiment).
+struct ExperimentArgs {
+    /// Output directory for results.json, results.csv and the SVG plots.
     #[arg(long, default_value = "out")]
     out: PathBuf,
     /// Seed: a run is fixed by the commit, the experiment and the seed.
@@ -40,10 +66,60 @@ struct SimArgs {
     quiet: bool,
 }
 
+#[derive(Parser, Debug)]
+struct RunArgs {
+    /// A path, repeated once per path: RATE[,delay=D][,jitter=D][,loss=P%]
+    /// [,ge=PGB%:PBG%:LG%:LB%][,loss-window=START-END][,outage=START-END].
+    /// Example: --link 10mbit,delay=5ms --link 20mbit,delay=30ms,jitter=3ms,loss=1%
+    #[arg(long = "link", required = true, value_name = "SPEC")]
+    links: Vec<String>,
+    /// Striping scheduler: srr, grr, rr or rfq.
+    #[arg(long, default_value = "srr")]
+    scheduler: String,
+    /// Resequencing at the receiver: logical, sequence or none.
+    #[arg(long, default_value = "logical")]
+    resequence: String,
+    /// Packet sizes: fixed:N, uniform:MIN-MAX, bimodal:SMALL,LARGE,P_LARGE, alternating or
+    /// trace:FILE (one size per line).
+    #[arg(long, default_value = "bimodal:200,1400,0.5")]
+    sizes: String,
+    /// Poisson arrivals at this many packets per second (default: a backlogged source).
+    #[arg(long, value_name = "PPS")]
+    poisson: Option<f64>,
+    /// A marker every this many rounds on each path (0: no markers).
+    #[arg(long, default_value_t = 1)]
+    marker_interval: u64,
+    /// Marker position in the round: start, middle or end.
+    #[arg(long, default_value = "end")]
+    marker_position: String,
+    /// Receiver hold time before it gives up on a missing packet (e.g. 100ms); `none` waits
+    /// for markers.
+    #[arg(long, default_value = "100ms")]
+    hold: String,
+    /// Credit flow control with a receive buffer of this many bytes (default: off).
+    #[arg(long, value_name = "BYTES")]
+    credits: Option<u64>,
+    /// Transmit queue limit per path, bytes.
+    #[arg(long, default_value_t = 16384)]
+    queue: u64,
+    /// Virtual time to simulate.
+    #[arg(long, default_value = "3s")]
+    duration: String,
+    /// Deliveries before this are not counted in goodput.
+    #[arg(long, default_value = "500ms")]
+    warmup: String,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the measurements as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Sim(args) => sim(&args),
+        Command::Sim { command } => sim(command),
     };
     if let Err(e) = result {
         eprintln!("braid: error: {e:#}");
@@ -51,44 +127,156 @@ fn main() {
     }
 }
 
-fn sim(args: &SimArgs) -> Result<()> {
-    match args.experiment.as_str() {
-        "list" => {
+fn sim(command: SimCommand) -> Result<()> {
+    let (name, args) = match command {
+        SimCommand::List => {
             for name in experiments::NAMES {
                 println!("{name}");
             }
-            Ok(())
+            return Ok(());
         }
-        "all" => {
+        SimCommand::Run(args) => return run_scenario(&args),
+        SimCommand::All(args) => {
             let mut failed = Vec::new();
             for name in experiments::NAMES {
-                if !run_one(name, &args.out.join(name), args)? {
+                if !run_one(name, &args.out.join(name), &args)? {
                     failed.push(name);
                 }
             }
             if !failed.is_empty() {
                 bail!("claims did not hold in: {}", failed.join(", "));
             }
-            Ok(())
+            return Ok(());
         }
-        name => {
-            if !experiments::NAMES.contains(&name) {
-                bail!(
-                    "unknown experiment `{name}`: choose one of {} or `all` (`braid sim list` lists them)",
-                    experiments::NAMES.join(", ")
-                );
-            }
-            if run_one(name, &args.out, args)? {
-                Ok(())
-            } else {
-                bail!("some of the paper's claims did not hold; see the checks above")
-            }
-        }
+        SimCommand::StripeThroughput(a) => ("stripe-throughput", a),
+        SimCommand::GrrWorstCase(a) => ("grr-worst-case", a),
+        SimCommand::Fairness(a) => ("fairness", a),
+        SimCommand::Resync(a) => ("resync", a),
+    };
+    if run_one(name, &args.out, &args)? {
+        Ok(())
+    } else {
+        bail!("some of the paper's claims did not hold; see the checks above")
     }
 }
 
+fn run_scenario(args: &RunArgs) -> Result<()> {
+    let links = args
+        .links
+        .iter()
+        .map(|l| spec::link(l))
+        .collect::<Result<Vec<_>>>()?;
+    if links.len() > braid_proto::MAX_PATHS {
+        bail!("{} links given: braid bonds at most 64 paths", links.len());
+    }
+    let kind: SchedulerKind = args.scheduler.parse()?;
+    let mode: ResequenceMode = args.resequence.parse().map_err(anyhow::Error::msg)?;
+    let position: MarkerPosition = args.marker_position.parse().map_err(anyhow::Error::msg)?;
+    let sizes = spec::sizes(&args.sizes)?;
+    let rates: Vec<u64> = links.iter().map(|l| l.rate_bps).collect();
+    let mut sched = SchedulerConfig::new(kind, rates.clone());
+    sched.max_packet = sizes.max().max(1);
+    sched.seed = args.seed;
+    sched.quanta()?;
+    let mut striper = StriperConfig::new(sched.clone());
+    striper.sequence_numbers = mode == ResequenceMode::Sequence;
+    striper.queue_limit_bytes = args.queue.max(u64::from(sched.max_packet));
+    striper.markers = MarkerConfig {
+        interval_rounds: args.marker_interval,
+        position,
+    };
+    let mut receiver = ResequencerConfig::new(mode, sched);
+    receiver.hold = match args.hold.as_str() {
+        "none" => None,
+        h => Some(spec::duration(h).context("in --hold")?),
+    };
+    let credits = args
+        .credits
+        .map(|bytes| CreditConfig::proportional(bytes, &rates, Duration::from_millis(10)));
+    let arrivals = match args.poisson {
+        Some(pps) if pps.is_finite() && pps > 0.0 => Arrivals::Poisson { rate_pps: pps },
+        Some(pps) => bail!("--poisson {pps}: give a positive number of packets per second"),
+        None => Arrivals::Backlogged,
+    };
+    let duration = spec::duration(&args.duration).context("in --duration")?;
+    let warmup = spec::duration(&args.warmup).context("in --warmup")?;
+    if warmup >= duration {
+        bail!("--warmup must be shorter than --duration");
+    }
+    let scenario = Scenario {
+        links,
+        source: SourceConfig { sizes, arrivals },
+        striper,
+        receiver,
+        credits,
+        link_overhead_bytes: 0,
+        duration,
+        warmup,
+        watch_markers_after: None,
+    };
+    let started = Instant::now();
+    let r = braid_sim::run(&scenario, args.seed)?;
+    let wall = started.elapsed().as_secs_f64();
+    let sum_bps: u64 = rates.iter().sum();
+    let window = (duration - warmup).as_secs_f64();
+    let summary = serde_json::json!({
+        "scheme": kind.name(),
+        "resequence": mode.name(),
+        "link_mbit": rates.iter().map(|&r| r as f64 / 1e6).collect::<Vec<_>>(),
+        "sum_mbit": sum_bps as f64 / 1e6,
+        "goodput_mbit": r.goodput_bps / 1e6,
+        "goodput_ratio": r.goodput_bps / sum_bps as f64,
+        "sent_packets": r.sent_packets,
+        "delivered": r.delivered,
+        "out_of_order": r.out_of_order,
+        "link_lost": r.link_lost,
+        "declared_lost": r.receiver.lost,
+        "link_utilisation": r.link_sent_bytes.iter().zip(&rates)
+            .map(|(&b, &rate)| b as f64 * 8.0 / (rate as f64 * duration.as_secs_f64()))
+            .collect::<Vec<_>>(),
+        "max_buffered_bytes": r.max_buffered_bytes,
+        "marker_skips": r.receiver.marker_skips,
+        "hold_skips": r.receiver.hold_skips,
+        "credit_stalls": r.striper.credit_stalls,
+        "source_drops": r.source_drops,
+        "events": r.events,
+        "events_per_second": r.events as f64 / wall.max(1e-9),
+        "measured_seconds": window,
+        "seed": args.seed,
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header(["measure", "value"]);
+    if let serde_json::Value::Object(m) = &summary {
+        for (k, v) in m {
+            let v = match v {
+                serde_json::Value::Number(n) if n.is_f64() => {
+                    format!("{:.4}", n.as_f64().unwrap_or(0.0))
+                }
+                serde_json::Value::Array(a) => a
+                    .iter()
+                    .map(|x| match x.as_f64() {
+                        Some(f) if x.is_f64() => format!("{f:.3}"),
+                        _ => x.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            table.add_row([k.as_str(), v.as_str()]);
+        }
+    }
+    println!("{table}");
+    Ok(())
+}
+
 /// Run one experiment; returns whether all its checks held.
-fn run_one(name: &str, dir: &Path, args: &SimArgs) -> Result<bool> {
+fn run_one(name: &str, dir: &Path, args: &ExperimentArgs) -> Result<bool> {
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {

@@ -29,6 +29,8 @@ struct RxPath<P> {
     /// Data still owed from rounds the receiver has already left (in scheduler units); these
     /// packets are delivered out of turn. Only arises after a hold or forced skip.
     late: i64,
+    /// Markers removed from this path's queue.
+    markers_taken: u64,
 }
 
 /// The logical receiver: the receiver half of the stripe protocol.
@@ -76,6 +78,7 @@ impl<P> LogicalReceiver<P> {
                 buffered: 0,
                 saved_round: 1,
                 late: 0,
+                markers_taken: 0,
             })
             .collect();
         Ok(LogicalReceiver {
@@ -232,6 +235,7 @@ impl<P> LogicalReceiver<P> {
                 Some(Rx::Marker(m)) => {
                     let m = *m;
                     self.paths[i].queue.pop_front();
+                    self.paths[i].markers_taken += 1;
                     self.process_marker(path, m);
                     if self.paths[i].late > 0 {
                         if let Some(d) = self.poll_late() {
@@ -298,6 +302,17 @@ impl<P> LogicalReceiver<P> {
     /// Counters.
     pub fn stats(&self) -> &ResequencerStats {
         &self.stats
+    }
+
+    /// Markers removed from `path`'s queue so far.
+    pub fn markers_taken(&self, path: PathId) -> u64 {
+        self.paths.get(path.index()).map_or(0, |p| p.markers_taken)
+    }
+
+    /// Whether the last marker taken on `path` has been *processed* in the sense of Appendix B
+    /// (Lemma B.4): removed from the queue and the path skipped until `R_save <= R_r`.
+    pub fn marker_processed(&self, path: PathId) -> bool {
+        path.index() < self.paths.len() && !self.early(path.index())
     }
 }
 
