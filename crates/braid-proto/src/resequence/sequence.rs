@@ -8,6 +8,11 @@ use crate::scheduler::{CausalScheduler, ConfigError, Scheduler};
 use crate::time::{Duration, Instant};
 use std::collections::VecDeque;
 
+/// Sequence numbers more than this far ahead of the next expected one are dropped as invalid:
+/// no sender can legitimately be that far ahead, and accepting one would make every genuine
+/// packet after it look stale.
+pub const SEQ_WINDOW: u64 = 1 << 24;
+
 #[derive(Clone, Debug)]
 struct SeqRx<P> {
     seq: u64,
@@ -95,6 +100,10 @@ impl<P> SequenceReceiver<P> {
             self.stats.stale_dropped += 1;
             return;
         }
+        if seq - self.next >= SEQ_WINDOW || seq == u64::MAX {
+            self.stats.invalid_dropped += 1;
+            return;
+        }
         if self.total_buffered + u64::from(len) > self.limit.saturating_mul(2) {
             self.stats.overflow_dropped += 1;
             return;
@@ -149,7 +158,7 @@ impl<P> SequenceReceiver<P> {
 
     /// Give up on everything below `to`.
     fn jump(&mut self, to: u64) {
-        self.stats.lost += to - self.next;
+        self.stats.lost += to.saturating_sub(self.next);
         self.next = to;
         self.gap_since = None;
     }
@@ -187,7 +196,7 @@ impl<P> SequenceReceiver<P> {
             for rx in &self.paths {
                 match (rx.queue.front(), rx.highest) {
                     (Some(head), _) => resume = resume.min(head.seq),
-                    (None, Some(h)) if h > self.next => resume = resume.min(h + 1),
+                    (None, Some(h)) if h > self.next => resume = resume.min(h.saturating_add(1)),
                     _ => all_past = false,
                 }
             }
@@ -291,6 +300,16 @@ mod tests {
         let t = r.poll_timeout().unwrap();
         assert_eq!(deliver_all(&mut r, t), vec![3]);
         assert_eq!(r.stats().lost, 3);
+    }
+
+    #[test]
+    fn absurd_sequence_numbers_are_invalid() {
+        let mut r = receiver(None);
+        r.handle_data(Instant::ZERO, PathId(0), Some(u64::MAX), 1, 1);
+        r.handle_data(Instant::ZERO, PathId(0), Some(SEQ_WINDOW), 1, 2);
+        r.handle_data(Instant::ZERO, PathId(1), Some(0), 1, 3);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![3]);
+        assert_eq!(r.stats().invalid_dropped, 2);
     }
 
     #[test]
