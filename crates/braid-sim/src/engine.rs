@@ -38,8 +38,8 @@ pub struct Scenario {
     pub duration: Duration,
     /// Deliveries before this are not counted in goodput.
     pub warmup: Duration,
-    /// Record, per path, the arrival of the first marker sent at or after this time (the `t` of
-    /// Theorem 5.1).
+    /// Record when a marker sent at or after this time has been received and processed on every
+    /// path (the `t` of Theorem 5.1, in the sense of Appendix B, Lemma B.4; logical mode only).
     pub watch_markers_after: Option<Instant>,
 }
 
@@ -81,6 +81,8 @@ pub struct RunResult {
     pub max_buffered_bytes: u64,
     /// Per path: arrival time of the first marker sent at or after `watch_markers_after`.
     pub watched_marker_arrival: Vec<Option<Instant>>,
+    /// When such a marker had been received and processed on every path.
+    pub watched_marker_processed: Option<Instant>,
     /// Time of the last delivery.
     pub last_delivery: Option<Instant>,
     /// Sender counters.
@@ -137,6 +139,9 @@ struct Sim {
     warmup: Instant,
     end: Instant,
     watch: Option<Instant>,
+    /// Per path: markers that arrived before the first watched one (`None`: none yet).
+    markers_before_watched: Vec<Option<u64>>,
+    markers_arrived: Vec<u64>,
     // Metrics.
     max_id: Option<u64>,
     last_id: Option<u64>,
@@ -239,6 +244,23 @@ impl Sim {
         while let Some(d) = self.receiver.poll_deliver(self.now) {
             self.record(d);
         }
+        if let (Some(_), None, Resequencer::Logical(l)) = (
+            self.watch,
+            self.result.watched_marker_processed,
+            &self.receiver,
+        ) {
+            let processed = self
+                .markers_before_watched
+                .iter()
+                .enumerate()
+                .all(|(p, k)| {
+                    let path = PathId(p as u8);
+                    k.is_some_and(|k| l.markers_taken(path) > k && l.marker_processed(path))
+                });
+            if processed {
+                self.result.watched_marker_processed = Some(self.now);
+            }
+        }
         let buffered = self.receiver.total_buffered_bytes();
         self.result.max_buffered_bytes = self.result.max_buffered_bytes.max(buffered);
         if let Some(g) = &mut self.grantor {
@@ -287,8 +309,10 @@ impl Sim {
                     let slot = &mut self.result.watched_marker_arrival[p];
                     if f.sent_at >= after && slot.is_none() {
                         *slot = Some(self.now);
+                        self.markers_before_watched[p] = Some(self.markers_arrived[p]);
                     }
                 }
+                self.markers_arrived[p] += 1;
                 if let Some(g) = &mut self.grantor {
                     g.on_marker(&m);
                 }
@@ -344,16 +368,52 @@ impl Sim {
     }
 }
 
+/// A scenario that cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The sender or receiver config is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The source makes packets the striper would refuse forever.
+    #[error(
+        "the source makes packets of up to {size} bytes but max_packet is {max}: raise max_packet"
+    )]
+    PacketTooLarge {
+        /// Largest size of the source.
+        size: u32,
+        /// The striper's largest packet.
+        max: u32,
+    },
+    /// Link count and path count differ.
+    #[error("{links} links but the scheduler has {paths} paths: give one link per path")]
+    PathMismatch {
+        /// Links given.
+        links: usize,
+        /// Paths in the scheduler config.
+        paths: usize,
+    },
+}
+
 /// Run `scenario` with `seed`.
-pub fn run(scenario: &Scenario, seed: u64) -> Result<RunResult, ConfigError> {
+pub fn run(scenario: &Scenario, seed: u64) -> Result<RunResult, SimError> {
     let n = scenario.links.len();
+    let max = scenario.striper.scheduler.max_packet;
+    if scenario.source.sizes.max() > max {
+        return Err(SimError::PacketTooLarge {
+            size: scenario.source.sizes.max(),
+            max,
+        });
+    }
     let mut striper_config = scenario.striper.clone();
     if let Some(c) = &scenario.credits {
         striper_config.initial_credit_bytes = Some(c.share_bytes.clone());
     }
     let striper = Striper::new(&striper_config)?;
     if striper.paths() != n {
-        return Err(ConfigError::PathCount(n));
+        return Err(SimError::PathMismatch {
+            links: n,
+            paths: striper.paths(),
+        });
     }
     let receiver = Resequencer::new(&scenario.receiver)?;
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
@@ -385,6 +445,8 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<RunResult, ConfigError> {
         warmup: Instant::ZERO + scenario.warmup,
         end,
         watch: scenario.watch_markers_after,
+        markers_before_watched: vec![None; n],
+        markers_arrived: vec![0; n],
         max_id: None,
         last_id: None,
         seen: Vec::new(),

@@ -13,4 +13,4 @@ pub mod pair;
 pub mod report;
 pub mod source;
 
-pub use engine::{run, RunResult, Scenario};
+pub use engine::{run, RunResult, Scenario, SimError};

@@ -57,22 +57,21 @@ pub struct Row {
     /// Marker position: `start`, `middle` or `end`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub marker_position: Option<String>,
-    /// Time from the end of loss to the last misordered delivery, ms.
+    /// Time from the end of loss to the last inversion (a delivery of a packet older than the
+    /// one delivered just before it), ms: from then on delivery is FIFO.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resync_ms: Option<f64>,
     /// The bound: marker interval plus the largest one-way delay, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_ms: Option<f64>,
-    /// Measured `t` of Theorem 5.1: time from the end of loss until a marker sent after it has
-    /// arrived on every path, ms.
+    /// Measured `t` of Theorem 5.1 (Appendix B, Lemma B.4): time from the end of loss until a
+    /// marker sent after it has been received and processed on every path, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub marker_crossing_ms: Option<f64>,
-    /// Whether `resync_ms <= bound_ms`.
+    /// Whether every trial recovered within `bound_ms` and no later than its own
+    /// `marker_crossing_ms`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub within_bound: Option<bool>,
-    /// Goodput after the loss period, Mbit/s (shows the bond did not stall).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub goodput_after_mbit: Option<f64>,
     /// Simulator events processed for the row.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<u64>,
@@ -115,7 +114,7 @@ impl Report {
                 }
             }
         }
-        // serde_json::Map is sorted; keep the struct's declaration order instead.
+        // Columns in the struct's declaration order, whatever order rows introduced them in.
         let order = serde_json::to_value(Row::full_example())
             .ok()
             .and_then(|v| v.as_object().map(|m| m.keys().cloned().collect::<Vec<_>>()))
@@ -167,7 +166,6 @@ impl Row {
             bound_ms: Some(0.0),
             marker_crossing_ms: Some(0.0),
             within_bound: Some(false),
-            goodput_after_mbit: Some(0.0),
             events: Some(0),
         }
     }

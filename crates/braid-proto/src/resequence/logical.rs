@@ -155,6 +155,8 @@ impl<P> LogicalReceiver<P> {
             self.stats.markers += 1;
             self.sched.set_deficit(path, m.number.deficit);
             self.paths[i].saved_round = r;
+            // In step (or early) again: nothing is owed any more.
+            self.set_late(i, 0);
             if r > cur.round {
                 // The receiver arrived early at this path: skip it (AdvanceReceiverPointer).
                 self.sched.skip();
@@ -173,12 +175,19 @@ impl<P> LogicalReceiver<P> {
             }
             self.stats.markers += 1;
             let owed = m.number.deficit.max(0) + (gap as i64 - 1) * q;
-            let rx = &mut self.paths[i];
-            if rx.late <= 0 && owed > 0 {
-                self.late_paths += 1;
-            }
-            rx.late = owed;
-            rx.saved_round = cur.round;
+            self.set_late(i, owed);
+            self.paths[i].saved_round = cur.round;
+        }
+    }
+
+    /// Set path `i`'s owed amount, keeping `late_paths` (paths with something owed) exact.
+    fn set_late(&mut self, i: usize, owed: i64) {
+        let was = self.paths[i].late > 0;
+        self.paths[i].late = owed;
+        match (was, owed > 0) {
+            (false, true) => self.late_paths += 1,
+            (true, false) => self.late_paths -= 1,
+            _ => {}
         }
     }
 
@@ -247,6 +256,7 @@ impl<P> LogicalReceiver<P> {
                     if self.early(i) {
                         self.sched.skip();
                         self.stats.marker_skips += 1;
+                        self.blocked_since = None;
                         continue;
                     }
                     let len = *len;
@@ -258,6 +268,7 @@ impl<P> LogicalReceiver<P> {
                     if self.early(i) {
                         self.sched.skip();
                         self.stats.marker_skips += 1;
+                        self.blocked_since = None;
                         continue;
                     }
                     if self.total_buffered == 0 {

@@ -74,7 +74,7 @@ impl<P> Passthrough<P> {
         None
     }
 
-    /// Bytes not yet polled, attributed to no path in particular.
+    /// Bytes of `path` not yet polled.
     pub fn buffered_bytes(&self, path: PathId) -> u64 {
         self.out
             .iter()

@@ -24,13 +24,14 @@ pub const MAX_PACKET: u32 = 1500;
 
 /// Deviation of each path after each `K` in [`K_ROUNDS`]: `(K, per-path (bytes, K q_i))`.
 pub fn trial(kind: SchedulerKind, paths: usize, seed: u64) -> Vec<(u64, Vec<(u64, u64)>)> {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    // Sizes and rates from one stream, RFQ's shared sequence from another.
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(super::derive_seed(seed, 0));
     let rates: Vec<u64> = (0..paths)
         .map(|_| rng.random_range(1_000_000..=10_000_000))
         .collect();
     let mut config = SchedulerConfig::new(SchedulerKind::Srr, rates);
     config.max_packet = MAX_PACKET;
-    config.seed = seed;
+    config.seed = super::derive_seed(seed, 1);
     let quanta: Vec<u64> = config
         .quanta()
         .expect("valid config")
