@@ -236,6 +236,7 @@ fn run_scenario(args: &RunArgs) -> Result<()> {
             .collect::<Vec<_>>(),
         "max_buffered_bytes": r.max_buffered_bytes,
         "marker_skips": r.receiver.marker_skips,
+        "marker_resets": r.receiver.marker_resets,
         "hold_skips": r.receiver.hold_skips,
         "credit_stalls": r.striper.credit_stalls,
         "source_drops": r.source_drops,

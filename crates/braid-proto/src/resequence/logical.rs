@@ -6,9 +6,15 @@ use crate::scheduler::{CausalScheduler, ConfigError, Scheduler};
 use crate::time::{Duration, Instant};
 use std::collections::VecDeque;
 
-/// A marker more than this many rounds ahead of the receiver is treated as nonsense: honouring
-/// it would make the receiver skip the path for that many rounds.
-pub const MAX_MARKER_ROUND_JUMP: u64 = 1 << 20;
+/// A marker this many rounds or fewer away from the receiver's round on its path is honoured as
+/// Appendix A says (skip the path until the rounds agree, or catch up). Further out, skipping
+/// would stall the path for that many rounds, so the receiver instead resets the path: it adopts
+/// the marker's round and deficit at once (counted in `marker_resets`), accepting some
+/// misordering over a stall.
+pub const MAX_MARKER_ROUND_JUMP: u64 = 1 << 10;
+
+/// Rounds above this are nonsense (no sender gets there); such markers are dropped.
+pub const MAX_ROUND: u64 = 1 << 62;
 
 /// Upper bound on scheduler steps in one `poll_deliver` call (every step delivers, consumes a
 /// marker or skips a path towards a bounded target, so this is never reached in practice).
@@ -147,11 +153,21 @@ impl<P> LogicalReceiver<P> {
             return;
         };
         let r = m.number.round;
+        if r == 0 || r > MAX_ROUND {
+            self.stats.invalid_dropped += 1;
+            return;
+        }
+        if r.abs_diff(cur.round) > MAX_MARKER_ROUND_JUMP {
+            // Far out of step (a peer restart, or a very long desynchronisation): reset the path.
+            self.stats.markers += 1;
+            self.stats.marker_resets += 1;
+            self.sched.set_round(path, r);
+            self.sched.set_deficit(path, m.number.deficit);
+            self.paths[i].saved_round = r;
+            self.set_late(i, 0);
+            return;
+        }
         if r >= cur.round {
-            if r - cur.round > MAX_MARKER_ROUND_JUMP {
-                self.stats.invalid_dropped += 1;
-                return;
-            }
             self.stats.markers += 1;
             self.sched.set_deficit(path, m.number.deficit);
             self.paths[i].saved_round = r;
@@ -169,10 +185,6 @@ impl<P> LogicalReceiver<P> {
             let Some(q) = self.sched.quantum(path) else {
                 return;
             };
-            if gap > MAX_MARKER_ROUND_JUMP {
-                self.stats.invalid_dropped += 1;
-                return;
-            }
             self.stats.markers += 1;
             let owed = m.number.deficit.max(0) + (gap as i64 - 1) * q;
             self.set_late(i, owed);
@@ -434,6 +446,28 @@ mod tests {
         assert_eq!(t, Instant::ZERO + Duration::from_millis(10));
         assert_eq!(r.poll_deliver(t).map(|d| d.payload), Some(1));
         assert_eq!(r.stats().hold_skips, 1);
+    }
+
+    #[test]
+    fn a_marker_far_ahead_resets_the_path_instead_of_stalling_it() {
+        let mut r = receiver(SchedulerKind::Srr);
+        r.handle_marker(
+            Instant::ZERO,
+            PathId(0),
+            Marker {
+                path: PathId(0),
+                number: PacketNumber {
+                    round: 1_000_000,
+                    deficit: 500,
+                },
+                tx_bytes: 0,
+            },
+        );
+        r.handle_data(Instant::ZERO, PathId(0), None, 500, 0);
+        r.handle_data(Instant::ZERO, PathId(1), None, 500, 1);
+        assert_eq!(deliver_all(&mut r), vec![0, 1]);
+        assert_eq!(r.stats().marker_resets, 1);
+        assert_eq!(r.stats().marker_skips, 0);
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub struct ResequencerStats {
     pub markers: u64,
     /// Paths skipped because a marker showed the receiver was early (`Skipline`).
     pub marker_skips: u64,
+    /// Markers so far out of step that the receiver reset the path to them instead of skipping.
+    pub marker_resets: u64,
     /// Paths skipped because the hold timer expired while blocked.
     pub hold_skips: u64,
     /// Paths skipped, or gaps abandoned, because the buffer limit was reached.

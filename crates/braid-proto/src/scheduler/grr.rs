@@ -69,6 +69,9 @@ impl CausalScheduler for Grr {
     fn set_deficit(&mut self, path: PathId, deficit: i64) {
         self.inner.set_deficit(path, deficit)
     }
+    fn set_round(&mut self, path: PathId, round: u64) {
+        self.inner.set_round(path, round)
+    }
     fn quantum(&self, path: PathId) -> Option<i64> {
         self.inner.quantum(path)
     }

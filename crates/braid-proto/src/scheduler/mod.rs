@@ -57,6 +57,10 @@ pub trait CausalScheduler {
     /// schedulers without rounds.
     fn set_deficit(&mut self, path: PathId, deficit: i64);
 
+    /// Set `path`'s round number outright (a reset of that path after a marker far out of
+    /// step). Ignored by schedulers without rounds.
+    fn set_round(&mut self, path: PathId, round: u64);
+
     /// Quantum of `path` in the scheduler's units, if it has one.
     fn quantum(&self, path: PathId) -> Option<i64>;
 
@@ -327,6 +331,9 @@ impl CausalScheduler for Scheduler {
     #[inline]
     fn set_deficit(&mut self, path: PathId, deficit: i64) {
         dispatch!(self, s => s.set_deficit(path, deficit))
+    }
+    fn set_round(&mut self, path: PathId, round: u64) {
+        dispatch!(self, s => s.set_round(path, round))
     }
     #[inline]
     fn quantum(&self, path: PathId) -> Option<i64> {

@@ -75,6 +75,7 @@ impl CausalScheduler for Rfq {
         self.draw();
     }
     fn set_deficit(&mut self, _path: PathId, _deficit: i64) {}
+    fn set_round(&mut self, _path: PathId, _round: u64) {}
     fn quantum(&self, _path: PathId) -> Option<i64> {
         None
     }

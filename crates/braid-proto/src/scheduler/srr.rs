@@ -120,6 +120,12 @@ impl CausalScheduler for Srr {
         }
     }
 
+    fn set_round(&mut self, path: PathId, round: u64) {
+        if let Some(l) = self.lines.get_mut(path.index()) {
+            l.round = round;
+        }
+    }
+
     fn quantum(&self, path: PathId) -> Option<i64> {
         self.lines.get(path.index()).map(|l| l.quantum)
     }
