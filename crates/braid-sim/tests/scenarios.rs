@@ -85,8 +85,9 @@ fn lossless_skew_is_fifo_for_every_scheduler() {
     }
 }
 
-#[test]
-fn bursty_loss_sequence_mode_stays_fifo() {
+/// Two links with Gilbert-Elliott loss (about 2% on average, in bursts), optionally only in a
+/// window.
+fn bursty_links(window: Option<Window>) -> Vec<LinkConfig> {
     let mut links = vec![link(10, 10, 2), link(20, 30, 2)];
     for l in &mut links {
         l.loss = LossModel::GilbertElliott {
@@ -95,8 +96,18 @@ fn bursty_loss_sequence_mode_stays_fifo() {
             loss_good: 0.001,
             loss_bad: 0.5,
         };
+        l.loss_windows = window.map(|w| vec![w]);
     }
-    let s = scenario(SchedulerKind::Srr, ResequenceMode::Sequence, links);
+    links
+}
+
+#[test]
+fn bursty_loss_sequence_mode_stays_fifo() {
+    let s = scenario(
+        SchedulerKind::Srr,
+        ResequenceMode::Sequence,
+        bursty_links(None),
+    );
     let r = run(&s, 12).unwrap();
     check_invariants("bursty-loss sequence", &s, &r);
     assert!(r.data_lost > 0);
@@ -113,19 +124,10 @@ fn bursty_loss_sequence_mode_stays_fifo() {
 
 #[test]
 fn bursty_loss_logical_mode_recovers() {
-    let mut links = vec![link(10, 10, 2), link(20, 30, 2)];
-    for l in &mut links {
-        l.loss = LossModel::GilbertElliott {
-            p_good_to_bad: 0.01,
-            p_bad_to_good: 0.3,
-            loss_good: 0.001,
-            loss_bad: 0.5,
-        };
-        l.loss_windows = Some(vec![Window {
-            start: Instant::ZERO + Duration::from_millis(300),
-            end: Instant::ZERO + Duration::from_millis(1200),
-        }]);
-    }
+    let links = bursty_links(Some(Window {
+        start: Instant::ZERO + Duration::from_millis(300),
+        end: Instant::ZERO + Duration::from_millis(1200),
+    }));
     let mut s = scenario(SchedulerKind::Srr, ResequenceMode::Logical, links);
     s.receiver.hold = None;
     let r = run(&s, 13).unwrap();

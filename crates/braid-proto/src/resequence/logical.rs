@@ -360,6 +360,14 @@ mod tests {
         LogicalReceiver::new(&c).unwrap()
     }
 
+    fn marker(path: u8, round: u64, deficit: i64) -> Marker {
+        Marker {
+            path: PathId(path),
+            number: PacketNumber { round, deficit },
+            tx_bytes: 0,
+        }
+    }
+
     fn deliver_all(r: &mut LogicalReceiver<u32>) -> Vec<u32> {
         std::iter::from_fn(|| r.poll_deliver(Instant::ZERO).map(|d| d.payload)).collect()
     }
@@ -418,18 +426,7 @@ mod tests {
     fn early_path_is_skipped_even_when_empty() {
         let mut r = receiver(SchedulerKind::Srr);
         // Marker on path 0: next packet there is in round 3.
-        r.handle_marker(
-            Instant::ZERO,
-            PathId(0),
-            Marker {
-                path: PathId(0),
-                number: PacketNumber {
-                    round: 3,
-                    deficit: 500,
-                },
-                tx_bytes: 0,
-            },
-        );
+        r.handle_marker(Instant::ZERO, PathId(0), marker(0, 3, 500));
         r.handle_data(Instant::ZERO, PathId(1), None, 500, 1);
         r.handle_data(Instant::ZERO, PathId(1), None, 500, 2);
         assert_eq!(deliver_all(&mut r), vec![1, 2]);
@@ -451,18 +448,7 @@ mod tests {
     #[test]
     fn a_marker_far_ahead_resets_the_path_instead_of_stalling_it() {
         let mut r = receiver(SchedulerKind::Srr);
-        r.handle_marker(
-            Instant::ZERO,
-            PathId(0),
-            Marker {
-                path: PathId(0),
-                number: PacketNumber {
-                    round: 1_000_000,
-                    deficit: 500,
-                },
-                tx_bytes: 0,
-            },
-        );
+        r.handle_marker(Instant::ZERO, PathId(0), marker(0, 1_000_000, 500));
         r.handle_data(Instant::ZERO, PathId(0), None, 500, 0);
         r.handle_data(Instant::ZERO, PathId(1), None, 500, 1);
         assert_eq!(deliver_all(&mut r), vec![0, 1]);
