@@ -330,6 +330,34 @@ impl<P> Striper<P> {
         self.stats.markers += 1;
     }
 
+    /// Take `path` out of the rotation (it went dark) or put it back. Packets already queued on
+    /// it stay there (the driver may drain and drop them); a marker is queued on a path put back,
+    /// so the receiver can realign its round.
+    pub fn set_path_active(&mut self, path: PathId, active: bool) {
+        if path.index() >= self.paths.len() {
+            return;
+        }
+        self.sched.set_active(path, active);
+        if active {
+            self.push_marker(path);
+        }
+    }
+
+    /// Drop what waits in `path`'s queue (a dead path); returns the data packets dropped.
+    pub fn clear_queue(&mut self, path: PathId) -> usize {
+        let Some(tx) = self.paths.get_mut(path.index()) else {
+            return 0;
+        };
+        let dropped = tx
+            .queue
+            .iter()
+            .filter(|m| matches!(m, Outgoing::Data { .. }))
+            .count();
+        tx.queue.clear();
+        tx.queued_bytes = 0;
+        dropped
+    }
+
     /// Queue a marker on every path now (e.g. when the driver wants to resynchronise an idle
     /// bond). Markers are always safe to send: they carry the state of the next packet.
     pub fn queue_markers(&mut self) {

@@ -327,6 +327,28 @@ impl<P> LogicalReceiver<P> {
         &self.stats
     }
 
+    /// Take `path` out of the rotation (it went dark) or put it back, as the sender does. The
+    /// receiver's scheduler then skips it as the sender's does; anything already queued on it is
+    /// delivered out of turn rather than held.
+    pub fn set_path_active(&mut self, path: PathId, active: bool) {
+        let i = path.index();
+        if i >= self.paths.len() {
+            return;
+        }
+        self.sched.set_active(path, active);
+        if !active {
+            let owed: i64 = self.paths[i]
+                .queue
+                .iter()
+                .map(|m| match m {
+                    Rx::Data { len, .. } => self.sched.cost(*len),
+                    Rx::Marker(_) => 0,
+                })
+                .sum();
+            self.set_late(i, owed);
+        }
+    }
+
     /// Markers removed from `path`'s queue so far.
     pub fn markers_taken(&self, path: PathId) -> u64 {
         self.paths.get(path.index()).map_or(0, |p| p.markers_taken)
@@ -454,6 +476,16 @@ mod tests {
         assert_eq!(deliver_all(&mut r), vec![0, 1]);
         assert_eq!(r.stats().marker_resets, 1);
         assert_eq!(r.stats().marker_skips, 0);
+    }
+
+    #[test]
+    fn a_dead_path_is_skipped_without_waiting() {
+        let mut r = receiver(SchedulerKind::Srr);
+        r.handle_data(Instant::ZERO, PathId(1), None, 500, 1);
+        assert!(deliver_all(&mut r).is_empty());
+        r.set_path_active(PathId(0), false);
+        r.handle_data(Instant::ZERO, PathId(1), None, 500, 2);
+        assert_eq!(deliver_all(&mut r), vec![1, 2]);
     }
 
     #[test]

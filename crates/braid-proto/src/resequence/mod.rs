@@ -195,6 +195,11 @@ impl<P> Resequencer<P> {
         dispatch!(self, r => r.handle_marker(now, path, marker))
     }
 
+    /// Take `path` out of the rotation (it went dark) or put it back.
+    pub fn set_path_active(&mut self, path: PathId, active: bool) {
+        dispatch!(self, r => r.set_path_active(path, active))
+    }
+
     /// The next packet to deliver, if any.
     pub fn poll_deliver(&mut self, now: Instant) -> Option<Delivery<P>> {
         dispatch!(self, r => r.poll_deliver(now))

@@ -69,6 +69,9 @@ impl<P> Passthrough<P> {
         Some(d)
     }
 
+    /// Nothing to do: arrivals are delivered whatever their path.
+    pub fn set_path_active(&mut self, _path: PathId, _active: bool) {}
+
     /// No timers.
     pub fn poll_timeout(&self) -> Option<Instant> {
         None

@@ -27,6 +27,8 @@ struct RxPath<P> {
     buffered: u64,
     /// Highest sequence number that arrived on this path.
     highest: Option<u64>,
+    /// In the rotation; an inactive path is not waited for.
+    active: bool,
 }
 
 /// FIFO delivery by sequence number over per-path queues.
@@ -64,6 +66,7 @@ impl<P> SequenceReceiver<P> {
                 queue: VecDeque::new(),
                 buffered: 0,
                 highest: None,
+                active: true,
             })
             .collect();
         Ok(SequenceReceiver {
@@ -124,6 +127,15 @@ impl<P> SequenceReceiver<P> {
         rx.highest = Some(rx.highest.map_or(seq, |h| h.max(seq)));
         rx.buffered += u64::from(len);
         self.total_buffered += u64::from(len);
+    }
+
+    /// Take `path` out of the rotation or put it back: a path out of the rotation is not waited
+    /// for when deciding that a gap is a loss.
+    pub fn set_path_active(&mut self, path: PathId, active: bool) {
+        if let Some(rx) = self.paths.get_mut(path.index()) {
+            rx.active = active;
+            self.sched.set_active(path, active);
+        }
     }
 
     /// A marker: used to resynchronise the fast-path prediction when the receiver is at its path.
@@ -197,6 +209,8 @@ impl<P> SequenceReceiver<P> {
                 match (rx.queue.front(), rx.highest) {
                     (Some(head), _) => resume = resume.min(head.seq),
                     (None, Some(h)) if h > self.next => resume = resume.min(h.saturating_add(1)),
+                    // A path out of the rotation carries nothing new.
+                    (None, _) if !rx.active => {}
                     _ => all_past = false,
                 }
             }
@@ -300,6 +314,16 @@ mod tests {
         let t = r.poll_timeout().unwrap();
         assert_eq!(deliver_all(&mut r, t), vec![3]);
         assert_eq!(r.stats().lost, 3);
+    }
+
+    #[test]
+    fn a_dead_path_is_not_waited_for() {
+        let mut r = receiver(None);
+        r.handle_data(Instant::ZERO, PathId(1), Some(1), 100, 1);
+        assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
+        r.set_path_active(PathId(0), false);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![1]);
+        assert_eq!(r.stats().lost, 1);
     }
 
     #[test]

@@ -75,6 +75,9 @@ impl CausalScheduler for Grr {
     fn quantum(&self, path: PathId) -> Option<i64> {
         self.inner.quantum(path)
     }
+    fn set_active(&mut self, path: PathId, active: bool) {
+        self.inner.set_active(path, active)
+    }
     #[inline]
     fn cost(&self, _len: u32) -> i64 {
         1

@@ -64,6 +64,11 @@ pub trait CausalScheduler {
     /// Quantum of `path` in the scheduler's units, if it has one.
     fn quantum(&self, path: PathId) -> Option<i64>;
 
+    /// Take `path` out of the rotation (`false`, e.g. it went dark) or put it back (`true`).
+    /// Both ends must apply the same changes for logical reception to stay in step; markers
+    /// realign a path's round when it returns.
+    fn set_active(&mut self, path: PathId, active: bool);
+
     /// The cost of a packet of `len` bytes in the scheduler's units (bytes for SRR, one packet
     /// for GRR and RR).
     fn cost(&self, len: u32) -> i64;
@@ -342,6 +347,9 @@ impl CausalScheduler for Scheduler {
     #[inline]
     fn cost(&self, len: u32) -> i64 {
         dispatch!(self, s => s.cost(len))
+    }
+    fn set_active(&mut self, path: PathId, active: bool) {
+        dispatch!(self, s => s.set_active(path, active))
     }
 }
 

@@ -14,7 +14,12 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 /// is reset; use SRR where loss is expected.
 #[derive(Clone, Debug)]
 pub struct Rfq {
-    /// Cumulative weights; path `i` is chosen for a draw in `[cum[i-1], cum[i])`.
+    /// Configured weights.
+    weights: Vec<u64>,
+    /// Which paths are in the rotation.
+    active: Vec<bool>,
+    /// Cumulative weights of active paths; path `i` is chosen for a draw in
+    /// `[cum[i-1], cum[i])`.
     cumulative: Vec<u64>,
     rng: Xoshiro256PlusPlus,
     current: u8,
@@ -37,6 +42,8 @@ impl Rfq {
             .collect();
         assert!(total > 0, "Rfq weights sum to zero");
         let mut rfq = Rfq {
+            weights: weights.to_vec(),
+            active: vec![true; weights.len()],
             cumulative,
             rng: Xoshiro256PlusPlus::seed_from_u64(seed),
             current: 0,
@@ -47,6 +54,10 @@ impl Rfq {
 
     fn draw(&mut self) {
         let total = *self.cumulative.last().expect("non-empty");
+        if total == 0 {
+            // Every path inactive: keep the current choice.
+            return;
+        }
         // Lemire's multiply-shift: a uniform value in [0, total) without a division.
         let x = ((u128::from(self.rng.next_u64()) * u128::from(total)) >> 64) as u64;
         let i = self.cumulative.partition_point(|&c| c <= x);
@@ -75,6 +86,22 @@ impl CausalScheduler for Rfq {
         self.draw();
     }
     fn set_deficit(&mut self, _path: PathId, _deficit: i64) {}
+    fn set_active(&mut self, path: PathId, active: bool) {
+        let Some(a) = self.active.get_mut(path.index()) else {
+            return;
+        };
+        *a = active;
+        let mut total = 0u64;
+        for (i, c) in self.cumulative.iter_mut().enumerate() {
+            if self.active[i] {
+                total += self.weights[i];
+            }
+            *c = total;
+        }
+        if !self.active[self.current as usize] {
+            self.draw();
+        }
+    }
     fn set_round(&mut self, _path: PathId, _round: u64) {}
     fn quantum(&self, _path: PathId) -> Option<i64> {
         None
@@ -97,6 +124,16 @@ mod tests {
             assert_eq!(a.select(), b.select());
             a.update(100);
             b.update(1400);
+        }
+    }
+
+    #[test]
+    fn inactive_paths_are_never_drawn() {
+        let mut r = Rfq::new(&[1, 1, 1], 3);
+        r.set_active(PathId(1), false);
+        for _ in 0..1000 {
+            assert_ne!(r.select(), PathId(1));
+            r.update(1);
         }
     }
 

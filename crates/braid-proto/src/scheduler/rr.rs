@@ -51,6 +51,9 @@ impl CausalScheduler for Rr {
     fn quantum(&self, path: PathId) -> Option<i64> {
         self.inner.quantum(path)
     }
+    fn set_active(&mut self, path: PathId, active: bool) {
+        self.inner.set_active(path, active)
+    }
     #[inline]
     fn cost(&self, len: u32) -> i64 {
         self.inner.cost(len)

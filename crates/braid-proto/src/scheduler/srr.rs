@@ -9,6 +9,7 @@ struct Line {
     deficit: i64,
     quantum: i64,
     round: u64,
+    active: bool,
 }
 
 /// Surplus Round Robin, the striping algorithm of section 3.6 with the state of Appendix A.
@@ -43,6 +44,7 @@ impl Srr {
                     deficit: i64::from(q),
                     quantum: i64::from(q),
                     round: 1,
+                    active: true,
                 }
             })
             .collect();
@@ -64,10 +66,42 @@ impl Srr {
     fn advance(&mut self) {
         let line = &mut self.lines[self.sp];
         line.round = line.round.wrapping_add(1);
+        self.step();
+        self.skip_inactive();
+    }
+
+    #[inline]
+    fn step(&mut self) {
         self.sp += 1;
         if self.sp == self.lines.len() {
             self.sp = 0;
         }
+    }
+
+    /// Pass over inactive paths as the receiver's `Skipline` would: each pass counts as a round
+    /// of that path, so its round number keeps pace and a marker realigns it when it returns.
+    #[inline]
+    fn skip_inactive(&mut self) {
+        if self.lines[self.sp].active {
+            return;
+        }
+        for _ in 0..self.lines.len() {
+            if self.lines[self.sp].active {
+                return;
+            }
+            let line = &mut self.lines[self.sp];
+            line.round = line.round.wrapping_add(1);
+            self.step();
+        }
+    }
+
+    /// Take `path` out of the rotation (`false`) or put it back (`true`). With every path
+    /// inactive, `select` keeps returning the current one.
+    pub fn set_active(&mut self, path: PathId, active: bool) {
+        if let Some(l) = self.lines.get_mut(path.index()) {
+            l.active = active;
+        }
+        self.skip_inactive();
     }
 
     /// `g(s, p)` with a cost in the deficit counter's units.
@@ -133,6 +167,10 @@ impl CausalScheduler for Srr {
     #[inline]
     fn cost(&self, len: u32) -> i64 {
         i64::from(len)
+    }
+
+    fn set_active(&mut self, path: PathId, active: bool) {
+        Srr::set_active(self, path, active)
     }
 }
 
@@ -203,6 +241,28 @@ mod tests {
             out.push(i);
         }
         assert_eq!(out, vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn inactive_paths_leave_the_rotation_but_keep_counting_rounds() {
+        let mut s = Srr::new(&[500, 500, 500]);
+        s.set_active(PathId(1), false);
+        let paths: Vec<u8> = (0..4)
+            .map(|_| {
+                let p = s.select();
+                s.update(500);
+                p.0
+            })
+            .collect();
+        assert_eq!(paths, vec![0, 2, 0, 2]);
+        assert_eq!(s.rounds(), vec![3, 3, 3]);
+        s.set_active(PathId(1), true);
+        assert_eq!(s.select(), PathId(0));
+        s.update(500);
+        assert_eq!(s.select(), PathId(1));
+        // The current path going inactive moves the pointer on at once.
+        s.set_active(PathId(1), false);
+        assert_eq!(s.select(), PathId(2));
     }
 
     #[test]
