@@ -159,6 +159,8 @@ impl Endpoint {
                     self.striper.handle_credit(c);
                 }
             }
+            // Liveness is the session's job (braid-session); the in-memory harness ignores it.
+            Repr::Probe(_) | Repr::ProbeAck(_) => {}
         }
     }
 

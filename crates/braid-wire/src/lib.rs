@@ -69,6 +69,8 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod outer;
+
 use core::cmp::Ordering;
 use core::fmt;
 use core::iter::FusedIterator;
@@ -96,6 +98,9 @@ pub const FEEDBACK_ENTRY_LEN: usize = 12;
 
 /// Length of the largest feedback packet: one entry for each of [`MAX_PATHS`] paths.
 pub const MAX_FEEDBACK_LEN: usize = FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * MAX_PATHS;
+
+/// Length of a probe or probe acknowledgement.
+pub const PROBE_LEN: usize = 16;
 
 /// Data flag: a sequence number of [`SEQ_LEN`] bytes follows the data header.
 pub const FLAG_HAS_SEQ: u8 = 0x01;
@@ -125,6 +130,9 @@ mod field {
     pub const TX_BYTES: usize = 20;
     /// Feedback entries start here.
     pub const ENTRIES: usize = 4;
+    /// Probe and probe acknowledgement.
+    pub const PROBE_ID: usize = 4;
+    pub const PROBE_TIMESTAMP: usize = 8;
     /// Offsets inside one feedback entry.
     pub const ENTRY_PATH: usize = 0;
     pub const ENTRY_RESERVED: usize = 1;
@@ -167,6 +175,10 @@ pub enum Kind {
     Marker = 2,
     /// Credit grants from the receiver.
     Feedback = 3,
+    /// A liveness probe on a path (RTT and loss measurement).
+    Probe = 4,
+    /// The answer to a probe, echoing its id and timestamp.
+    ProbeAck = 5,
 }
 
 impl From<Kind> for u8 {
@@ -183,6 +195,8 @@ impl TryFrom<u8> for Kind {
             1 => Ok(Kind::Data),
             2 => Ok(Kind::Marker),
             3 => Ok(Kind::Feedback),
+            4 => Ok(Kind::Probe),
+            5 => Ok(Kind::ProbeAck),
             other => Err(Error::UnknownKind(other)),
         }
     }
@@ -271,6 +285,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
                 };
             }
             Kind::Marker => MARKER_LEN,
+            Kind::Probe | Kind::ProbeAck => PROBE_LEN,
             Kind::Feedback => {
                 let count = usize::from(self.count()?);
                 if count > MAX_PATHS {
@@ -356,6 +371,16 @@ impl<T: AsRef<[u8]>> Packet<T> {
         read(self.buffer.as_ref(), field::TX_BYTES).map(u64::from_be_bytes)
     }
 
+    /// Probe and probe acknowledgement: the probe's id.
+    pub fn probe_id(&self) -> Result<u32, Error> {
+        read(self.buffer.as_ref(), field::PROBE_ID).map(u32::from_be_bytes)
+    }
+
+    /// Probe and probe acknowledgement: the sender's timestamp, echoed by the acknowledgement.
+    pub fn probe_timestamp(&self) -> Result<u64, Error> {
+        read(self.buffer.as_ref(), field::PROBE_TIMESTAMP).map(u64::from_be_bytes)
+    }
+
     /// The path of feedback entry `index` (not range-checked, nor checked against `count`).
     pub fn credit_path(&self, index: usize) -> Result<PathId, Error> {
         let at = entry_offset(index)?
@@ -432,6 +457,20 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the deficit counter `DC` of a marker packet.
     pub fn set_deficit(&mut self, deficit: i64) -> Result<(), Error> {
         write(self.buffer.as_mut(), field::DEFICIT, deficit.to_be_bytes())
+    }
+
+    /// Sets a probe's id.
+    pub fn set_probe_id(&mut self, id: u32) -> Result<(), Error> {
+        write(self.buffer.as_mut(), field::PROBE_ID, id.to_be_bytes())
+    }
+
+    /// Sets a probe's timestamp.
+    pub fn set_probe_timestamp(&mut self, timestamp: u64) -> Result<(), Error> {
+        write(
+            self.buffer.as_mut(),
+            field::PROBE_TIMESTAMP,
+            timestamp.to_be_bytes(),
+        )
     }
 
     /// Sets the cumulative data bytes sent before a marker packet.
@@ -633,6 +672,21 @@ pub enum Repr<'a> {
     Marker(Marker),
     /// Credit grants (section 6.3.1), at most one per path in practice but not checked.
     Feedback(Credits<'a>),
+    /// A liveness probe on `path`.
+    Probe(Probe),
+    /// The answer to a probe, sent back on the path the probe came in on.
+    ProbeAck(Probe),
+}
+
+/// A probe or its acknowledgement: the id and the prober's timestamp, echoed unchanged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Probe {
+    /// The path probed.
+    pub path: PathId,
+    /// Probe id, counting up per path.
+    pub id: u32,
+    /// The prober's clock when it sent the probe (nanoseconds; opaque to the answerer).
+    pub timestamp: u64,
 }
 
 impl<'a> Repr<'a> {
@@ -687,6 +741,23 @@ impl<'a> Repr<'a> {
                 let entries = bytes.get(field::ENTRIES..).ok_or(Error::Truncated)?;
                 Ok(Repr::Feedback(Credits::from_wire(entries)))
             }
+            kind @ (Kind::Probe | Kind::ProbeAck) => {
+                if packet.flags()? != 0 {
+                    return Err(Error::Reserved);
+                }
+                let path = packet.path()?;
+                check_path(path)?;
+                let probe = Probe {
+                    path,
+                    id: packet.probe_id()?,
+                    timestamp: packet.probe_timestamp()?,
+                };
+                Ok(if kind == Kind::Probe {
+                    Repr::Probe(probe)
+                } else {
+                    Repr::ProbeAck(probe)
+                })
+            }
         }
     }
 
@@ -701,6 +772,8 @@ impl<'a> Repr<'a> {
             Repr::Data { .. } => Kind::Data,
             Repr::Marker(_) => Kind::Marker,
             Repr::Feedback(_) => Kind::Feedback,
+            Repr::Probe(_) => Kind::Probe,
+            Repr::ProbeAck(_) => Kind::ProbeAck,
         }
     }
 
@@ -710,6 +783,7 @@ impl<'a> Repr<'a> {
             Repr::Data { seq, payload, .. } => data_overhead(seq.is_some()) + payload.len(),
             Repr::Marker(_) => MARKER_LEN,
             Repr::Feedback(credits) => FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * credits.len(),
+            Repr::Probe(_) | Repr::ProbeAck(_) => PROBE_LEN,
         }
     }
 
@@ -719,6 +793,7 @@ impl<'a> Repr<'a> {
         match self {
             Repr::Data { path, .. } => check_path(*path),
             Repr::Marker(marker) => check_path(marker.path),
+            Repr::Probe(probe) | Repr::ProbeAck(probe) => check_path(probe.path),
             Repr::Feedback(credits) => {
                 if credits.len() > MAX_PATHS {
                     return Err(Error::BadLength);
@@ -765,6 +840,12 @@ impl<'a> Repr<'a> {
                 packet.set_round(marker.number.round)?;
                 packet.set_deficit(marker.number.deficit)?;
                 packet.set_tx_bytes(marker.tx_bytes)?;
+            }
+            Repr::Probe(probe) | Repr::ProbeAck(probe) => {
+                packet.set_path(probe.path)?;
+                packet.set_flags(0)?;
+                packet.set_probe_id(probe.id)?;
+                packet.set_probe_timestamp(probe.timestamp)?;
             }
             Repr::Feedback(credits) => {
                 packet.set_count(u8::try_from(credits.len()).map_err(|_| Error::BadLength)?)?;
@@ -995,14 +1076,14 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for kind in [0, 4, 0x80, 0xff] {
+        for kind in [0, 6, 0x80, 0xff] {
             assert_eq!(
                 parse(&[0x01, kind, 0x00, 0x00]),
                 Err(Error::UnknownKind(kind))
             );
         }
         assert_eq!(parse(&[0x01, 0x00]), Err(Error::UnknownKind(0)));
-        assert_eq!(Kind::try_from(4), Err(Error::UnknownKind(4)));
+        assert_eq!(Kind::try_from(6), Err(Error::UnknownKind(6)));
         for kind in [Kind::Data, Kind::Marker, Kind::Feedback] {
             assert_eq!(Kind::try_from(u8::from(kind)), Ok(kind));
         }
@@ -1200,6 +1281,8 @@ mod tests {
         },
         Marker(Marker),
         Feedback(Vec<Credit>),
+        Probe(Probe),
+        ProbeAck(Probe),
     }
 
     impl Owned {
@@ -1212,6 +1295,8 @@ mod tests {
                 },
                 Owned::Marker(marker) => Repr::Marker(*marker),
                 Owned::Feedback(credits) => Repr::Feedback(Credits::from_slice(credits)),
+                Owned::Probe(p) => Repr::Probe(*p),
+                Owned::ProbeAck(p) => Repr::ProbeAck(*p),
             }
         }
     }
@@ -1238,6 +1323,20 @@ mod tests {
                 })
             ),
             vec(credit, 0..=MAX_PATHS).prop_map(Owned::Feedback),
+            (arb_path(), any::<u32>(), any::<u64>(), any::<bool>()).prop_map(
+                |(path, id, timestamp, ack)| {
+                    let p = Probe {
+                        path,
+                        id,
+                        timestamp,
+                    };
+                    if ack {
+                        Owned::ProbeAck(p)
+                    } else {
+                        Owned::Probe(p)
+                    }
+                }
+            ),
         ]
     }
 
@@ -1245,7 +1344,7 @@ mod tests {
     fn arb_bytes() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             vec(any::<u8>(), 0..=2048),
-            (1u8..=3, vec(any::<u8>(), 0..=2046)).prop_map(|(kind, rest)| {
+            (1u8..=5, vec(any::<u8>(), 0..=2046)).prop_map(|(kind, rest)| {
                 let mut bytes = vec![VERSION, kind];
                 bytes.extend(rest);
                 bytes
@@ -1275,12 +1374,35 @@ mod tests {
             packet.round(),
         );
         let _ = (packet.deficit(), packet.tx_bytes(), packet.check_len());
+        let _ = (packet.probe_id(), packet.probe_timestamp());
         for index in [0, 1, 63, 64, 1 << 40, usize::MAX] {
             let _ = packet.credit_path(index);
             let _ = packet.credit_reserved(index);
             let _ = packet.credit_limit_bytes(index);
         }
         Ok(())
+    }
+
+    #[test]
+    fn probe_vectors() {
+        let probe = Probe {
+            path: PathId(2),
+            id: 0x0102_0304,
+            timestamp: 0x1122_3344_5566_7788,
+        };
+        let bytes = Repr::Probe(probe).emit_to_vec().unwrap();
+        assert_eq!(
+            bytes,
+            [1, 4, 2, 0, 1, 2, 3, 4, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
+        );
+        assert_eq!(parse(&bytes), Ok(Repr::Probe(probe)));
+        let mut ack = bytes.clone();
+        ack[1] = 5;
+        assert_eq!(parse(&ack), Ok(Repr::ProbeAck(probe)));
+        assert_eq!(parse(&ack[..15]), Err(Error::Truncated));
+        let mut flagged = ack.clone();
+        flagged[3] = 1;
+        assert_eq!(parse(&flagged), Err(Error::Reserved));
     }
 
     proptest! {
