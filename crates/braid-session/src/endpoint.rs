@@ -1,0 +1,214 @@
+//! The bond endpoint: what one end of a bond runs, without I/O or crypto: a [`Striper`] for what
+//! it sends, a [`Resequencer`] and a [`CreditGrantor`] for what it receives, and the inner wire
+//! codec in between. The [`crate::Session`] wraps it with encryption and liveness; the
+//! simulator's in-memory `Pair` drives it bare.
+
+use braid_proto::credit::{CreditConfig, CreditGrantor};
+use braid_proto::resequence::{Resequencer, ResequencerConfig};
+use braid_proto::scheduler::ConfigError;
+use braid_proto::striper::{Outgoing, SendError, Striper, StriperConfig};
+use braid_proto::time::Instant;
+use braid_proto::{Credit, PathId};
+use braid_wire::{Credits, Repr};
+use std::collections::VecDeque;
+
+/// Settings of one endpoint. Both ends need matching scheduler configs for each direction.
+#[derive(Clone, Debug)]
+pub struct EndpointConfig {
+    /// What this end sends.
+    pub striper: StriperConfig,
+    /// What this end receives (the peer's striper config, simulated).
+    pub receiver: ResequencerConfig,
+    /// Credits this end grants for what it receives; the peer's striper must start with these
+    /// shares as its initial grant.
+    pub credits: Option<CreditConfig>,
+}
+
+/// Endpoint counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Datagrams that did not parse, dropped.
+    pub malformed: u64,
+    /// Datagrams naming a path other than the one they arrived on, or an unknown path, dropped.
+    pub wrong_path: u64,
+    /// Feedback datagrams sent.
+    pub feedback_sent: u64,
+    /// Feedback datagrams received.
+    pub feedback_received: u64,
+}
+
+/// One end of a bond, without I/O.
+#[derive(Debug)]
+pub struct Endpoint {
+    striper: Striper<Vec<u8>>,
+    receiver: Resequencer<Vec<u8>>,
+    grantor: Option<CreditGrantor>,
+    feedback: VecDeque<Vec<Credit>>,
+    credit_buf: Vec<Credit>,
+    stats: EndpointStats,
+}
+
+impl Endpoint {
+    /// An endpoint.
+    pub fn new(config: &EndpointConfig) -> Result<Self, ConfigError> {
+        Ok(Endpoint {
+            striper: Striper::new(&config.striper)?,
+            receiver: Resequencer::new(&config.receiver)?,
+            grantor: config.credits.as_ref().map(CreditGrantor::new),
+            feedback: VecDeque::new(),
+            credit_buf: Vec::new(),
+            stats: EndpointStats::default(),
+        })
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    /// The sending half.
+    pub fn striper(&self) -> &Striper<Vec<u8>> {
+        &self.striper
+    }
+
+    /// The receiving half.
+    pub fn receiver(&self) -> &Resequencer<Vec<u8>> {
+        &self.receiver
+    }
+
+    /// Number of paths.
+    pub fn paths(&self) -> usize {
+        self.striper.paths()
+    }
+
+    /// Queue a packet for sending.
+    pub fn send(&mut self, now: Instant, payload: Vec<u8>) -> Result<PathId, SendError<Vec<u8>>> {
+        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        self.striper.send(now, len, payload)
+    }
+
+    /// The next datagram for `path`, encoded into `buf` (cleared first). Feedback goes first,
+    /// on whichever path polls.
+    pub fn poll_transmit(&mut self, now: Instant, path: PathId, buf: &mut Vec<u8>) -> bool {
+        buf.clear();
+        if let Some(credits) = self.feedback.pop_front() {
+            let repr = Repr::Feedback(Credits::from_slice(&credits));
+            buf.resize(repr.buffer_len(), 0);
+            let ok = repr.emit_into(buf).is_ok();
+            self.stats.feedback_sent += 1;
+            self.credit_buf = credits;
+            return ok;
+        }
+        let Some(t) = self.striper.poll_transmit(now, path) else {
+            return false;
+        };
+        let repr = match &t.message {
+            Outgoing::Data { seq, payload, .. } => Repr::Data {
+                path,
+                seq: *seq,
+                payload,
+            },
+            Outgoing::Marker(m) => Repr::Marker(*m),
+        };
+        buf.resize(repr.buffer_len(), 0);
+        repr.emit_into(buf).is_ok()
+    }
+
+    /// A datagram arrived on `path`. Anything malformed is dropped and counted.
+    pub fn handle_datagram(&mut self, now: Instant, path: PathId, bytes: &[u8]) {
+        match Repr::parse_bytes(bytes) {
+            Ok(repr) => self.handle_repr(now, path, repr),
+            Err(_) => self.stats.malformed += 1,
+        }
+    }
+
+    /// A parsed inner packet arrived on `path`. Probes are the session's business and ignored
+    /// here.
+    pub fn handle_repr(&mut self, now: Instant, path: PathId, repr: Repr<'_>) {
+        match repr {
+            Repr::Data {
+                path: p,
+                seq,
+                payload,
+            } => {
+                if p != path || path.index() >= self.paths() {
+                    self.stats.wrong_path += 1;
+                    return;
+                }
+                let len = payload.len() as u32;
+                if let Some(g) = &mut self.grantor {
+                    g.on_data(path, len);
+                }
+                self.receiver
+                    .handle_data(now, path, seq, len, payload.to_vec());
+            }
+            Repr::Marker(m) => {
+                if m.path != path || path.index() >= self.paths() {
+                    self.stats.wrong_path += 1;
+                    return;
+                }
+                if let Some(g) = &mut self.grantor {
+                    g.on_marker(&m);
+                }
+                self.receiver.handle_marker(now, path, m);
+            }
+            Repr::Feedback(credits) => {
+                self.stats.feedback_received += 1;
+                for c in credits.iter() {
+                    self.striper.handle_credit(c);
+                }
+            }
+            // Liveness is the session's job.
+            Repr::Probe(_) | Repr::ProbeAck(_) => {}
+        }
+    }
+
+    /// The next packet for the application, in order.
+    pub fn poll_deliver(&mut self, now: Instant) -> Option<Vec<u8>> {
+        let d = self.receiver.poll_deliver(now);
+        if d.is_none() {
+            self.poll_credits(now);
+        }
+        d.map(|d| d.payload)
+    }
+
+    fn poll_credits(&mut self, now: Instant) {
+        if let Some(g) = &mut self.grantor {
+            let receiver = &self.receiver;
+            let mut buf = std::mem::take(&mut self.credit_buf);
+            if g.poll_credits(now, |p| receiver.buffered_bytes(p), &mut buf) {
+                self.feedback.push_back(buf);
+            } else {
+                self.credit_buf = buf;
+            }
+        }
+    }
+
+    /// Take `path` out of the rotation (it went dark) or put it back, at both halves. What
+    /// waits in its transmit queue is dropped; returns the data packets dropped.
+    pub fn set_path_active(&mut self, path: PathId, active: bool) -> usize {
+        self.striper.set_path_active(path, active);
+        self.receiver.set_path_active(path, active);
+        if active {
+            0
+        } else {
+            self.striper.clear_queue(path)
+        }
+    }
+
+    /// Whether `poll_transmit(path)` would produce a datagram.
+    pub fn has_transmit(&self, path: PathId) -> bool {
+        !self.feedback.is_empty() || self.striper.has_transmit(path)
+    }
+
+    /// When the endpoint needs to be polled even without input.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [
+            self.receiver.poll_timeout(),
+            self.grantor.as_ref().and_then(|g| g.poll_timeout()),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}

@@ -1,0 +1,23 @@
+//! The braid session, sans-IO: everything one end of a bond does between its TUN device and its
+//! UDP sockets, as a state machine.
+//!
+//! - [`keys`]: static X25519 keys as base64.
+//! - [`noise`]: the Noise IK handshake's parameters, with injected randomness.
+//! - [`params`]: the bond parameters the initiator chooses and sends in the handshake.
+//! - [`replay`]: the per-path anti-replay window.
+//! - [`endpoint`]: the bond endpoint (striper, resequencer, credits) without crypto.
+//! - [`session`]: the session: handshake, rekey, per-path encryption, liveness probes, and the
+//!   endpoint inside.
+
+#![warn(missing_docs)]
+
+pub mod endpoint;
+pub mod keys;
+pub mod noise;
+pub mod params;
+pub mod replay;
+pub mod session;
+
+pub use keys::{PrivateKey, PublicKey};
+pub use params::BondParams;
+pub use session::{DropReason, PathStatus, Role, Session, SessionConfig, SessionStatus};

@@ -1,0 +1,243 @@
+//! The bond's striping parameters, chosen by the initiator (client) and carried, encrypted, in
+//! the handshake so both ends run identical schedulers (logical reception needs the receiver to
+//! simulate the sender exactly).
+
+use braid_proto::credit::CreditConfig;
+use braid_proto::resequence::{ResequenceMode, ResequencerConfig};
+use braid_proto::scheduler::{ConfigError, QuantumRule, SchedulerConfig, SchedulerKind};
+use braid_proto::striper::{MarkerConfig, MarkerPosition, StriperConfig};
+use braid_proto::time::Duration;
+use braid_proto::MAX_PATHS;
+
+/// Everything both ends must agree on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BondParams {
+    /// Scheduler.
+    pub scheduler: SchedulerKind,
+    /// Rate of each path in bit/s (sets SRR quanta and RFQ/GRR weights).
+    pub rates_bps: Vec<u64>,
+    /// Largest packet (the TUN MTU).
+    pub max_packet: u32,
+    /// RFQ's shared seed.
+    pub seed: u64,
+    /// Resequencing mode.
+    pub resequence: ResequenceMode,
+    /// Marker interval in rounds (0: none).
+    pub marker_interval_rounds: u32,
+    /// Marker position.
+    pub marker_position: MarkerPosition,
+    /// Receiver hold time in ms (0: wait for markers / all paths).
+    pub hold_ms: u32,
+    /// Credit flow control: receive buffer in bytes (0: off).
+    pub credit_buffer_bytes: u64,
+    /// Per-path transmit queue limit in bytes.
+    pub queue_limit_bytes: u32,
+}
+
+/// Handshake payload that does not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParamsError {
+    /// Too short or inconsistent.
+    #[error("malformed bond parameters")]
+    Malformed,
+    /// Decoded, but not a valid configuration.
+    #[error("invalid bond parameters: {0}")]
+    Invalid(#[from] ConfigError),
+}
+
+const FIXED_LEN: usize = 1 + 1 + 1 + 1 + 4 + 8 + 4 + 4 + 8 + 4;
+
+impl BondParams {
+    /// The scheduler config.
+    pub fn scheduler_config(&self) -> SchedulerConfig {
+        let mut s = SchedulerConfig::new(self.scheduler, self.rates_bps.clone());
+        s.quantum = QuantumRule::FromRate;
+        s.max_packet = self.max_packet;
+        s.seed = self.seed;
+        s
+    }
+
+    /// Credit shares per path, if credits are on.
+    pub fn credits(&self) -> Option<CreditConfig> {
+        (self.credit_buffer_bytes > 0).then(|| {
+            CreditConfig::proportional(
+                self.credit_buffer_bytes,
+                &self.rates_bps,
+                Duration::from_millis(20),
+            )
+        })
+    }
+
+    /// The sender's config.
+    pub fn striper_config(&self) -> StriperConfig {
+        let mut c = StriperConfig::new(self.scheduler_config());
+        c.markers = MarkerConfig {
+            interval_rounds: u64::from(self.marker_interval_rounds),
+            position: self.marker_position,
+        };
+        c.sequence_numbers = self.resequence == ResequenceMode::Sequence;
+        c.queue_limit_bytes = u64::from(self.queue_limit_bytes).max(u64::from(self.max_packet));
+        c.initial_credit_bytes = self.credits().map(|c| c.share_bytes);
+        c
+    }
+
+    /// The receiver's config.
+    pub fn resequencer_config(&self) -> ResequencerConfig {
+        let mut c = ResequencerConfig::new(self.resequence, self.scheduler_config());
+        c.hold = (self.hold_ms > 0).then(|| Duration::from_millis(u64::from(self.hold_ms)));
+        c
+    }
+
+    /// Check the parameters make a valid bond.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.scheduler_config().build().map(|_| ())
+    }
+
+    /// Encode for the handshake payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(FIXED_LEN + 8 * self.rates_bps.len());
+        v.push(match self.scheduler {
+            SchedulerKind::Srr => 0,
+            SchedulerKind::Rfq => 1,
+            SchedulerKind::Grr => 2,
+            SchedulerKind::Rr => 3,
+        });
+        v.push(match self.resequence {
+            ResequenceMode::Logical => 0,
+            ResequenceMode::Sequence => 1,
+            ResequenceMode::None => 2,
+        });
+        v.push(match self.marker_position {
+            MarkerPosition::Start => 0,
+            MarkerPosition::Middle => 1,
+            MarkerPosition::End => 2,
+        });
+        v.push(self.rates_bps.len() as u8);
+        v.extend(self.max_packet.to_be_bytes());
+        v.extend(self.seed.to_be_bytes());
+        v.extend(self.marker_interval_rounds.to_be_bytes());
+        v.extend(self.hold_ms.to_be_bytes());
+        v.extend(self.credit_buffer_bytes.to_be_bytes());
+        v.extend(self.queue_limit_bytes.to_be_bytes());
+        for r in &self.rates_bps {
+            v.extend(r.to_be_bytes());
+        }
+        v
+    }
+
+    /// Decode from a handshake payload. Never panics.
+    pub fn decode(b: &[u8]) -> Result<Self, ParamsError> {
+        let m = || ParamsError::Malformed;
+        let fixed = b.get(..FIXED_LEN).ok_or_else(m)?;
+        let u32_at = |at: usize| -> Result<u32, ParamsError> {
+            Ok(u32::from_be_bytes(
+                fixed
+                    .get(at..at + 4)
+                    .ok_or_else(m)?
+                    .try_into()
+                    .map_err(|_| m())?,
+            ))
+        };
+        let u64_at = |at: usize| -> Result<u64, ParamsError> {
+            Ok(u64::from_be_bytes(
+                fixed
+                    .get(at..at + 8)
+                    .ok_or_else(m)?
+                    .try_into()
+                    .map_err(|_| m())?,
+            ))
+        };
+        let scheduler = match fixed[0] {
+            0 => SchedulerKind::Srr,
+            1 => SchedulerKind::Rfq,
+            2 => SchedulerKind::Grr,
+            3 => SchedulerKind::Rr,
+            _ => return Err(m()),
+        };
+        let resequence = match fixed[1] {
+            0 => ResequenceMode::Logical,
+            1 => ResequenceMode::Sequence,
+            2 => ResequenceMode::None,
+            _ => return Err(m()),
+        };
+        let marker_position = match fixed[2] {
+            0 => MarkerPosition::Start,
+            1 => MarkerPosition::Middle,
+            2 => MarkerPosition::End,
+            _ => return Err(m()),
+        };
+        let n = usize::from(fixed[3]);
+        if n == 0 || n > MAX_PATHS || b.len() != FIXED_LEN + 8 * n {
+            return Err(m());
+        }
+        let rates_bps = b[FIXED_LEN..]
+            .chunks_exact(8)
+            .map(|c| u64::from_be_bytes(c.try_into().expect("chunks of 8")))
+            .collect();
+        let p = BondParams {
+            scheduler,
+            rates_bps,
+            max_packet: u32_at(4)?,
+            seed: u64_at(8)?,
+            resequence,
+            marker_interval_rounds: u32_at(16)?,
+            marker_position,
+            hold_ms: u32_at(20)?,
+            credit_buffer_bytes: u64_at(24)?,
+            queue_limit_bytes: u32_at(32)?,
+        };
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+pub(crate) fn example(paths: usize) -> BondParams {
+    BondParams {
+        scheduler: SchedulerKind::Srr,
+        rates_bps: (0..paths as u64).map(|i| (i + 1) * 10_000_000).collect(),
+        max_packet: 1400,
+        seed: 7,
+        resequence: ResequenceMode::Sequence,
+        marker_interval_rounds: 1,
+        marker_position: MarkerPosition::End,
+        hold_ms: 100,
+        credit_buffer_bytes: 0,
+        queue_limit_bytes: 64 * 1024,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_trip() {
+        let p = example(3);
+        assert_eq!(BondParams::decode(&p.encode()), Ok(p));
+    }
+
+    #[test]
+    fn rejects_bad_payloads() {
+        let p = example(2).encode();
+        assert_eq!(BondParams::decode(&p[..10]), Err(ParamsError::Malformed));
+        let mut bad = p.clone();
+        bad[0] = 9;
+        assert_eq!(BondParams::decode(&bad), Err(ParamsError::Malformed));
+        let mut zero_rate = p.clone();
+        let n = zero_rate.len();
+        zero_rate[n - 8..].fill(0);
+        assert!(matches!(
+            BondParams::decode(&zero_rate),
+            Err(ParamsError::Invalid(_))
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = BondParams::decode(&bytes);
+        }
+    }
+}

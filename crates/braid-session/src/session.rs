@@ -1,0 +1,903 @@
+//! The session: handshake, rekey, per-path encryption and replay protection, liveness, and the
+//! bond endpoint.
+//!
+//! # Protocol
+//! - **Handshake.** Noise IK ([`crate::noise::PATTERN`]). The initiator (the client) sends
+//!   message 1 on one path, carrying (encrypted) its wall-clock timestamp and the
+//!   [`BondParams`]; the responder (the server) accepts it only if the initiator's static key is
+//!   the configured peer key and the timestamp is newer than any accepted before (so a replayed
+//!   initiation is ignored), and answers with message 2 on the same path. Anything that does not
+//!   authenticate gets no answer at all.
+//! - **Transport.** Every inner packet (data, marker, feedback, probe) travels encrypted with
+//!   ChaCha20-Poly1305 under the handshake's keys, with an explicit nonce `path << 56 | counter`:
+//!   a counter per path, and an anti-replay window per path, so striping over paths that reorder
+//!   relative to each other never trips the window.
+//! - **Rekey.** The initiator runs a new handshake every `rekey_after`; the old keys stay valid
+//!   for receiving for `keep_previous_keys`, so packets in flight are not lost.
+//! - **Liveness.** Every `probe_interval` both ends probe every path; the answer gives the RTT and
+//!   a loss estimate. A path with nothing authenticated received for `dead_after` is taken out of
+//!   the rotation at both halves of the endpoint; any authenticated packet on it puts it back.
+//!
+//! # Polling
+//! Feed datagrams to [`Session::handle_datagram`] and IP packets to [`Session::send`]; for each
+//! path, call [`Session::poll_transmit`] until it returns `None`; take IP packets with
+//! [`Session::poll_deliver`]; call [`Session::handle_timeout`] when [`Session::poll_timeout`]
+//! says. `now` must never go backwards.
+
+use crate::endpoint::{Endpoint, EndpointConfig};
+use crate::keys::{PrivateKey, PublicKey};
+use crate::noise::{SeededResolver, PATTERN, PROLOGUE};
+use crate::params::BondParams;
+use crate::replay::ReplayWindow;
+use braid_proto::time::{Duration, Instant};
+use braid_proto::PathId;
+use braid_wire::outer::{self, Outer, TAG_LEN, TRANSPORT_HEADER_LEN};
+use braid_wire::{Probe, Repr};
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use serde::Serialize;
+use snow::{HandshakeState, StatelessTransportState};
+use std::collections::VecDeque;
+
+/// Which end of the bond.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The client: knows the server's key, chooses the bond parameters, starts handshakes.
+    Initiator,
+    /// The server: answers handshakes from its configured peer.
+    Responder,
+}
+
+/// Session settings.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// Which end.
+    pub role: Role,
+    /// This end's static key.
+    pub private_key: PrivateKey,
+    /// The only peer this session talks to.
+    pub peer_public_key: PublicKey,
+    /// Initiator: the bond parameters (path count, rates, scheduler...). Responder: `None`; it
+    /// adopts the initiator's.
+    pub bond: Option<BondParams>,
+    /// Probe every path this often.
+    pub probe_interval: Duration,
+    /// A path with nothing received for this long is out of the rotation.
+    pub dead_after: Duration,
+    /// The initiator rekeys this often.
+    pub rekey_after: Duration,
+    /// The initiator resends an unanswered initiation after this long (on the next path).
+    pub handshake_retry: Duration,
+    /// Old keys stay valid for receiving this long after a rekey.
+    pub keep_previous_keys: Duration,
+}
+
+impl SessionConfig {
+    /// Defaults: probes every 100 ms, dead after 400 ms, rekey every 2 minutes, retry after 1 s.
+    pub fn new(
+        role: Role,
+        private_key: PrivateKey,
+        peer_public_key: PublicKey,
+        bond: Option<BondParams>,
+    ) -> Self {
+        SessionConfig {
+            role,
+            private_key,
+            peer_public_key,
+            bond,
+            probe_interval: Duration::from_millis(100),
+            dead_after: Duration::from_millis(400),
+            rekey_after: Duration::from_secs(120),
+            handshake_retry: Duration::from_secs(1),
+            keep_previous_keys: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a datagram was dropped. Every drop is counted; none is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// The outer framing did not parse.
+    Malformed,
+    /// Arrived on one path but claims another.
+    WrongPath,
+    /// A handshake message this end does not expect (e.g. an initiation at the initiator).
+    UnexpectedHandshake,
+    /// A handshake message that failed Noise processing.
+    BadHandshake,
+    /// An initiation from a static key other than the configured peer's.
+    UnknownPeer,
+    /// An initiation whose timestamp is not newer than the last accepted (a replay).
+    StaleInitiation,
+    /// Bond parameters in the initiation that do not decode or make no valid bond.
+    BadParams,
+    /// A transport message for no current session index.
+    UnknownIndex,
+    /// A counter already seen, or too old for the replay window.
+    Replayed,
+    /// Authentication failed.
+    DecryptFailed,
+    /// Decrypted, but the inner packet did not parse or names another path.
+    BadInner,
+}
+
+const DROP_REASONS: usize = 11;
+
+fn drop_index(r: DropReason) -> usize {
+    r as usize
+}
+
+/// What one path is doing.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PathStatus {
+    /// `up` or `down`.
+    pub state: &'static str,
+    /// Smoothed round-trip time from probes, ms.
+    pub rtt_ms: Option<f64>,
+    /// Estimated probe loss, percent.
+    pub loss_pct: f64,
+    /// Transmit rate over the last probe interval (smoothed), bit/s.
+    pub tx_bps: f64,
+    /// Receive rate over the last probe interval (smoothed), bit/s.
+    pub rx_bps: f64,
+    /// Datagrams and bytes sent.
+    pub tx_packets: u64,
+    /// Bytes sent (datagram payload).
+    pub tx_bytes: u64,
+    /// Authenticated datagrams received.
+    pub rx_packets: u64,
+    /// Bytes received in authenticated datagrams.
+    pub rx_bytes: u64,
+    /// Credit the sender has left on this path, bytes (if credits are on).
+    pub credit_bytes: Option<u64>,
+    /// Payload bytes waiting in the receiver's buffer for this path.
+    pub reorder_buffer_bytes: u64,
+    /// Payload bytes waiting in this path's transmit queue.
+    pub queued_bytes: u64,
+    /// Times the path went down.
+    pub down_events: u64,
+}
+
+/// A snapshot of the session for `braid status`.
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionStatus {
+    /// This end's role.
+    pub role: Role,
+    /// Whether keys are established.
+    pub established: bool,
+    /// Handshakes completed.
+    pub handshakes: u64,
+    /// Per path.
+    pub paths: Vec<PathStatus>,
+    /// Packets delivered to the application (the TUN).
+    pub delivered_packets: u64,
+    /// Packets the receiver declared lost (sequence mode).
+    pub lost_packets: u64,
+    /// Packets the receiver dropped as stale, invalid or over its buffer.
+    pub receiver_dropped: u64,
+    /// Resynchronisation activity: marker skips, hold skips, forced skips, late deliveries.
+    pub resync: [u64; 4],
+    /// Packets from the application dropped because the bond could not take them.
+    pub send_dropped: u64,
+    /// Datagrams dropped, by reason.
+    pub dropped: Vec<(DropReason, u64)>,
+}
+
+struct KeySet {
+    local_index: u32,
+    remote_index: u32,
+    transport: StatelessTransportState,
+    created: Instant,
+    counters: Vec<u64>,
+    replay: Vec<ReplayWindow>,
+    retired_at: Option<Instant>,
+}
+
+struct PendingHandshake {
+    state: HandshakeState,
+    local_index: u32,
+    sent_at: Instant,
+    path: usize,
+}
+
+#[derive(Clone, Debug, Default)]
+struct PathState {
+    up: bool,
+    last_rx: Option<Instant>,
+    probe_id: u32,
+    outstanding: Option<u32>,
+    loss: f64,
+    srtt: Option<Duration>,
+    acks: VecDeque<Probe>,
+    probe_due: bool,
+    tx_packets: u64,
+    tx_bytes: u64,
+    rx_packets: u64,
+    rx_bytes: u64,
+    tick_tx_bytes: u64,
+    tick_rx_bytes: u64,
+    tx_bps: f64,
+    rx_bps: f64,
+    down_events: u64,
+}
+
+/// Largest inner packet: the bond's data plus headers.
+const INNER_MAX: usize = 65_535;
+
+/// The session. See the module docs.
+pub struct Session {
+    cfg: SessionConfig,
+    rng: ChaCha20Rng,
+    wall_at_start: u64,
+    started: Instant,
+    params: Option<BondParams>,
+    endpoint: Option<Endpoint>,
+    paths: Vec<PathState>,
+    current: Option<KeySet>,
+    previous: Option<KeySet>,
+    pending: Option<PendingHandshake>,
+    next_handshake_path: usize,
+    last_init_timestamp: u64,
+    control: VecDeque<(usize, Vec<u8>)>,
+    next_tick: Instant,
+    handshakes: u64,
+    send_dropped: u64,
+    dropped: [u64; DROP_REASONS],
+    inner: Vec<u8>,
+    plain: Vec<u8>,
+}
+
+impl Session {
+    /// A session. `seed` feeds every random choice (ephemeral keys, indices); `wall_ns` is the
+    /// Unix time at `now`, in nanoseconds (for the replay-proof handshake timestamp).
+    pub fn new(cfg: SessionConfig, now: Instant, seed: [u8; 32], wall_ns: u64) -> Self {
+        let mut s = Session {
+            rng: ChaCha20Rng::from_seed(seed),
+            wall_at_start: wall_ns,
+            started: now,
+            params: None,
+            endpoint: None,
+            paths: Vec::new(),
+            current: None,
+            previous: None,
+            pending: None,
+            next_handshake_path: 0,
+            last_init_timestamp: 0,
+            control: VecDeque::new(),
+            next_tick: now,
+            handshakes: 0,
+            send_dropped: 0,
+            dropped: [0; DROP_REASONS],
+            inner: vec![0; INNER_MAX],
+            plain: vec![0; INNER_MAX],
+            cfg,
+        };
+        if let Some(p) = s.cfg.bond.clone() {
+            s.adopt_params(p, now);
+        }
+        s
+    }
+
+    /// Number of paths (0 until a responder has heard from its peer).
+    pub fn paths(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// Whether transport keys are established.
+    pub fn is_established(&self) -> bool {
+        self.current.is_some()
+    }
+
+    /// The bond parameters in force.
+    pub fn params(&self) -> Option<&BondParams> {
+        self.params.as_ref()
+    }
+
+    fn wall(&self, now: Instant) -> u64 {
+        self.wall_at_start + (now - self.started).as_nanos() as u64
+    }
+
+    fn drop(&mut self, r: DropReason) -> DropReason {
+        self.dropped[drop_index(r)] += 1;
+        r
+    }
+
+    fn adopt_params(&mut self, p: BondParams, now: Instant) {
+        if self.params.as_ref() == Some(&p) {
+            return;
+        }
+        let config = EndpointConfig {
+            striper: p.striper_config(),
+            receiver: p.resequencer_config(),
+            credits: p.credits(),
+        };
+        match Endpoint::new(&config) {
+            Ok(e) => {
+                self.paths = (0..p.rates_bps.len())
+                    .map(|_| PathState {
+                        up: true,
+                        last_rx: Some(now),
+                        ..PathState::default()
+                    })
+                    .collect();
+                self.endpoint = Some(e);
+                self.params = Some(p);
+            }
+            Err(_) => {
+                self.dropped[drop_index(DropReason::BadParams)] += 1;
+            }
+        }
+    }
+
+    fn random_index(&mut self) -> u32 {
+        self.rng.next_u32()
+    }
+
+    fn noise_builder<'a>(&mut self) -> snow::Builder<'a> {
+        let mut seed = [0u8; 32];
+        self.rng.fill_bytes(&mut seed);
+        snow::Builder::with_resolver(
+            PATTERN.parse().expect("valid Noise pattern"),
+            Box::new(SeededResolver::new(seed)),
+        )
+    }
+
+    /// Initiator: start a handshake on the next path.
+    fn start_handshake(&mut self, now: Instant) {
+        if self.cfg.role != Role::Initiator || self.paths.is_empty() {
+            return;
+        }
+        let private = self.cfg.private_key.0;
+        let peer = self.cfg.peer_public_key.0;
+        let local_index = self.random_index();
+        let mut payload = self.wall(now).to_be_bytes().to_vec();
+        payload.extend(self.params.as_ref().map(|p| p.encode()).unwrap_or_default());
+        let state = self
+            .noise_builder()
+            .local_private_key(&private)
+            .and_then(|b| b.remote_public_key(&peer))
+            .and_then(|b| b.prologue(PROLOGUE))
+            .and_then(|b| b.build_initiator());
+        let Ok(mut state) = state else {
+            return;
+        };
+        let mut msg = vec![0u8; 1024];
+        let Ok(n) = state.write_message(&payload, &mut msg) else {
+            return;
+        };
+        let path = self.next_handshake_path % self.paths.len();
+        // Prefer a path that is up.
+        let path = (0..self.paths.len())
+            .map(|k| (path + k) % self.paths.len())
+            .find(|&p| self.paths[p].up)
+            .unwrap_or(path);
+        self.next_handshake_path = path + 1;
+        let outer = Outer::HandshakeInit {
+            path: PathId(path as u8),
+            sender_index: local_index,
+            noise: &msg[..n],
+        };
+        let mut dgram = vec![0u8; outer.buffer_len()];
+        if outer.emit_into(&mut dgram).is_ok() {
+            self.control.push_back((path, dgram));
+        }
+        self.pending = Some(PendingHandshake {
+            state,
+            local_index,
+            sent_at: now,
+            path,
+        });
+    }
+
+    fn install_keys(&mut self, now: Instant, keys: KeySet) {
+        if let Some(mut old) = self.current.take() {
+            old.retired_at = Some(now);
+            self.previous = Some(old);
+        }
+        self.current = Some(keys);
+        self.handshakes += 1;
+        // Probe at once: it confirms the keys to the peer and measures the paths.
+        for p in &mut self.paths {
+            p.probe_due = true;
+        }
+    }
+
+    fn new_keyset(
+        &self,
+        now: Instant,
+        local: u32,
+        remote: u32,
+        t: StatelessTransportState,
+    ) -> KeySet {
+        KeySet {
+            local_index: local,
+            remote_index: remote,
+            transport: t,
+            created: now,
+            counters: vec![0; self.paths.len()],
+            replay: vec![ReplayWindow::default(); self.paths.len()],
+            retired_at: None,
+        }
+    }
+
+    fn handle_init(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        sender_index: u32,
+        noise: &[u8],
+    ) -> Result<(), DropReason> {
+        if self.cfg.role != Role::Responder {
+            return Err(self.drop(DropReason::UnexpectedHandshake));
+        }
+        let private = self.cfg.private_key.0;
+        let state = self
+            .noise_builder()
+            .local_private_key(&private)
+            .and_then(|b| b.prologue(PROLOGUE))
+            .and_then(|b| b.build_responder());
+        let Ok(mut state) = state else {
+            return Err(self.drop(DropReason::BadHandshake));
+        };
+        let mut payload = vec![0u8; 1024];
+        let Ok(n) = state.read_message(noise, &mut payload) else {
+            return Err(self.drop(DropReason::BadHandshake));
+        };
+        if state.get_remote_static() != Some(&self.cfg.peer_public_key.0[..]) {
+            return Err(self.drop(DropReason::UnknownPeer));
+        }
+        let Some(ts) = payload
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes)
+        else {
+            return Err(self.drop(DropReason::BadParams));
+        };
+        if ts <= self.last_init_timestamp {
+            return Err(self.drop(DropReason::StaleInitiation));
+        }
+        let params = match BondParams::decode(&payload[8..n]) {
+            Ok(p) => p,
+            Err(_) => return Err(self.drop(DropReason::BadParams)),
+        };
+        if path.index() >= params.rates_bps.len() {
+            return Err(self.drop(DropReason::WrongPath));
+        }
+        let local_index = self.random_index();
+        let mut msg = vec![0u8; 1024];
+        let Ok(m) = state.write_message(&[], &mut msg) else {
+            return Err(self.drop(DropReason::BadHandshake));
+        };
+        let Ok(transport) = state.into_stateless_transport_mode() else {
+            return Err(self.drop(DropReason::BadHandshake));
+        };
+        self.last_init_timestamp = ts;
+        self.adopt_params(params, now);
+        let keys = self.new_keyset(now, local_index, sender_index, transport);
+        self.install_keys(now, keys);
+        let outer = Outer::HandshakeResponse {
+            path,
+            sender_index: local_index,
+            receiver_index: sender_index,
+            noise: &msg[..m],
+        };
+        let mut dgram = vec![0u8; outer.buffer_len()];
+        if outer.emit_into(&mut dgram).is_ok() {
+            self.control.push_back((path.index(), dgram));
+        }
+        Ok(())
+    }
+
+    fn handle_response(
+        &mut self,
+        now: Instant,
+        sender_index: u32,
+        receiver_index: u32,
+        noise: &[u8],
+    ) -> Result<(), DropReason> {
+        let matches = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.local_index == receiver_index);
+        if self.cfg.role != Role::Initiator || !matches {
+            return Err(self.drop(DropReason::UnexpectedHandshake));
+        }
+        let mut pending = self.pending.take().expect("checked");
+        let mut payload = vec![0u8; 1024];
+        if pending.state.read_message(noise, &mut payload).is_err() {
+            // Keep waiting for a genuine response.
+            self.pending = Some(pending);
+            return Err(self.drop(DropReason::BadHandshake));
+        }
+        let Ok(transport) = pending.state.into_stateless_transport_mode() else {
+            return Err(self.drop(DropReason::BadHandshake));
+        };
+        let keys = self.new_keyset(now, pending.local_index, sender_index, transport);
+        self.install_keys(now, keys);
+        Ok(())
+    }
+
+    /// A datagram arrived. `arrived_on` is the path of the socket it came in on, if the driver
+    /// knows it (the client: one socket per path); the server passes `None` and learns the path
+    /// from the authenticated packet. Returns the authenticated path, so the driver can update
+    /// that path's peer address (NAT, roaming); errors say why it was dropped.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        arrived_on: Option<PathId>,
+        bytes: &[u8],
+    ) -> Result<PathId, DropReason> {
+        let outer = match Outer::parse(bytes) {
+            Ok(o) => o,
+            Err(_) => return Err(self.drop(DropReason::Malformed)),
+        };
+        let path = match outer {
+            Outer::HandshakeInit { path, .. }
+            | Outer::HandshakeResponse { path, .. }
+            | Outer::Transport { path, .. } => path,
+        };
+        if arrived_on.is_some_and(|a| a != path) {
+            return Err(self.drop(DropReason::WrongPath));
+        }
+        match outer {
+            Outer::HandshakeInit {
+                sender_index,
+                noise,
+                ..
+            } => self.handle_init(now, path, sender_index, noise)?,
+            Outer::HandshakeResponse {
+                sender_index,
+                receiver_index,
+                noise,
+                ..
+            } => self.handle_response(now, sender_index, receiver_index, noise)?,
+            Outer::Transport {
+                receiver_index,
+                counter,
+                ciphertext,
+                ..
+            } => self.handle_transport(now, path, receiver_index, counter, ciphertext)?,
+        }
+        self.path_heard(now, path, bytes.len());
+        Ok(path)
+    }
+
+    fn path_heard(&mut self, now: Instant, path: PathId, bytes: usize) {
+        let Some(p) = self.paths.get_mut(path.index()) else {
+            return;
+        };
+        p.last_rx = Some(now);
+        p.rx_packets += 1;
+        p.rx_bytes += bytes as u64;
+        p.tick_rx_bytes += bytes as u64;
+        if !p.up {
+            p.up = true;
+            if let Some(e) = &mut self.endpoint {
+                e.set_path_active(path, true);
+            }
+        }
+    }
+
+    fn handle_transport(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        index: u32,
+        counter: u64,
+        ciphertext: &[u8],
+    ) -> Result<(), DropReason> {
+        let i = path.index();
+        if i >= self.paths.len() {
+            return Err(self.drop(DropReason::WrongPath));
+        }
+        let keys = [self.current.as_mut(), self.previous.as_mut()]
+            .into_iter()
+            .flatten()
+            .find(|k| k.local_index == index);
+        let Some(keys) = keys else {
+            return Err(self.drop(DropReason::UnknownIndex));
+        };
+        if !keys.replay[i].check(counter) {
+            return Err(self.drop(DropReason::Replayed));
+        }
+        let Ok(n) =
+            keys.transport
+                .read_message(outer::nonce(path, counter), ciphertext, &mut self.plain)
+        else {
+            return Err(self.drop(DropReason::DecryptFailed));
+        };
+        keys.replay[i].update(counter);
+        let plain = std::mem::take(&mut self.plain);
+        let result = match Repr::parse_bytes(&plain[..n]) {
+            Ok(Repr::Probe(p)) if p.path == path => {
+                let acks = &mut self.paths[i].acks;
+                if acks.len() < 8 {
+                    acks.push_back(p);
+                }
+                Ok(())
+            }
+            Ok(Repr::ProbeAck(p)) if p.path == path => {
+                let st = &mut self.paths[i];
+                let sample = now - Instant::from_nanos(p.timestamp);
+                st.srtt = Some(match st.srtt {
+                    Some(s) => (s * 7 + sample) / 8,
+                    None => sample,
+                });
+                if st.outstanding == Some(p.id) {
+                    st.outstanding = None;
+                }
+                Ok(())
+            }
+            Ok(Repr::Probe(_) | Repr::ProbeAck(_)) => Err(DropReason::BadInner),
+            Ok(repr) => {
+                if let Some(e) = &mut self.endpoint {
+                    e.handle_repr(now, path, repr);
+                }
+                Ok(())
+            }
+            Err(_) => Err(DropReason::BadInner),
+        };
+        self.plain = plain;
+        result.map_err(|r| self.drop(r))
+    }
+
+    /// An IP packet from the application, to stripe. Dropped (and counted) if the bond cannot
+    /// take it now: not established, or the selected path's queue is full.
+    pub fn send(&mut self, now: Instant, packet: &[u8]) -> bool {
+        let Some(e) = &mut self.endpoint else {
+            self.send_dropped += 1;
+            return false;
+        };
+        if self.current.is_none() || e.send(now, packet.to_vec()).is_err() {
+            self.send_dropped += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Whether a packet of `len` bytes would be accepted by [`Session::send`] now.
+    pub fn can_send(&self, len: usize) -> bool {
+        self.current.is_some()
+            && self
+                .endpoint
+                .as_ref()
+                .is_some_and(|e| e.striper().can_send(len as u32))
+    }
+
+    fn seal(&mut self, path: usize, len: usize, out: &mut [u8]) -> Option<usize> {
+        let keys = self.current.as_mut()?;
+        let counter = *keys.counters.get(path)?;
+        if counter >= outer::MAX_COUNTER {
+            return None;
+        }
+        if out.len() < TRANSPORT_HEADER_LEN + len + TAG_LEN {
+            return None;
+        }
+        keys.counters[path] += 1;
+        let pid = PathId(path as u8);
+        outer::emit_transport_header(out, pid, keys.remote_index, counter).ok()?;
+        let n = keys
+            .transport
+            .write_message(
+                outer::nonce(pid, counter),
+                &self.inner[..len],
+                &mut out[TRANSPORT_HEADER_LEN..],
+            )
+            .ok()?;
+        let total = TRANSPORT_HEADER_LEN + n;
+        let st = &mut self.paths[path];
+        st.tx_packets += 1;
+        st.tx_bytes += total as u64;
+        st.tick_tx_bytes += total as u64;
+        Some(total)
+    }
+
+    fn seal_repr(&mut self, path: usize, repr: Repr<'_>, out: &mut [u8]) -> Option<usize> {
+        let len = repr.emit_into(&mut self.inner).ok()?;
+        self.seal(path, len, out)
+    }
+
+    /// The next datagram for `path`, written into `out` (which should hold at least the path
+    /// MTU); returns its length.
+    pub fn poll_transmit(&mut self, now: Instant, path: PathId, out: &mut [u8]) -> Option<usize> {
+        let i = path.index();
+        if let Some(pos) = self.control.iter().position(|(p, _)| *p == i) {
+            let (_, d) = self.control.remove(pos).expect("found");
+            let n = d.len().min(out.len());
+            out[..n].copy_from_slice(&d[..n]);
+            if let Some(st) = self.paths.get_mut(i) {
+                st.tx_packets += 1;
+                st.tx_bytes += n as u64;
+            }
+            return Some(n);
+        }
+        if self.current.is_none() || i >= self.paths.len() {
+            return None;
+        }
+        if let Some(p) = self.paths[i].acks.pop_front() {
+            return self.seal_repr(i, Repr::ProbeAck(p), out);
+        }
+        if self.paths[i].probe_due {
+            let st = &mut self.paths[i];
+            st.probe_due = false;
+            st.probe_id = st.probe_id.wrapping_add(1);
+            // The previous probe unanswered by now counts as lost.
+            let sample = if st.outstanding.is_some() { 1.0 } else { 0.0 };
+            st.loss = 0.9 * st.loss + 0.1 * sample;
+            st.outstanding = Some(st.probe_id);
+            let probe = Probe {
+                path,
+                id: st.probe_id,
+                timestamp: now.as_nanos(),
+            };
+            return self.seal_repr(i, Repr::Probe(probe), out);
+        }
+        let mut v = std::mem::take(&mut self.inner);
+        let got = self
+            .endpoint
+            .as_mut()
+            .is_some_and(|e| e.poll_transmit(now, path, &mut v));
+        let len = v.len();
+        // `poll_transmit` sized the buffer to the packet; give it its full size back.
+        v.resize(INNER_MAX, 0);
+        self.inner = v;
+        if got {
+            self.seal(i, len, out)
+        } else {
+            None
+        }
+    }
+
+    /// Whether `poll_transmit(path)` would produce a datagram.
+    pub fn has_transmit(&self, path: PathId) -> bool {
+        let i = path.index();
+        if self.control.iter().any(|(p, _)| *p == i) {
+            return true;
+        }
+        self.current.is_some()
+            && self
+                .paths
+                .get(i)
+                .is_some_and(|p| !p.acks.is_empty() || p.probe_due)
+            || self.current.is_some()
+                && self.endpoint.as_ref().is_some_and(|e| e.has_transmit(path))
+    }
+
+    /// The next IP packet for the application, in order.
+    pub fn poll_deliver(&mut self, now: Instant) -> Option<Vec<u8>> {
+        self.endpoint.as_mut()?.poll_deliver(now)
+    }
+
+    /// When [`Session::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t = self.next_tick;
+        if let Some(e) = self.endpoint.as_ref().and_then(|e| e.poll_timeout()) {
+            t = t.min(e);
+        }
+        Some(t)
+    }
+
+    /// Timers: probes, dead paths, handshake retries, rekeys, key expiry.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if now < self.next_tick {
+            return;
+        }
+        self.next_tick = now + self.cfg.probe_interval;
+        let interval = self.cfg.probe_interval.as_secs_f64().max(1e-6);
+        let established = self.current.is_some();
+        for (i, p) in self.paths.iter_mut().enumerate() {
+            p.tx_bps = 0.7 * p.tx_bps + 0.3 * (p.tick_tx_bytes as f64 * 8.0 / interval);
+            p.rx_bps = 0.7 * p.rx_bps + 0.3 * (p.tick_rx_bytes as f64 * 8.0 / interval);
+            p.tick_tx_bytes = 0;
+            p.tick_rx_bytes = 0;
+            if established {
+                p.probe_due = true;
+            }
+            let silent = p
+                .last_rx
+                .is_none_or(|t| now.saturating_duration_since(t) > self.cfg.dead_after);
+            if established && p.up && silent {
+                p.up = false;
+                p.down_events += 1;
+                if let Some(e) = &mut self.endpoint {
+                    e.set_path_active(PathId(i as u8), false);
+                }
+            }
+        }
+        if let Some(prev) = &self.previous {
+            if prev
+                .retired_at
+                .is_some_and(|t| now >= t + self.cfg.keep_previous_keys)
+            {
+                self.previous = None;
+            }
+        }
+        if self.cfg.role == Role::Initiator {
+            let retry = self
+                .pending
+                .as_ref()
+                .is_some_and(|p| now >= p.sent_at + self.cfg.handshake_retry);
+            let rekey = self.pending.is_none()
+                && self
+                    .current
+                    .as_ref()
+                    .is_none_or(|k| now >= k.created + self.cfg.rekey_after);
+            if retry || rekey {
+                if let Some(p) = &self.pending {
+                    self.next_handshake_path = p.path + 1;
+                }
+                self.start_handshake(now);
+            }
+        }
+    }
+
+    /// A snapshot for `braid status`.
+    pub fn status(&self) -> SessionStatus {
+        let e = self.endpoint.as_ref();
+        let paths = self
+            .paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let path = PathId(i as u8);
+                PathStatus {
+                    state: if p.up { "up" } else { "down" },
+                    rtt_ms: p.srtt.map(|d| d.as_secs_f64() * 1e3),
+                    loss_pct: p.loss * 100.0,
+                    tx_bps: p.tx_bps,
+                    rx_bps: p.rx_bps,
+                    tx_packets: p.tx_packets,
+                    tx_bytes: p.tx_bytes,
+                    rx_packets: p.rx_packets,
+                    rx_bytes: p.rx_bytes,
+                    credit_bytes: e.and_then(|e| {
+                        let s = e.striper();
+                        s.credit_limit(path)
+                            .map(|l| l.saturating_sub(s.tx_bytes(path)))
+                    }),
+                    reorder_buffer_bytes: e.map_or(0, |e| e.receiver().buffered_bytes(path)),
+                    queued_bytes: e.map_or(0, |e| e.striper().queued_bytes(path)),
+                    down_events: p.down_events,
+                }
+            })
+            .collect();
+        let rx = e.map(|e| e.receiver().stats().clone()).unwrap_or_default();
+        SessionStatus {
+            role: self.cfg.role,
+            established: self.current.is_some(),
+            handshakes: self.handshakes,
+            paths,
+            delivered_packets: rx.delivered,
+            lost_packets: rx.lost,
+            receiver_dropped: rx.stale_dropped + rx.invalid_dropped + rx.overflow_dropped,
+            resync: [
+                rx.marker_skips,
+                rx.hold_skips,
+                rx.forced_skips,
+                rx.late_deliveries,
+            ],
+            send_dropped: self.send_dropped,
+            dropped: ALL_REASONS
+                .iter()
+                .map(|&r| (r, self.dropped[drop_index(r)]))
+                .filter(|&(_, n)| n > 0)
+                .collect(),
+        }
+    }
+}
+
+const ALL_REASONS: [DropReason; DROP_REASONS] = [
+    DropReason::Malformed,
+    DropReason::WrongPath,
+    DropReason::UnexpectedHandshake,
+    DropReason::BadHandshake,
+    DropReason::UnknownPeer,
+    DropReason::StaleInitiation,
+    DropReason::BadParams,
+    DropReason::UnknownIndex,
+    DropReason::Replayed,
+    DropReason::DecryptFailed,
+    DropReason::BadInner,
+];
