@@ -1,5 +1,6 @@
 //! The `braid` command.
 
+mod daemon_cmd;
 mod spec;
 
 use anyhow::{bail, Context, Result};
@@ -27,6 +28,14 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run one end of a bond (client or server) in the foreground.
+    Up(daemon_cmd::UpArgs),
+    /// Show what a running daemon's paths are doing.
+    Status(daemon_cmd::StatusArgs),
+    /// Print a new private key (base64).
+    Genkey,
+    /// Read a private key on stdin and print its public key.
+    Pubkey,
     /// The deterministic simulator: the stripe paper's experiments, or a scenario of your own.
     Sim {
         #[command(subcommand)]
@@ -120,6 +129,10 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim { command } => sim(command),
+        Command::Up(args) => daemon_cmd::up(&args),
+        Command::Status(args) => daemon_cmd::status(&args),
+        Command::Genkey => daemon_cmd::genkey(),
+        Command::Pubkey => daemon_cmd::pubkey(),
     };
     if let Err(e) = result {
         eprintln!("braid: error: {e:#}");

@@ -1,0 +1,604 @@
+//! `braid.toml`: the daemon's configuration. Every key is documented in `docs/config.md`.
+//!
+//! Parsing is strict: unknown keys, wrong types and malformed values are errors that name the
+//! line (from the TOML parser's spans) and the fix. Checks that span several keys name the keys.
+//! Nothing starts half-configured: [`Config::load`] either returns a complete, checked
+//! configuration or an error.
+
+use braid_proto::resequence::ResequenceMode;
+use braid_proto::scheduler::SchedulerKind;
+use braid_proto::striper::MarkerPosition;
+use braid_proto::time::Duration;
+use braid_proto::MAX_PATHS;
+use braid_session::{BondParams, PrivateKey, PublicKey, Role};
+use serde::de::{self, Deserializer};
+use serde::Deserialize;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown key, a wrong type or a bad value (the message has the line).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message, with line, column and the offending text.
+        message: String,
+    },
+    /// A check across keys failed.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+/// An address with a prefix length, such as `10.77.0.1/30` or `fd77::1/64`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    /// The address.
+    pub addr: IpAddr,
+    /// The prefix length.
+    pub prefix: u8,
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!("`{s}` is not an address with a prefix length, e.g. 10.77.0.1/30 or fd77::1/64")
+        };
+        let (a, p) = s.split_once('/').ok_or_else(bad)?;
+        let addr: IpAddr = a.trim().parse().map_err(|_| bad())?;
+        let prefix: u8 = p.trim().parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err(format!(
+                "prefix /{prefix} is too long for {addr} (at most /{max})"
+            ));
+        }
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+fn from_str<'de, D: Deserializer<'de>, T: FromStr<Err = E>, E: fmt::Display>(
+    d: D,
+) -> Result<T, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map_err(de::Error::custom)
+}
+
+fn from_str_vec<'de, D: Deserializer<'de>, T: FromStr<Err = E>, E: fmt::Display>(
+    d: D,
+) -> Result<Vec<T>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    v.iter()
+        .map(|s| s.parse().map_err(de::Error::custom))
+        .collect()
+}
+
+fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map_err(|_| {
+        de::Error::custom(format!(
+            "`{s}` is not an address and port, e.g. 203.0.113.5:7000 or [2001:db8::1]:7000"
+        ))
+    })
+}
+
+fn opt_socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    socket_addr(d).map(Some)
+}
+
+fn ip_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IpAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse()
+        .map(Some)
+        .map_err(|_| de::Error::custom(format!("`{s}` is not an IP address, e.g. 192.168.1.10")))
+}
+
+fn scheduler<'de, D: Deserializer<'de>>(d: D) -> Result<SchedulerKind, D::Error> {
+    from_str::<D, SchedulerKind, _>(d)
+}
+
+fn resequence<'de, D: Deserializer<'de>>(d: D) -> Result<ResequenceMode, D::Error> {
+    from_str::<D, ResequenceMode, _>(d)
+}
+
+fn position<'de, D: Deserializer<'de>>(d: D) -> Result<MarkerPosition, D::Error> {
+    from_str::<D, MarkerPosition, _>(d)
+}
+
+fn role<'de, D: Deserializer<'de>>(d: D) -> Result<Role, D::Error> {
+    match String::deserialize(d)?.as_str() {
+        "client" => Ok(Role::Initiator),
+        "server" => Ok(Role::Responder),
+        other => Err(de::Error::custom(format!(
+            "role `{other}` is unknown: use \"client\" (the end with several paths, which starts the handshake) or \"server\""
+        ))),
+    }
+}
+
+/// The whole file, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(deserialize_with = "role")]
+    role: Role,
+    private_key: Option<String>,
+    private_key_file: Option<PathBuf>,
+    peer_public_key: String,
+    #[serde(default, deserialize_with = "opt_socket_addr")]
+    listen: Option<SocketAddr>,
+    interface: RawInterface,
+    #[serde(default)]
+    bond: RawBond,
+    #[serde(default, rename = "path")]
+    paths: Vec<RawPath>,
+    #[serde(default)]
+    liveness: RawLiveness,
+    #[serde(default)]
+    control: RawControl,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInterface {
+    #[serde(default = "default_ifname")]
+    name: String,
+    #[serde(deserialize_with = "from_str_vec")]
+    address: Vec<Cidr>,
+    mtu: Option<u16>,
+    #[serde(default, deserialize_with = "from_str_vec")]
+    routes: Vec<Cidr>,
+}
+
+fn default_ifname() -> String {
+    "braid0".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawBond {
+    #[serde(deserialize_with = "scheduler")]
+    scheduler: SchedulerKind,
+    #[serde(deserialize_with = "resequence")]
+    resequence: ResequenceMode,
+    marker_interval_rounds: u32,
+    #[serde(deserialize_with = "position")]
+    marker_position: MarkerPosition,
+    hold_ms: u32,
+    credit_buffer_kb: u64,
+    queue_kb: u32,
+    seed: u64,
+}
+
+impl Default for RawBond {
+    fn default() -> Self {
+        RawBond {
+            scheduler: SchedulerKind::Srr,
+            resequence: ResequenceMode::Sequence,
+            marker_interval_rounds: 1,
+            marker_position: MarkerPosition::End,
+            hold_ms: 100,
+            credit_buffer_kb: 0,
+            queue_kb: 64,
+            seed: 0,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPath {
+    name: Option<String>,
+    #[serde(default, deserialize_with = "ip_addr")]
+    local: Option<IpAddr>,
+    interface: Option<String>,
+    #[serde(deserialize_with = "socket_addr")]
+    remote: SocketAddr,
+    rate_mbit: f64,
+    #[serde(default = "default_path_mtu")]
+    mtu: u16,
+}
+
+fn default_path_mtu() -> u16 {
+    1500
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawLiveness {
+    probe_interval_ms: u64,
+    dead_after_ms: u64,
+    rekey_after_s: u64,
+}
+
+impl Default for RawLiveness {
+    fn default() -> Self {
+        RawLiveness {
+            probe_interval_ms: 100,
+            dead_after_ms: 400,
+            rekey_after_s: 120,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawControl {
+    socket: Option<PathBuf>,
+    #[serde(default, deserialize_with = "opt_socket_addr")]
+    prometheus: Option<SocketAddr>,
+}
+
+/// One path of a client.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PathConfig {
+    /// A name for `status` (defaults to `path<i>`).
+    pub name: String,
+    /// Local address to bind, if any.
+    pub local: Option<IpAddr>,
+    /// Interface to bind to (SO_BINDTODEVICE), if any.
+    pub interface: Option<String>,
+    /// The server's address for this path.
+    pub remote: SocketAddr,
+    /// Rate in bit/s (sets the scheduler's quantum).
+    pub rate_bps: u64,
+    /// The path's MTU (IP packet size on the link).
+    pub mtu: u16,
+}
+
+/// A checked configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Client (initiator) or server (responder).
+    pub role: Role,
+    /// This end's key.
+    pub private_key: PrivateKey,
+    /// The peer's key.
+    pub peer_public_key: PublicKey,
+    /// Server: the UDP address to listen on.
+    pub listen: Option<SocketAddr>,
+    /// TUN name.
+    pub ifname: String,
+    /// TUN addresses.
+    pub addresses: Vec<Cidr>,
+    /// TUN MTU, if set; otherwise derived from the paths (client) or 1400 (server, which learns
+    /// the client's choice in the handshake and uses the smaller).
+    pub mtu: Option<u16>,
+    /// Routes through the TUN.
+    pub routes: Vec<Cidr>,
+    /// Client: the paths.
+    pub paths: Vec<PathConfig>,
+    /// Client: the bond parameters (with `max_packet` = the TUN MTU).
+    pub bond: Option<BondParams>,
+    /// Probe interval.
+    pub probe_interval: Duration,
+    /// Dead-path timeout.
+    pub dead_after: Duration,
+    /// Rekey interval.
+    pub rekey_after: Duration,
+    /// Control socket.
+    pub control_socket: PathBuf,
+    /// Prometheus endpoint.
+    pub prometheus: Option<SocketAddr>,
+}
+
+/// Bytes braid adds to an IP packet on a path: outer IP + UDP + transport header + AEAD tag +
+/// inner data header (+ sequence number).
+pub fn overhead(ipv6: bool, with_seq: bool) -> u16 {
+    let ip = if ipv6 { 40 } else { 20 };
+    (ip + 8
+        + braid_wire::outer::TRANSPORT_HEADER_LEN
+        + braid_wire::outer::TAG_LEN
+        + braid_wire::data_overhead(with_seq)) as u16
+}
+
+impl Config {
+    /// Read, parse and check `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            source: e,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parse and check `text` (named `path` in messages).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let name = path.display().to_string();
+        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: name.clone(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            path: name.clone(),
+            message,
+        };
+        let private_key = match (&raw.private_key, &raw.private_key_file) {
+            (Some(k), None) => PrivateKey::from_base64(k)
+                .map_err(|e| invalid(format!("private_key: {e}")))?,
+            (None, Some(f)) => {
+                let base = path.parent().unwrap_or(Path::new("."));
+                let file = base.join(f);
+                let text = std::fs::read_to_string(&file).map_err(|e| {
+                    invalid(format!("private_key_file: cannot read {}: {e}", file.display()))
+                })?;
+                PrivateKey::from_base64(&text).map_err(|e| {
+                    invalid(format!("private_key_file {}: {e}", file.display()))
+                })?
+            }
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "both private_key and private_key_file are set: keep one".into(),
+                ))
+            }
+            (None, None) => {
+                return Err(invalid(
+                    "no private key: set private_key = \"...\" or private_key_file = \"...\" (make one with `braid genkey`)".into(),
+                ))
+            }
+        };
+        let peer_public_key = PublicKey::from_base64(&raw.peer_public_key)
+            .map_err(|e| invalid(format!("peer_public_key: {e} (the peer's `braid pubkey`)")))?;
+        if peer_public_key == private_key.public_key() {
+            return Err(invalid(
+                "peer_public_key is this end's own public key: put the other end's key there"
+                    .into(),
+            ));
+        }
+        let ifname = raw.interface.name.clone();
+        if ifname.is_empty()
+            || ifname.len() > 15
+            || !ifname
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            return Err(invalid(format!(
+                "interface.name `{ifname}`: use 1 to 15 letters, digits, '-', '_' or '.'"
+            )));
+        }
+        if raw.interface.address.is_empty() {
+            return Err(invalid("interface.address is empty: give the tunnel at least one address, e.g. [\"10.77.0.1/30\"]".into()));
+        }
+        let l = &raw.liveness;
+        if l.probe_interval_ms == 0 || l.dead_after_ms <= l.probe_interval_ms {
+            return Err(invalid(format!(
+                "liveness: dead_after_ms ({}) must be longer than probe_interval_ms ({}), which must be positive",
+                l.dead_after_ms, l.probe_interval_ms
+            )));
+        }
+        if l.rekey_after_s == 0 {
+            return Err(invalid("liveness.rekey_after_s must be positive".into()));
+        }
+        let mut paths = Vec::new();
+        let mut bond = None;
+        let mut mtu = raw.interface.mtu;
+        match raw.role {
+            Role::Responder => {
+                if raw.listen.is_none() {
+                    return Err(invalid(
+                        "role = \"server\" needs listen = \"ADDRESS:PORT\" (the UDP address clients reach)".into(),
+                    ));
+                }
+                if !raw.paths.is_empty() {
+                    return Err(invalid(
+                        "[[path]] sections are for role = \"client\": a server learns the client's paths in the handshake; remove them".into(),
+                    ));
+                }
+            }
+            Role::Initiator => {
+                if raw.listen.is_some() {
+                    return Err(invalid(
+                        "listen is for role = \"server\"; a client binds one socket per [[path]] (use local or interface there)".into(),
+                    ));
+                }
+                if raw.paths.is_empty() || raw.paths.len() > MAX_PATHS {
+                    return Err(invalid(format!(
+                        "{} [[path]] sections: a client needs between 1 and {MAX_PATHS}",
+                        raw.paths.len()
+                    )));
+                }
+                for (i, p) in raw.paths.iter().enumerate() {
+                    if !(p.rate_mbit.is_finite() && p.rate_mbit > 0.0 && p.rate_mbit <= 1e6) {
+                        return Err(invalid(format!(
+                            "path {i}: rate_mbit = {} must be a positive number of Mbit/s (the path's rate; it sets the striping share)",
+                            p.rate_mbit
+                        )));
+                    }
+                    if p.mtu < 576 {
+                        return Err(invalid(format!("path {i}: mtu = {} is below 576", p.mtu)));
+                    }
+                    if let Some(local) = p.local {
+                        if local.is_ipv4() != p.remote.is_ipv4() {
+                            return Err(invalid(format!(
+                                "path {i}: local {local} and remote {} are of different IP versions",
+                                p.remote
+                            )));
+                        }
+                    }
+                    paths.push(PathConfig {
+                        name: p.name.clone().unwrap_or_else(|| format!("path{i}")),
+                        local: p.local,
+                        interface: p.interface.clone(),
+                        remote: p.remote,
+                        rate_bps: (p.rate_mbit * 1e6).round() as u64,
+                        mtu: p.mtu,
+                    });
+                }
+                let b = &raw.bond;
+                let with_seq = b.resequence == ResequenceMode::Sequence;
+                let derived = paths
+                    .iter()
+                    .map(|p| p.mtu.saturating_sub(overhead(p.remote.is_ipv6(), with_seq)))
+                    .min()
+                    .unwrap_or(1280);
+                let tun_mtu = mtu.unwrap_or(derived);
+                if tun_mtu < 576 {
+                    return Err(invalid(format!("interface.mtu {tun_mtu} is below 576")));
+                }
+                mtu = Some(tun_mtu);
+                let params = BondParams {
+                    scheduler: b.scheduler,
+                    rates_bps: paths.iter().map(|p| p.rate_bps).collect(),
+                    max_packet: u32::from(tun_mtu),
+                    seed: b.seed,
+                    resequence: b.resequence,
+                    marker_interval_rounds: b.marker_interval_rounds,
+                    marker_position: b.marker_position,
+                    hold_ms: b.hold_ms,
+                    credit_buffer_bytes: b.credit_buffer_kb * 1024,
+                    queue_limit_bytes: b.queue_kb.saturating_mul(1024),
+                };
+                params
+                    .validate()
+                    .map_err(|e| invalid(format!("[bond]: {e}")))?;
+                bond = Some(params);
+            }
+        }
+        let control_socket = raw
+            .control
+            .socket
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("/run/braid/{ifname}.sock")));
+        Ok(Config {
+            role: raw.role,
+            private_key,
+            peer_public_key,
+            listen: raw.listen,
+            ifname,
+            addresses: raw.interface.address,
+            mtu,
+            routes: raw.interface.routes,
+            paths,
+            bond,
+            probe_interval: Duration::from_millis(l.probe_interval_ms),
+            dead_after: Duration::from_millis(l.dead_after_ms),
+            rekey_after: Duration::from_secs(l.rekey_after_s),
+            control_socket,
+            prometheus: raw.control.prometheus,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CLIENT_KEY: &str = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=";
+    const SERVER_PUB: &str = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=";
+
+    fn client(extra: &str) -> String {
+        format!(
+            r#"
+role = "client"
+private_key = "{CLIENT_KEY}"
+peer_public_key = "{SERVER_PUB}"
+[interface]
+address = ["10.77.0.2/30"]
+{extra}
+[[path]]
+name = "dsl"
+remote = "192.0.2.1:7000"
+rate_mbit = 20
+[[path]]
+local = "198.51.100.7"
+remote = "192.0.2.1:7000"
+rate_mbit = 5
+"#
+        )
+    }
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(text, Path::new("braid.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_client_config_parses_with_defaults() {
+        let c = parse(&client("")).unwrap();
+        assert_eq!(c.role, Role::Initiator);
+        assert_eq!(c.paths.len(), 2);
+        assert_eq!(c.paths[1].name, "path1");
+        assert_eq!(c.paths[0].rate_bps, 20_000_000);
+        // 1500 - 20 (IPv4) - 8 (UDP) - 16 - 16 - 12 (data header + seq).
+        assert_eq!(c.mtu, Some(1428));
+        let b = c.bond.unwrap();
+        assert_eq!(b.max_packet, 1428);
+        assert_eq!(b.resequence, ResequenceMode::Sequence);
+        assert_eq!(c.control_socket, PathBuf::from("/run/braid/braid0.sock"));
+    }
+
+    #[test]
+    fn errors_name_the_line_and_the_fix() {
+        let e = parse(&client("mtu = \"big\"")).unwrap_err();
+        assert!(e.contains("line 7"), "{e}");
+        let e = parse(&client("colour = 3")).unwrap_err();
+        assert!(
+            e.contains("unknown field `colour`") && e.contains("line 7"),
+            "{e}"
+        );
+        let e = parse(&client("").replace("rate_mbit = 5", "rate_mbit = 0")).unwrap_err();
+        assert!(e.contains("path 1: rate_mbit"), "{e}");
+        let e = parse(&client("").replace("198.51.100.7", "nowhere")).unwrap_err();
+        assert!(e.contains("not an IP address") && e.contains("line"), "{e}");
+        let e = parse(&client("").replace("10.77.0.2/30", "10.77.0.2")).unwrap_err();
+        assert!(e.contains("prefix length"), "{e}");
+        let e = parse(&client("").replace("role = \"client\"", "role = \"boss\"")).unwrap_err();
+        assert!(e.contains("role `boss` is unknown"), "{e}");
+        let e = parse(&client("").replace(CLIENT_KEY, "nope")).unwrap_err();
+        assert!(
+            e.contains("private_key") && e.contains("braid genkey"),
+            "{e}"
+        );
+        let e = parse(&client("").replace("role = \"client\"", "role = \"server\"")).unwrap_err();
+        assert!(e.contains("listen"), "{e}");
+        let e = parse(&client("[bond]\nscheduler = \"wrr\"")).unwrap_err();
+        assert!(e.contains("unknown scheduler `wrr`"), "{e}");
+    }
+
+    #[test]
+    fn a_server_config_parses() {
+        let text = format!(
+            r#"
+role = "server"
+private_key = "{CLIENT_KEY}"
+peer_public_key = "{SERVER_PUB}"
+listen = "0.0.0.0:7000"
+[interface]
+name = "bond0"
+address = ["10.77.0.1/30", "fd77::1/64"]
+routes = ["10.1.0.0/16"]
+[control]
+socket = "/tmp/b.sock"
+prometheus = "127.0.0.1:9477"
+"#
+        );
+        let c = parse(&text).unwrap();
+        assert_eq!(c.role, Role::Responder);
+        assert!(c.bond.is_none() && c.paths.is_empty());
+        assert_eq!(c.addresses.len(), 2);
+        assert_eq!(c.routes[0].to_string(), "10.1.0.0/16");
+        assert!(c.prometheus.is_some());
+    }
+}

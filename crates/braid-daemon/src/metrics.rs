@@ -1,0 +1,120 @@
+//! Prometheus exposition of the status (OpenMetrics text via `prometheus-client`).
+
+use crate::Status;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabels {
+    path: String,
+    name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+type F64Gauge = Gauge<f64, AtomicU64>;
+
+/// Render the status as OpenMetrics text.
+pub fn render(st: &Status) -> String {
+    let mut reg = Registry::with_prefix("braid");
+    let per_path = |reg: &mut Registry, name: &str, help: &str, value: &dyn Fn(usize) -> f64| {
+        let fam = Family::<PathLabels, F64Gauge>::default();
+        for (i, info) in st.paths.iter().enumerate() {
+            fam.get_or_create(&PathLabels {
+                path: i.to_string(),
+                name: info.name.clone(),
+            })
+            .set(value(i));
+        }
+        reg.register(name, help, fam);
+    };
+    let p = &st.session.paths;
+    let get = |i: usize, f: &dyn Fn(&braid_session::PathStatus) -> f64| p.get(i).map_or(0.0, f);
+    per_path(
+        &mut reg,
+        "path_up",
+        "1 if the path is in the rotation",
+        &|i| get(i, &|p| f64::from(u8::from(p.state == "up"))),
+    );
+    per_path(
+        &mut reg,
+        "path_rtt_seconds",
+        "Smoothed probe round-trip time",
+        &|i| get(i, &|p| p.rtt_ms.unwrap_or(0.0) / 1e3),
+    );
+    per_path(&mut reg, "path_loss_ratio", "Estimated probe loss", &|i| {
+        get(i, &|p| p.loss_pct / 100.0)
+    });
+    per_path(&mut reg, "path_tx_bits_per_second", "Transmit rate", &|i| {
+        get(i, &|p| p.tx_bps)
+    });
+    per_path(&mut reg, "path_rx_bits_per_second", "Receive rate", &|i| {
+        get(i, &|p| p.rx_bps)
+    });
+    per_path(&mut reg, "path_tx_bytes", "Bytes sent", &|i| {
+        get(i, &|p| p.tx_bytes as f64)
+    });
+    per_path(&mut reg, "path_rx_bytes", "Bytes received", &|i| {
+        get(i, &|p| p.rx_bytes as f64)
+    });
+    per_path(
+        &mut reg,
+        "path_reorder_buffer_bytes",
+        "Bytes waiting in the receive buffer",
+        &|i| get(i, &|p| p.reorder_buffer_bytes as f64),
+    );
+    per_path(
+        &mut reg,
+        "path_down_events",
+        "Times the path went down",
+        &|i| get(i, &|p| p.down_events as f64),
+    );
+    let drops = Family::<ReasonLabels, F64Gauge>::default();
+    for (reason, n) in &st.session.dropped {
+        let reason = serde_json::to_value(reason)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        drops.get_or_create(&ReasonLabels { reason }).set(*n as f64);
+    }
+    reg.register("dropped_datagrams", "Datagrams dropped, by reason", drops);
+    let scalar = |reg: &mut Registry, name: &str, help: &str, v: f64| {
+        let g = F64Gauge::default();
+        g.set(v);
+        reg.register(name, help, g);
+    };
+    scalar(
+        &mut reg,
+        "established",
+        "1 once keys are established",
+        f64::from(u8::from(st.session.established)),
+    );
+    scalar(
+        &mut reg,
+        "delivered_packets",
+        "Packets delivered to the TUN",
+        st.session.delivered_packets as f64,
+    );
+    scalar(
+        &mut reg,
+        "lost_packets",
+        "Packets the receiver declared lost",
+        st.session.lost_packets as f64,
+    );
+    scalar(
+        &mut reg,
+        "send_dropped_packets",
+        "Packets from the TUN the bond could not take",
+        st.session.send_dropped as f64,
+    );
+    let mut out = String::new();
+    let _ = encode(&mut out, &reg);
+    out
+}

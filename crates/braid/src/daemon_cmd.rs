@@ -1,0 +1,183 @@
+//! `braid up`, `braid genkey`, `braid pubkey`, `braid status`.
+
+use anyhow::{bail, Context, Result};
+use braid_daemon::config::Config;
+use braid_session::PrivateKey;
+use clap::Args;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// `braid up`.
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// The configuration file (see docs/config.md and examples/).
+    #[arg(short, long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Check the configuration and exit without starting.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// `braid status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The daemon's control socket (default: /run/braid/braid0.sock, or the one in --config).
+    #[arg(short, long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Take the control socket from this configuration file.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the raw JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Run one end of a bond in the foreground until SIGINT or SIGTERM.
+pub fn up(args: &UpArgs) -> Result<()> {
+    let cfg = Config::load(&args.config)?;
+    if args.check {
+        println!(
+            "{}: ok ({} role, {} path(s), interface {} mtu {})",
+            args.config.display(),
+            if cfg.role == braid_session::Role::Initiator {
+                "client"
+            } else {
+                "server"
+            },
+            cfg.paths.len(),
+            cfg.ifname,
+            cfg.mtu
+                .map_or("from the handshake".to_owned(), |m| m.to_string())
+        );
+        return Ok(());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    ctrlc::set_handler(move || s.store(true, Ordering::Relaxed))
+        .context("cannot install the SIGINT/SIGTERM handler")?;
+    eprintln!(
+        "braid: {} up on {} (control socket {})",
+        cfg.ifname,
+        if cfg.role == braid_session::Role::Initiator {
+            "client"
+        } else {
+            "server"
+        },
+        cfg.control_socket.display()
+    );
+    braid_daemon::run(cfg, stop)?;
+    eprintln!("braid: stopped");
+    Ok(())
+}
+
+/// Print a new private key.
+pub fn genkey() -> Result<()> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness from the OS: {e}"))?;
+    println!("{}", PrivateKey::from_random(bytes).to_base64());
+    Ok(())
+}
+
+/// Read a private key on stdin, print its public key.
+pub fn pubkey() -> Result<()> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("cannot read the private key from stdin")?;
+    let key = PrivateKey::from_base64(&text).context("reading the private key on stdin")?;
+    println!("{}", key.public_key());
+    Ok(())
+}
+
+/// Ask a running daemon for its status.
+pub fn status(args: &StatusArgs) -> Result<()> {
+    let socket = match (&args.socket, &args.config) {
+        (Some(s), _) => s.clone(),
+        (None, Some(c)) => Config::load(c)?.control_socket,
+        (None, None) => PathBuf::from("/run/braid/braid0.sock"),
+    };
+    let text = braid_daemon::control::query_status(&socket).map_err(anyhow::Error::msg)?;
+    if args.json {
+        println!("{text}");
+        return Ok(());
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&text).context("the daemon's answer is not JSON")?;
+    if let Some(e) = v.get("error") {
+        bail!("the daemon said: {e}");
+    }
+    let s = &v["session"];
+    println!(
+        "interface {}  mtu {} ({})  role {}  {}  handshakes {}  up {:.0} s",
+        v["interface"].as_str().unwrap_or("?"),
+        v["mtu"],
+        v["mtu_source"].as_str().unwrap_or(""),
+        s["role"].as_str().unwrap_or("?"),
+        if s["established"].as_bool() == Some(true) {
+            "established"
+        } else {
+            "handshaking"
+        },
+        s["handshakes"],
+        v["uptime_s"].as_f64().unwrap_or(0.0)
+    );
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header([
+        "path",
+        "peer",
+        "state",
+        "tx Mbit/s",
+        "rx Mbit/s",
+        "rtt ms",
+        "loss %",
+        "credits",
+        "reorder buf",
+        "queued",
+        "downs",
+    ]);
+    let empty = Vec::new();
+    let infos = v["paths"].as_array().unwrap_or(&empty);
+    let paths = s["paths"].as_array().unwrap_or(&empty);
+    for (i, p) in paths.iter().enumerate() {
+        let info = infos.get(i);
+        t.add_row([
+            info.and_then(|x| x["name"].as_str())
+                .unwrap_or("?")
+                .to_owned(),
+            info.and_then(|x| x["peer"].as_str())
+                .unwrap_or("-")
+                .to_owned(),
+            p["state"].as_str().unwrap_or("?").to_owned(),
+            format!("{:.2}", p["tx_bps"].as_f64().unwrap_or(0.0) / 1e6),
+            format!("{:.2}", p["rx_bps"].as_f64().unwrap_or(0.0) / 1e6),
+            p["rtt_ms"]
+                .as_f64()
+                .map_or("-".into(), |r| format!("{r:.1}")),
+            format!("{:.1}", p["loss_pct"].as_f64().unwrap_or(0.0)),
+            p["credit_bytes"]
+                .as_u64()
+                .map_or("off".into(), |c| c.to_string()),
+            p["reorder_buffer_bytes"].to_string(),
+            p["queued_bytes"].to_string(),
+            p["down_events"].to_string(),
+        ]);
+    }
+    println!("{t}");
+    println!(
+        "delivered {}  lost {}  misordering repairs (marker/hold/forced skips, late) {}  receiver dropped {}  bond full {}",
+        s["delivered_packets"], s["lost_packets"], s["resync"], s["receiver_dropped"], s["send_dropped"]
+    );
+    let dropped = s["dropped"].as_array().cloned().unwrap_or_default();
+    if !dropped.is_empty() {
+        let list: Vec<String> = dropped
+            .iter()
+            .map(|d| format!("{} {}", d[0].as_str().unwrap_or("?"), d[1]))
+            .collect();
+        println!("datagrams dropped: {}", list.join(", "));
+    }
+    Ok(())
+}
