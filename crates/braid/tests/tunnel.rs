@@ -1,0 +1,496 @@
+//! Real-kernel tests of `braid up` in network namespaces: two namespaces joined by two veth
+//! paths, a client and a server daemon, real TCP through the tunnel.
+//!
+//! They need root (network namespaces, TUN); without it they print a skip message and pass.
+//! CI runs as root. Each test uses its own namespace names and cleans up, even on panic.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BRAID: &str = env!("CARGO_BIN_EXE_braid");
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+macro_rules! need_root {
+    () => {
+        if !is_root() {
+            eprintln!("skipping: needs root for network namespaces and TUN devices");
+            return;
+        }
+    };
+}
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("run command");
+    assert!(
+        out.status.success(),
+        "`{}` failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Run `f` on a thread inside network namespace `ns`.
+fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("open netns");
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on a valid namespace fd only changes this thread's network namespace.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}");
+        f()
+    })
+}
+
+struct Bed {
+    tag: String,
+    dir: PathBuf,
+    children: Vec<Child>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Bed {
+    fn ns(&self, side: &str) -> String {
+        format!("bt{}{}", self.tag, side)
+    }
+
+    /// Two namespaces (c, s) joined by two veth paths 10.T.1.0/24 and 10.T.2.0/24.
+    fn new(tag: u8) -> Bed {
+        let tag = format!("{}{}", std::process::id() % 10_000, tag);
+        let dir = std::env::temp_dir().join(format!("braid-tunnel-{tag}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bed = Bed {
+            tag,
+            dir,
+            children: Vec::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let (c, s) = (bed.ns("c"), bed.ns("s"));
+        sh(&["ip", "netns", "add", &c]);
+        sh(&["ip", "netns", "add", &s]);
+        for i in 1..=2 {
+            let (a, b) = (format!("c{}{i}", bed.tag), format!("s{}{i}", bed.tag));
+            sh(&[
+                "ip", "link", "add", &a, "netns", &c, "type", "veth", "peer", "name", &b, "netns",
+                &s,
+            ]);
+            sh(&[
+                "ip",
+                "-n",
+                &c,
+                "addr",
+                "add",
+                &format!("10.{}.{i}.1/24", 60 + i),
+                "dev",
+                &a,
+            ]);
+            sh(&[
+                "ip",
+                "-n",
+                &s,
+                "addr",
+                "add",
+                &format!("10.{}.{i}.2/24", 60 + i),
+                "dev",
+                &b,
+            ]);
+            sh(&["ip", "-n", &c, "link", "set", &a, "up"]);
+            sh(&["ip", "-n", &s, "link", "set", &b, "up"]);
+        }
+        sh(&["ip", "-n", &c, "link", "set", "lo", "up"]);
+        sh(&["ip", "-n", &s, "link", "set", "lo", "up"]);
+        bed
+    }
+
+    fn key() -> (String, String) {
+        let out = Command::new(BRAID).arg("genkey").output().unwrap();
+        let private = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        let mut p = Command::new(BRAID)
+            .arg("pubkey")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        p.stdin
+            .take()
+            .unwrap()
+            .write_all(private.as_bytes())
+            .unwrap();
+        let public = String::from_utf8(p.wait_with_output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .to_owned();
+        (private, public)
+    }
+
+    /// Write configs and start both daemons; `remote2` overrides path 2's remote (a relay).
+    fn up(&mut self, remote2: Option<SocketAddr>) {
+        let (ck, cp) = Bed::key();
+        let (sk, sp) = Bed::key();
+        let server = format!(
+            "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:7000\"\n\
+             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"]\n[control]\nsocket = \"{}/s.sock\"\n",
+            self.dir.display()
+        );
+        let remote2 = remote2.map_or("10.62.2.2:7000".to_owned(), |a| a.to_string());
+        let client = format!(
+            "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
+             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"]\n[control]\nsocket = \"{dir}/c.sock\"\n\
+             [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n\
+             [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\nrate_mbit = 20\n\
+             [[path]]\nname = \"two\"\nlocal = \"10.62.2.1\"\nremote = \"{remote2}\"\nrate_mbit = 10\n",
+            dir = self.dir.display()
+        );
+        std::fs::write(self.dir.join("s.toml"), server).unwrap();
+        std::fs::write(self.dir.join("c.toml"), client).unwrap();
+        for (side, cfg) in [("s", "s.toml"), ("c", "c.toml")] {
+            let log = std::fs::File::create(self.dir.join(format!("{side}.log"))).unwrap();
+            let child = Command::new("ip")
+                .args(["netns", "exec", &self.ns(side), BRAID, "up", "-c"])
+                .arg(self.dir.join(cfg))
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            self.children.push(child);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Some(s) = self.status("c") {
+                if s["session"]["established"] == true {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no handshake within 5 s; logs: {}", self.logs());
+    }
+
+    fn status(&self, side: &str) -> Option<serde_json::Value> {
+        let out = Command::new(BRAID)
+            .args(["status", "--json", "-s"])
+            .arg(self.dir.join(format!("{side}.sock")))
+            .output()
+            .ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    fn logs(&self) -> String {
+        ["c", "s"]
+            .iter()
+            .map(|s| std::fs::read_to_string(self.dir.join(format!("{s}.log"))).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for c in &mut self.children {
+            // SAFETY: kill with SIGTERM on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+        }
+        for c in &mut self.children {
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ns("c")])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ns("s")])
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Deterministic bytes: the receiver checks every one.
+fn byte_at(i: u64) -> u8 {
+    let mut z = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z ^= z >> 29;
+    (z.wrapping_mul(0xBF58_476D_1CE4_E5B9) >> 56) as u8
+}
+
+/// Send `len` bytes from namespace `from` to `to_addr` (in namespace `to`); returns the longest
+/// gap between reads at the receiver.
+fn transfer(from: String, to: String, to_addr: SocketAddr, len: u64) -> Duration {
+    transfer_watched(from, to, to_addr, len, Arc::new(AtomicU64::new(0)))
+}
+
+/// [`transfer`], publishing the bytes received so far in `progress`.
+fn transfer_watched(
+    from: String,
+    to: String,
+    to_addr: SocketAddr,
+    len: u64,
+    progress: Arc<AtomicU64>,
+) -> Duration {
+    let ready = Arc::new(AtomicBool::new(false));
+    let r2 = ready.clone();
+    let rx = in_ns(&to, move || {
+        let l = TcpListener::bind(to_addr).unwrap();
+        r2.store(true, Ordering::Relaxed);
+        let (mut c, _) = l.accept().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut at = 0u64;
+        let mut last = Instant::now();
+        let mut gap = Duration::ZERO;
+        while at < len {
+            let n = c.read(&mut buf).expect("read through the tunnel");
+            assert!(n > 0, "connection closed after {at} of {len} bytes");
+            let bad = buf[..n]
+                .iter()
+                .enumerate()
+                .find(|&(k, &b)| b != byte_at(at + k as u64));
+            assert!(
+                bad.is_none(),
+                "byte {} corrupted",
+                at + bad.unwrap().0 as u64
+            );
+            at += n as u64;
+            progress.store(at, Ordering::Relaxed);
+            gap = gap.max(last.elapsed());
+            last = Instant::now();
+        }
+        gap
+    });
+    while !ready.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let tx = in_ns(&from, move || {
+        let mut c = TcpStream::connect_timeout(&to_addr, Duration::from_secs(5)).unwrap();
+        let mut at = 0u64;
+        let mut buf = vec![0u8; 1 << 16];
+        while at < len {
+            let n = (len - at).min(buf.len() as u64) as usize;
+            for (k, b) in buf[..n].iter_mut().enumerate() {
+                *b = byte_at(at + k as u64);
+            }
+            c.write_all(&buf[..n]).unwrap();
+            at += n as u64;
+        }
+    });
+    tx.join().unwrap();
+    rx.join().unwrap()
+}
+
+/// A UDP relay in namespace `ns` on `listen`, forwarding to `target` and back, dropping one
+/// datagram in `drop_one_in` each way (0: none). Counts what it forwarded.
+fn relay(
+    bed: &Bed,
+    ns: String,
+    listen: SocketAddr,
+    target: SocketAddr,
+    drop_one_in: u64,
+) -> Arc<AtomicU64> {
+    let stop = bed.stop.clone();
+    let count = Arc::new(AtomicU64::new(0));
+    let c2 = count.clone();
+    in_ns(&ns, move || {
+        let front = UdpSocket::bind(listen).unwrap();
+        let back = UdpSocket::bind("0.0.0.0:0").unwrap();
+        front.set_nonblocking(true).unwrap();
+        back.set_nonblocking(true).unwrap();
+        let mut client: Option<SocketAddr> = None;
+        let mut buf = [0u8; 2048];
+        let mut n_seen = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let mut idle = true;
+            if let Ok((n, from)) = front.recv_from(&mut buf) {
+                idle = false;
+                client = Some(from);
+                n_seen += 1;
+                if drop_one_in == 0 || n_seen % drop_one_in != 0 {
+                    let _ = back.send_to(&buf[..n], target);
+                    c2.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if let Ok((n, _)) = back.recv_from(&mut buf) {
+                idle = false;
+                n_seen += 1;
+                if let Some(c) = client {
+                    if drop_one_in == 0 || n_seen % drop_one_in != 0 {
+                        let _ = front.send_to(&buf[..n], c);
+                    }
+                }
+            }
+            if idle {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    });
+    count
+}
+
+#[test]
+fn transfer_both_ways_with_loss_on_a_path() {
+    need_root!();
+    let mut bed = Bed::new(1);
+    // Path two goes through a relay on the server side that drops 1 datagram in 20 each way;
+    // the server sees the relay's address, not the client's (as behind NAT).
+    relay(
+        &bed,
+        bed.ns("s"),
+        "10.62.2.2:7100".parse().unwrap(),
+        "10.62.2.2:7000".parse().unwrap(),
+        20,
+    );
+    bed.up(Some("10.62.2.2:7100".parse().unwrap()));
+    let up = transfer(
+        bed.ns("c"),
+        bed.ns("s"),
+        "10.77.0.1:5001".parse().unwrap(),
+        6 << 20,
+    );
+    let down = transfer(
+        bed.ns("s"),
+        bed.ns("c"),
+        "10.77.0.2:5002".parse().unwrap(),
+        6 << 20,
+    );
+    let st = bed.status("s").unwrap();
+    assert!(
+        st["session"]["lost_packets"].as_u64().unwrap() > 0,
+        "the relay did drop packets"
+    );
+    eprintln!("longest read gaps: up {up:?}, down {down:?}");
+}
+
+#[test]
+fn forged_and_replayed_packets_are_rejected() {
+    need_root!();
+    let mut bed = Bed::new(2);
+    // Capture what the client sends on path two, through a lossless relay.
+    bed.up(None);
+    // Garbage, truncated, oversized and forged datagrams at the server's port from the client's
+    // namespace; and replays of genuine-looking transport headers.
+    let sent = in_ns(&bed.ns("c"), || {
+        let s = UdpSocket::bind("10.61.1.1:0").unwrap();
+        let target: SocketAddr = "10.61.1.2:7000".parse().unwrap();
+        let mut n = 0;
+        for len in [0usize, 1, 3, 16, 17, 100, 1400, 9000] {
+            let mut d = vec![0xA5u8; len];
+            if len >= 4 {
+                d[..4].copy_from_slice(&[1, 0x12, 0, 0]); // transport header, bogus index
+            }
+            if s.send_to(&d, target).is_ok() {
+                n += 1;
+            }
+        }
+        for k in 0..50u8 {
+            let mut d = vec![k; 200];
+            d[..4].copy_from_slice(&[1, 0x10, 1, 0]); // a fake handshake initiation
+            let _ = s.send_to(&d, target);
+            n += 1;
+        }
+        n
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let st = bed.status("s").unwrap();
+    let dropped: u64 = st["session"]["dropped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d[1].as_u64().unwrap())
+        .sum();
+    assert!(dropped >= sent - 1, "dropped {dropped} of {sent}: {st}");
+    // The tunnel still works, and the server never answered the forgeries with a handshake.
+    transfer(
+        bed.ns("c"),
+        bed.ns("s"),
+        "10.77.0.1:5003".parse().unwrap(),
+        4 << 20,
+    );
+    assert_eq!(st["session"]["handshakes"], 1, "{st}");
+}
+
+#[test]
+fn a_path_killed_mid_transfer_does_not_stall_it() {
+    need_root!();
+    let mut bed = Bed::new(3);
+    bed.up(None);
+    let ns = bed.ns("c");
+    let dev = format!("c{}2", bed.tag);
+    let len = 40u64 << 20;
+    let progress = Arc::new(AtomicU64::new(0));
+    let p2 = progress.clone();
+    // Kill path two once a quarter of the transfer has arrived, whatever the speed.
+    let killer = std::thread::spawn(move || {
+        while p2.load(Ordering::Relaxed) < len / 4 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        sh(&["ip", "-n", &ns, "link", "set", &dev, "down"]);
+        p2.load(Ordering::Relaxed)
+    });
+    let gap = transfer_watched(
+        bed.ns("c"),
+        bed.ns("s"),
+        "10.77.0.1:5004".parse().unwrap(),
+        len,
+        progress,
+    );
+    let killed_at = killer.join().unwrap();
+    assert!(killed_at < len, "the path died after the transfer ended");
+    let st = bed.status("c").unwrap();
+    assert_eq!(st["session"]["paths"][1]["state"], "down", "{st}");
+    assert!(
+        gap < Duration::from_secs(1),
+        "stalled {gap:?} when a path died"
+    );
+    eprintln!("longest read gap with a path killed: {gap:?}");
+}
+
+#[test]
+fn bad_configs_are_refused_with_the_line_and_the_fix() {
+    let dir = std::env::temp_dir().join(format!("braid-badcfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("role = \"client\"\nnonsense = 1\n", "unknown field `nonsense`"),
+        ("role = \"client\"\nprivate_key = 3\n", "line 2"),
+        (
+            "role = \"server\"\nprivate_key = \"yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=\"\n\
+             peer_public_key = \"xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=\"\n[interface]\naddress = [\"10.0.0.1/30\"]\n",
+            "needs listen",
+        ),
+    ];
+    for (i, (text, expect)) in cases.iter().enumerate() {
+        let f = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&f, text).unwrap();
+        let out = Command::new(BRAID)
+            .args(["up", "-c"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "case {i} started");
+        assert!(err.contains(expect), "case {i}: {err}");
+    }
+    let out = Command::new(BRAID)
+        .args(["up", "-c", "/nonexistent/braid.toml"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read config file"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
