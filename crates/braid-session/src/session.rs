@@ -247,6 +247,8 @@ pub struct Session {
     dropped: [u64; DROP_REASONS],
     inner: Vec<u8>,
     plain: Vec<u8>,
+    /// The endpoint's encoded packet before sealing (sized by the endpoint, reused).
+    tx_plain: Vec<u8>,
 }
 
 impl Session {
@@ -272,6 +274,7 @@ impl Session {
             dropped: [0; DROP_REASONS],
             inner: vec![0; INNER_MAX],
             plain: vec![0; INNER_MAX],
+            tx_plain: Vec::with_capacity(INNER_MAX),
             cfg,
         };
         if let Some(p) = s.cfg.bond.clone() {
@@ -666,7 +669,9 @@ impl Session {
                 .is_some_and(|e| e.striper().can_send(len as u32))
     }
 
-    fn seal(&mut self, path: usize, len: usize, out: &mut [u8]) -> Option<usize> {
+    /// Encrypt `plain` for `path` into `out`.
+    fn seal(&mut self, path: usize, plain: &[u8], out: &mut [u8]) -> Option<usize> {
+        let len = plain.len();
         let keys = self.current.as_mut()?;
         let counter = *keys.counters.get(path)?;
         if counter >= outer::MAX_COUNTER {
@@ -682,7 +687,7 @@ impl Session {
             .transport
             .write_message(
                 outer::nonce(pid, counter),
-                &self.inner[..len],
+                plain,
                 &mut out[TRANSPORT_HEADER_LEN..],
             )
             .ok()?;
@@ -695,8 +700,13 @@ impl Session {
     }
 
     fn seal_repr(&mut self, path: usize, repr: Repr<'_>, out: &mut [u8]) -> Option<usize> {
-        let len = repr.emit_into(&mut self.inner).ok()?;
-        self.seal(path, len, out)
+        let mut inner = std::mem::take(&mut self.inner);
+        let sealed = match repr.emit_into(&mut inner) {
+            Ok(len) => self.seal(path, &inner[..len], out),
+            Err(_) => None,
+        };
+        self.inner = inner;
+        sealed
     }
 
     /// The next datagram for `path`, written into `out` (which should hold at least the path
@@ -734,20 +744,14 @@ impl Session {
             };
             return self.seal_repr(i, Repr::Probe(probe), out);
         }
-        let mut v = std::mem::take(&mut self.inner);
+        let mut v = std::mem::take(&mut self.tx_plain);
         let got = self
             .endpoint
             .as_mut()
             .is_some_and(|e| e.poll_transmit(now, path, &mut v));
-        let len = v.len();
-        // `poll_transmit` sized the buffer to the packet; give it its full size back.
-        v.resize(INNER_MAX, 0);
-        self.inner = v;
-        if got {
-            self.seal(i, len, out)
-        } else {
-            None
-        }
+        let sealed = if got { self.seal(i, &v, out) } else { None };
+        self.tx_plain = v;
+        sealed
     }
 
     /// Whether `poll_transmit(path)` would produce a datagram.
