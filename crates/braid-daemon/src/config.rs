@@ -151,8 +151,7 @@ struct Raw {
     #[serde(default, deserialize_with = "opt_socket_addr")]
     listen: Option<SocketAddr>,
     interface: RawInterface,
-    #[serde(default)]
-    bond: RawBond,
+    bond: Option<RawBond>,
     #[serde(default, rename = "path")]
     paths: Vec<RawPath>,
     #[serde(default)]
@@ -284,9 +283,11 @@ pub struct Config {
     pub ifname: String,
     /// TUN addresses.
     pub addresses: Vec<Cidr>,
-    /// TUN MTU, if set; otherwise derived from the paths (client) or 1400 (server, which learns
-    /// the client's choice in the handshake and uses the smaller).
+    /// TUN MTU: the client's is set or derived from its paths; a server's is set or `None`, and
+    /// in any case the server adopts the client's from the handshake.
     pub mtu: Option<u16>,
+    /// Whether `interface.mtu` was given (rather than derived).
+    pub mtu_configured: bool,
     /// Routes through the TUN.
     pub routes: Vec<Cidr>,
     /// Client: the paths.
@@ -395,8 +396,18 @@ impl Config {
         let mut paths = Vec::new();
         let mut bond = None;
         let mut mtu = raw.interface.mtu;
+        if let Some(m) = mtu {
+            if m < 576 {
+                return Err(invalid(format!("interface.mtu = {m} is below 576")));
+            }
+        }
         match raw.role {
             Role::Responder => {
+                if raw.bond.is_some() {
+                    return Err(invalid(
+                        "[bond] is for role = \"client\": the client chooses the striping and sends it in the handshake; remove [bond] here".into(),
+                    ));
+                }
                 if raw.listen.is_none() {
                     return Err(invalid(
                         "role = \"server\" needs listen = \"ADDRESS:PORT\" (the UDP address clients reach)".into(),
@@ -447,17 +458,27 @@ impl Config {
                         mtu: p.mtu,
                     });
                 }
-                let b = &raw.bond;
+                let b = raw.bond.unwrap_or_default();
                 let with_seq = b.resequence == ResequenceMode::Sequence;
                 let derived = paths
                     .iter()
                     .map(|p| p.mtu.saturating_sub(overhead(p.remote.is_ipv6(), with_seq)))
                     .min()
                     .unwrap_or(1280);
-                let tun_mtu = mtu.unwrap_or(derived);
-                if tun_mtu < 576 {
-                    return Err(invalid(format!("interface.mtu {tun_mtu} is below 576")));
+                match mtu {
+                    Some(m) if m > derived => {
+                        return Err(invalid(format!(
+                            "interface.mtu = {m} is larger than the paths allow ({derived}: the smallest path mtu minus braid's overhead); lower it or remove it"
+                        )))
+                    }
+                    None if derived < 576 => {
+                        return Err(invalid(format!(
+                            "the smallest path mtu leaves {derived} bytes for the tunnel, below 576: raise the paths' mtu"
+                        )))
+                    }
+                    _ => {}
                 }
+                let tun_mtu = mtu.unwrap_or(derived);
                 mtu = Some(tun_mtu);
                 let params = BondParams {
                     scheduler: b.scheduler,
@@ -468,7 +489,10 @@ impl Config {
                     marker_interval_rounds: b.marker_interval_rounds,
                     marker_position: b.marker_position,
                     hold_ms: b.hold_ms,
-                    credit_buffer_bytes: b.credit_buffer_kb * 1024,
+                    credit_buffer_bytes: b
+                        .credit_buffer_kb
+                        .checked_mul(1024)
+                        .ok_or_else(|| invalid("[bond] credit_buffer_kb is too large".into()))?,
                     queue_limit_bytes: b.queue_kb.saturating_mul(1024),
                 };
                 params
@@ -490,6 +514,7 @@ impl Config {
             ifname,
             addresses: raw.interface.address,
             mtu,
+            mtu_configured: raw.interface.mtu.is_some(),
             routes: raw.interface.routes,
             paths,
             bond,
@@ -575,6 +600,8 @@ rate_mbit = 5
         assert!(e.contains("listen"), "{e}");
         let e = parse(&client("[bond]\nscheduler = \"wrr\"")).unwrap_err();
         assert!(e.contains("unknown scheduler `wrr`"), "{e}");
+        let e = parse(&client("mtu = 1480")).unwrap_err();
+        assert!(e.contains("larger than the paths allow (1428"), "{e}");
     }
 
     #[test]

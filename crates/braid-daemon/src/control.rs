@@ -20,3 +20,29 @@ pub fn query_status(socket: &Path) -> Result<String, String> {
     s.read_to_string(&mut out).map_err(|e| e.to_string())?;
     Ok(out)
 }
+
+/// Serve `status` requests on `listener` from a thread, answering with the latest `snapshot`
+/// the event loop published. A slow or stuck client only ever holds this thread.
+pub(crate) fn serve(
+    listener: std::os::unix::net::UnixListener,
+    snapshot: std::sync::Arc<std::sync::Mutex<String>>,
+) {
+    std::thread::Builder::new()
+        .name("braid-control".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { continue };
+                s.set_read_timeout(Some(Duration::from_secs(1))).ok();
+                s.set_write_timeout(Some(Duration::from_secs(1))).ok();
+                let mut req = [0u8; 64];
+                let n = s.read(&mut req).unwrap_or(0);
+                let body = if String::from_utf8_lossy(&req[..n]).trim() == "status" {
+                    snapshot.lock().map(|g| g.clone()).unwrap_or_default()
+                } else {
+                    "{\"error\":\"unknown request; send `status`\"}".to_owned()
+                };
+                let _ = s.write_all(body.as_bytes());
+            }
+        })
+        .ok();
+}

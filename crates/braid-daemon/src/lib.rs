@@ -18,27 +18,27 @@ use crate::config::Config;
 use braid_proto::time::Instant;
 use braid_proto::PathId;
 use braid_session::{Role, Session, SessionConfig};
-use mio::net::{UdpSocket, UnixListener};
+use mio::net::UdpSocket;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use serde::Serialize;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 /// Why the daemon could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     /// Creating or configuring the TUN device failed.
-    #[error("cannot create TUN device {name}: {source}{hint}")]
+    #[error("cannot create TUN device {name}: {err}{hint}")]
     Tun {
         /// Interface name.
         name: String,
         /// The OS error.
-        source: io::Error,
+        err: io::Error,
         /// What to do.
         hint: &'static str,
     },
@@ -51,34 +51,31 @@ pub enum DaemonError {
         detail: String,
     },
     /// A socket could not be opened or bound.
-    #[error("cannot open the UDP socket for {what}: {source}{hint}")]
+    #[error("cannot open the UDP socket for {what}: {err}{hint}")]
     Socket {
         /// Which path / listen address.
         what: String,
         /// The OS error.
-        source: io::Error,
+        err: io::Error,
         /// What to do.
         hint: &'static str,
     },
     /// The control socket could not be created.
-    #[error("cannot create the control socket {path}: {source}")]
+    #[error("cannot create the control socket {path}: {err}")]
     Control {
         /// The socket path.
         path: String,
         /// The OS error.
-        source: io::Error,
+        err: io::Error,
     },
     /// Any other I/O error of the event loop.
     #[error("event loop: {0}")]
     Io(#[from] io::Error),
 }
 
-const PRIVILEGE_HINT: &str =
-    " (braid needs CAP_NET_ADMIN: run it as root, or `setcap cap_net_admin,cap_net_raw+ep $(which braid)`)";
+const PRIVILEGE_HINT: &str = " (braid needs CAP_NET_ADMIN: run it as root, or give it CAP_NET_ADMIN as an ambient capability, e.g. AmbientCapabilities=CAP_NET_ADMIN in the systemd unit of contrib/; a file capability set with setcap is not enough, because braid runs `ip` to configure the device)";
 
 const TUN: Token = Token(0);
-const CONTROL: Token = Token(1);
-const METRICS: Token = Token(2);
 const UDP_BASE: usize = 16;
 
 /// What `braid status` shows.
@@ -122,8 +119,13 @@ struct Daemon {
     sockets: Vec<UdpSocket>,
     peers: Vec<Option<SocketAddr>>,
     names: Vec<String>,
-    control: UnixListener,
-    metrics: Option<mio::net::TcpListener>,
+    /// The status JSON the control thread serves, refreshed by the loop.
+    snapshot: Arc<Mutex<String>>,
+    /// The metrics text the metrics thread serves.
+    metrics_text: Arc<Mutex<String>>,
+    next_publish: Instant,
+    /// A packet read from the TUN that the bond could not take yet.
+    held: Option<Vec<u8>>,
     clock: std::time::Instant,
     tun_rx: u64,
     tun_tx: u64,
@@ -149,20 +151,13 @@ pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
 
 impl Daemon {
     fn start(cfg: Config) -> Result<Daemon, DaemonError> {
-        let (mtu, mtu_source) = match (cfg.role, cfg.mtu) {
-            (Role::Initiator, Some(m)) => (
+        let (mtu, mtu_source) = match (cfg.role, cfg.mtu, cfg.mtu_configured) {
+            (_, Some(m), true) => (m, "configured (interface.mtu)".to_owned()),
+            (Role::Initiator, Some(m), false) => (
                 m,
-                if cfg.bond.as_ref().is_some_and(|b| b.max_packet == u32::from(m)) {
-                    "smallest path MTU minus braid's overhead, unless interface.mtu is set".to_owned()
-                } else {
-                    "configured".to_owned()
-                },
+                "derived: the smallest path MTU minus braid's overhead".to_owned(),
             ),
-            (Role::Responder, Some(m)) => (m, "configured".to_owned()),
-            (_, None) => (
-                1428,
-                "default for a server (1500 minus braid's IPv4 overhead); set interface.mtu to match the client".to_owned(),
-            ),
+            _ => (1428, "1428 until the client's handshake sets it".to_owned()),
         };
         let tun = net::open_tun(&cfg, mtu)?;
         let (sockets, peers, names) = net::open_sockets(&cfg)?;
@@ -170,23 +165,26 @@ impl Daemon {
             let _ = std::fs::create_dir_all(dir);
         }
         let _ = std::fs::remove_file(&cfg.control_socket);
-        let control =
-            UnixListener::bind(&cfg.control_socket).map_err(|e| DaemonError::Control {
+        let control = std::os::unix::net::UnixListener::bind(&cfg.control_socket).map_err(|e| {
+            DaemonError::Control {
                 path: cfg.control_socket.display().to_string(),
-                source: e,
-            })?;
-        let metrics = match cfg.prometheus {
-            Some(addr) => {
-                let l = TcpListener::bind(addr).map_err(|e| DaemonError::Socket {
-                    what: format!("the Prometheus endpoint {addr}"),
-                    source: e,
-                    hint: "",
-                })?;
-                l.set_nonblocking(true)?;
-                Some(mio::net::TcpListener::from_std(l))
+                err: e,
             }
+        })?;
+        let metrics = match cfg.prometheus {
+            Some(addr) => Some(TcpListener::bind(addr).map_err(|e| DaemonError::Socket {
+                what: format!("the Prometheus endpoint {addr}"),
+                err: e,
+                hint: "",
+            })?),
             None => None,
         };
+        let snapshot = Arc::new(Mutex::new(String::from("{}")));
+        let metrics_text = Arc::new(Mutex::new(String::new()));
+        control::serve(control, snapshot.clone());
+        if let Some(l) = metrics {
+            metrics::serve(l, metrics_text.clone());
+        }
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed).map_err(|e| DaemonError::Io(io::Error::other(e.to_string())))?;
         let mut scfg = SessionConfig::new(
@@ -209,8 +207,10 @@ impl Daemon {
             sockets,
             peers,
             names,
-            control,
-            metrics,
+            snapshot,
+            metrics_text,
+            next_publish: Instant::ZERO,
+            held: None,
             clock,
             tun_rx: 0,
             tun_tx: 0,
@@ -230,11 +230,6 @@ impl Daemon {
         let tun_fd = self.tun.as_raw_fd();
         poll.registry()
             .register(&mut SourceFd(&tun_fd), TUN, Interest::READABLE)?;
-        poll.registry()
-            .register(&mut self.control, CONTROL, Interest::READABLE)?;
-        if let Some(m) = &mut self.metrics {
-            poll.registry().register(m, METRICS, Interest::READABLE)?;
-        }
         for (i, s) in self.sockets.iter_mut().enumerate() {
             poll.registry()
                 .register(s, Token(UDP_BASE + i), Interest::READABLE)?;
@@ -250,11 +245,12 @@ impl Daemon {
                 )
                 .unwrap_or(StdDuration::from_millis(100))
                 .min(StdDuration::from_millis(100));
-            let timeout = if self.tun_readable && self.session.is_established() {
-                StdDuration::ZERO
-            } else {
-                timeout
-            };
+            let timeout =
+                if self.tun_readable && self.held.is_none() && self.session.is_established() {
+                    StdDuration::ZERO
+                } else {
+                    timeout
+                };
             match poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -263,45 +259,109 @@ impl Daemon {
             for ev in events.iter() {
                 match ev.token() {
                     TUN => self.tun_readable = true,
-                    CONTROL => self.serve_control(),
-                    METRICS => self.serve_metrics(),
                     Token(t) if t >= UDP_BASE => self.read_udp(t - UDP_BASE),
                     _ => {}
                 }
             }
             let now = self.now();
             self.session.handle_timeout(now);
+            self.adopt_mtu();
             self.read_tun();
             self.flush();
+            if now >= self.next_publish {
+                self.next_publish = now + braid_proto::time::Duration::from_millis(100);
+                self.publish();
+            }
         }
         Ok(())
     }
 
-    /// Read from the TUN while the bond can take packets; stop (leaving them to the kernel's
-    /// queue) when it cannot, so backpressure reaches the sender.
+    /// A server learns the client's `max_packet` in the handshake: match the TUN MTU to it, so
+    /// the kernel never hands the bond a packet it must refuse.
+    fn adopt_mtu(&mut self) {
+        if self.cfg.role != Role::Responder {
+            return;
+        }
+        let Some(max) = self.session.params().map(|p| p.max_packet) else {
+            return;
+        };
+        let Ok(max) = u16::try_from(max) else {
+            return;
+        };
+        if max != self.mtu {
+            let ok = std::process::Command::new("ip")
+                .args([
+                    "link",
+                    "set",
+                    "dev",
+                    &self.cfg.ifname,
+                    "mtu",
+                    &max.to_string(),
+                ])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                self.mtu = max;
+                self.mtu_source = "the client's, from the handshake".to_owned();
+            }
+        }
+    }
+
+    /// Refresh what the control and metrics threads serve.
+    fn publish(&mut self) {
+        let st = self.status();
+        if let Ok(json) = serde_json::to_string(&st) {
+            if let Ok(mut s) = self.snapshot.lock() {
+                *s = json;
+            }
+        }
+        let text = metrics::render(&st);
+        if let Ok(mut m) = self.metrics_text.lock() {
+            *m = text;
+        }
+    }
+
+    /// Read from the TUN while the bond can take packets. A packet the bond cannot take yet is
+    /// held, and reading stops until it goes, so backpressure reaches the sender through the
+    /// kernel's TUN queue.
     fn read_tun(&mut self) {
+        let now = self.now();
         if !self.session.is_established() {
-            // Drain, so the kernel queue does not hold stale packets; count them as dropped.
+            // Nowhere to send: drain so the kernel queue holds nothing stale (counted as dropped).
             while let Ok(n) = self.tun.recv(&mut self.buf) {
                 self.tun_rx += 1;
-                let now = self.now();
                 let _ = self.session.send(now, &self.buf[..n]);
             }
+            self.held = None;
             self.tun_readable = false;
             return;
         }
-        for _ in 0..256 {
-            if !self.session.can_send(usize::from(self.mtu)) {
-                self.flush();
-                if !self.session.can_send(usize::from(self.mtu)) {
-                    return;
-                }
+        if let Some(p) = self.held.take() {
+            if self.session.can_send(p.len()) {
+                self.session.send(now, &p);
+            } else if p.len() > usize::from(self.mtu) {
+                // Larger than the bond carries: drop (counted by send).
+                self.session.send(now, &p);
+            } else {
+                self.held = Some(p);
+                return;
             }
+        }
+        for _ in 0..256 {
             match self.tun.recv(&mut self.buf) {
                 Ok(n) => {
                     self.tun_rx += 1;
-                    let now = self.now();
-                    self.session.send(now, &self.buf[..n]);
+                    if self.session.can_send(n) {
+                        self.session.send(now, &self.buf[..n]);
+                    } else {
+                        self.flush();
+                        if self.session.can_send(n) {
+                            self.session.send(now, &self.buf[..n]);
+                        } else {
+                            self.held = Some(self.buf[..n].to_vec());
+                            return;
+                        }
+                    }
                 }
                 Err(_) => {
                     self.tun_readable = false;
@@ -391,48 +451,6 @@ impl Daemon {
             tun_tx_packets: self.tun_tx,
             udp_send_errors: self.send_errors,
             uptime_s: self.clock.elapsed().as_secs_f64(),
-        }
-    }
-
-    fn serve_control(&mut self) {
-        while let Ok((stream, _)) = self.control.accept() {
-            // Requests are one short line; answer at once, never block the loop for long.
-            let s0 = stream;
-            let mut s = std::os::unix::net::UnixStream::from(s0);
-            let _ = s.set_nonblocking(false);
-            let _ = s.set_read_timeout(Some(StdDuration::from_millis(200)));
-            let _ = s.set_write_timeout(Some(StdDuration::from_millis(200)));
-            let mut req = [0u8; 64];
-            let n = s.read(&mut req).unwrap_or(0);
-            let req = String::from_utf8_lossy(&req[..n]);
-            let body = if req.trim() == "status" {
-                serde_json::to_string(&self.status()).unwrap_or_default()
-            } else {
-                "{\"error\":\"unknown request; send `status`\"}".to_owned()
-            };
-            let _ = s.write_all(body.as_bytes());
-        }
-    }
-
-    fn serve_metrics(&mut self) {
-        let Some(listener) = &self.metrics else {
-            return;
-        };
-        while let Ok((stream, _)) = listener.accept() {
-            let _ = stream.set_nodelay(true);
-            let mut s: std::net::TcpStream = stream.into();
-            let _ = s.set_nonblocking(false);
-            let _ = s.set_read_timeout(Some(StdDuration::from_millis(200)));
-            let _ = s.set_write_timeout(Some(StdDuration::from_millis(200)));
-            let mut req = [0u8; 1024];
-            let _ = s.read(&mut req);
-            let body = metrics::render(&self.status());
-            let _ = write!(
-                s,
-                "HTTP/1.0 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\n\r\n{}",
-                body.len(),
-                body
-            );
         }
     }
 }

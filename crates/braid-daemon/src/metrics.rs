@@ -118,3 +118,30 @@ pub fn render(st: &Status) -> String {
     let _ = encode(&mut out, &reg);
     out
 }
+
+/// Serve the latest metrics text over HTTP from a thread (any request gets the metrics).
+pub(crate) fn serve(
+    listener: std::net::TcpListener,
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+) {
+    use std::io::{Read, Write};
+    std::thread::Builder::new()
+        .name("braid-metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { continue };
+                s.set_read_timeout(Some(std::time::Duration::from_secs(1))).ok();
+                s.set_write_timeout(Some(std::time::Duration::from_secs(1))).ok();
+                let mut req = [0u8; 1024];
+                let _ = s.read(&mut req);
+                let body = text.lock().map(|g| g.clone()).unwrap_or_default();
+                let _ = write!(
+                    s,
+                    "HTTP/1.0 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\n\r\n{}",
+                    body.len(),
+                    body
+                );
+            }
+        })
+        .ok();
+}

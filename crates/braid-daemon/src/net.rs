@@ -46,7 +46,7 @@ pub fn open_tun(cfg: &Config, mtu: u16) -> Result<tun_rs::SyncDevice, DaemonErro
         };
         DaemonError::Tun {
             name: cfg.ifname.clone(),
-            source: e,
+            err: e,
             hint,
         }
     };
@@ -106,7 +106,7 @@ pub fn open_sockets(cfg: &Config) -> Result<Sockets, DaemonError> {
             };
             DaemonError::Socket {
                 what: what.clone(),
-                source: e,
+                err: e,
                 hint,
             }
         }

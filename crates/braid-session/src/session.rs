@@ -41,11 +41,12 @@ use std::collections::VecDeque;
 
 /// Which end of the bond.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
 pub enum Role {
     /// The client: knows the server's key, chooses the bond parameters, starts handshakes.
+    #[serde(rename = "client")]
     Initiator,
     /// The server: answers handshakes from its configured peer.
+    #[serde(rename = "server")]
     Responder,
 }
 
@@ -357,11 +358,18 @@ impl Session {
         let local_index = self.random_index();
         let mut payload = self.wall(now).to_be_bytes().to_vec();
         payload.extend(self.params.as_ref().map(|p| p.encode()).unwrap_or_default());
+        let path = self.next_handshake_path % self.paths.len();
+        // Prefer a path that is up.
+        let path = (0..self.paths.len())
+            .map(|k| (path + k) % self.paths.len())
+            .find(|&p| self.paths[p].up)
+            .unwrap_or(path);
+        let prologue = prologue(PathId(path as u8), local_index);
         let state = self
             .noise_builder()
             .local_private_key(&private)
             .and_then(|b| b.remote_public_key(&peer))
-            .and_then(|b| b.prologue(PROLOGUE))
+            .and_then(|b| b.prologue(&prologue))
             .and_then(|b| b.build_initiator());
         let Ok(mut state) = state else {
             return;
@@ -370,12 +378,6 @@ impl Session {
         let Ok(n) = state.write_message(&payload, &mut msg) else {
             return;
         };
-        let path = self.next_handshake_path % self.paths.len();
-        // Prefer a path that is up.
-        let path = (0..self.paths.len())
-            .map(|k| (path + k) % self.paths.len())
-            .find(|&p| self.paths[p].up)
-            .unwrap_or(path);
         self.next_handshake_path = path + 1;
         let outer = Outer::HandshakeInit {
             path: PathId(path as u8),
@@ -436,10 +438,11 @@ impl Session {
             return Err(self.drop(DropReason::UnexpectedHandshake));
         }
         let private = self.cfg.private_key.0;
+        let prologue = prologue(path, sender_index);
         let state = self
             .noise_builder()
             .local_private_key(&private)
-            .and_then(|b| b.prologue(PROLOGUE))
+            .and_then(|b| b.prologue(&prologue))
             .and_then(|b| b.build_responder());
         let Ok(mut state) = state else {
             return Err(self.drop(DropReason::BadHandshake));
@@ -828,7 +831,13 @@ impl Session {
                     .current
                     .as_ref()
                     .is_none_or(|k| now >= k.created + self.cfg.rekey_after);
-            if retry || rekey {
+            // Every path silent: the server may have restarted and lost the keys; handshake
+            // again now rather than at the next rekey.
+            let all_dark = self.pending.is_none()
+                && self.current.is_some()
+                && !self.paths.is_empty()
+                && self.paths.iter().all(|p| !p.up);
+            if retry || rekey || all_dark {
                 if let Some(p) = &self.pending {
                     self.next_handshake_path = p.path + 1;
                 }
@@ -890,6 +899,15 @@ impl Session {
                 .collect(),
         }
     }
+}
+
+/// The Noise prologue of a handshake: the protocol label, plus the initiation's cleartext header
+/// fields (path and the initiator's index), so tampering with them makes the handshake fail.
+fn prologue(path: PathId, initiator_index: u32) -> Vec<u8> {
+    let mut p = PROLOGUE.to_vec();
+    p.push(path.0);
+    p.extend(initiator_index.to_be_bytes());
+    p
 }
 
 const ALL_REASONS: [DropReason; DROP_REASONS] = [

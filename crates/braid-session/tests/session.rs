@@ -351,3 +351,28 @@ fn rekey_keeps_traffic_flowing() {
         "nothing lost across rekeys"
     );
 }
+
+#[test]
+fn a_restarted_server_is_found_again_quickly() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.established();
+    // The server restarts: same keys, no session state.
+    let ck = PrivateKey::from_random([1; 32]);
+    let sk = PrivateKey::from_random([2; 32]);
+    net.server = Session::new(
+        SessionConfig::new(Role::Responder, sk, ck.public_key(), None),
+        net.now,
+        [6; 32],
+        1_700_000_000_000_000_000 + net.now.as_nanos(),
+    );
+    let before = net.client.status().handshakes;
+    // Every path goes silent after dead_after (400 ms); the client handshakes again at once,
+    // not at the next rekey (120 s).
+    net.step(Duration::from_millis(1500));
+    assert!(net.client.status().handshakes > before);
+    assert!(net.server.is_established());
+    let n = net.to_server.len();
+    net.client.send(net.now, &packet(1, 300));
+    net.step(Duration::from_millis(100));
+    assert_eq!(net.to_server.len(), n + 1);
+}

@@ -126,6 +126,11 @@ struct RunArgs {
 }
 
 fn main() {
+    // Exit quietly when stdout is closed early (`braid status | head`), like other CLI tools.
+    // SAFETY: restoring the default disposition of SIGPIPE at start-up, before any threads.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim { command } => sim(command),

@@ -380,10 +380,10 @@ fn transfer_both_ways_with_loss_on_a_path() {
 fn forged_and_replayed_packets_are_rejected() {
     need_root!();
     let mut bed = Bed::new(2);
-    // Capture what the client sends on path two, through a lossless relay.
     bed.up(None);
     // Garbage, truncated, oversized and forged datagrams at the server's port from the client's
-    // namespace; and replays of genuine-looking transport headers.
+    // namespace: transport headers with bogus indexes and fake handshake initiations. (Replays
+    // of genuine datagrams are covered by braid-session's tests, where they can be captured.)
     let sent = in_ns(&bed.ns("c"), || {
         let s = UdpSocket::bind("10.61.1.1:0").unwrap();
         let target: SocketAddr = "10.61.1.2:7000".parse().unwrap();

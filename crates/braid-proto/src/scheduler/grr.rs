@@ -40,7 +40,8 @@ impl Grr {
         rates_bps
             .iter()
             .map(|&r| {
-                let w = (r + min / 2) / min;
+                // round(r / min), without overflow for any r.
+                let w = r / min + u64::from(r % min >= min.div_ceil(2));
                 u32::try_from(w.max(1)).unwrap_or(u32::MAX)
             })
             .collect()
@@ -94,6 +95,7 @@ mod tests {
         assert_eq!(Grr::weights(&[10, 26]), vec![1, 3]);
         assert_eq!(Grr::weights(&[10, 4]), vec![3, 1]);
         assert_eq!(Grr::weights(&[7, 7]), vec![1, 1]);
+        assert_eq!(Grr::weights(&[1, u64::MAX]), vec![1, u32::MAX]);
     }
 
     #[test]

@@ -26,6 +26,10 @@ use crate::time::Duration;
 use core::fmt;
 use core::str::FromStr;
 
+/// The largest path rate a config may give (10 Tbit/s); it bounds all quantum and weight
+/// arithmetic.
+pub const MAX_RATE_BPS: u64 = 10_000_000_000_000;
+
 /// The causal scheduler trait: the paper's `f(s)` and `g(s, p)`, plus the round structure that
 /// markers (section 5) need.
 ///
@@ -219,6 +223,9 @@ impl SchedulerConfig {
         if let Some(i) = self.rates_bps.iter().position(|&r| r == 0) {
             return Err(ConfigError::ZeroRate(i));
         }
+        if let Some(i) = self.rates_bps.iter().position(|&r| r > MAX_RATE_BPS) {
+            return Err(ConfigError::RateTooHigh(i));
+        }
         if self.max_packet == 0 {
             return Err(ConfigError::ZeroMaxPacket);
         }
@@ -249,6 +256,9 @@ pub enum ConfigError {
     /// A path with a zero rate.
     #[error("path {0} has a rate of 0 bit/s: give every path its rate")]
     ZeroRate(usize),
+    /// A path rate above [`MAX_RATE_BPS`].
+    #[error("path {0} has a rate above 10 Tbit/s: give its real rate")]
+    RateTooHigh(usize),
     /// `max_packet` of zero.
     #[error("max_packet is 0: set it to the largest payload the bond carries (e.g. 1500)")]
     ZeroMaxPacket,
@@ -385,6 +395,10 @@ mod tests {
         assert!(matches!(
             SchedulerConfig::new(SchedulerKind::Rr, vec![1, 0]).build(),
             Err(ConfigError::ZeroRate(1))
+        ));
+        assert!(matches!(
+            SchedulerConfig::new(SchedulerKind::Rfq, vec![1, u64::MAX]).build(),
+            Err(ConfigError::RateTooHigh(1))
         ));
         assert!("wrr".parse::<SchedulerKind>().is_err());
         for k in SchedulerKind::ALL {
