@@ -208,7 +208,8 @@ struct PathState {
     up: bool,
     last_rx: Option<Instant>,
     probe_id: u32,
-    outstanding: Option<u32>,
+    /// Probes sent and not yet answered: id and send time (at most 32).
+    outstanding: VecDeque<(u32, Instant)>,
     loss: f64,
     srtt: Option<Duration>,
     acks: VecDeque<Probe>,
@@ -631,8 +632,9 @@ impl Session {
                     Some(s) => (s * 7 + sample) / 8,
                     None => sample,
                 });
-                if st.outstanding == Some(p.id) {
-                    st.outstanding = None;
+                if let Some(k) = st.outstanding.iter().position(|&(id, _)| id == p.id) {
+                    st.outstanding.remove(k);
+                    st.loss *= 0.9;
                 }
                 Ok(())
             }
@@ -736,10 +738,21 @@ impl Session {
             let st = &mut self.paths[i];
             st.probe_due = false;
             st.probe_id = st.probe_id.wrapping_add(1);
-            // The previous probe unanswered by now counts as lost.
-            let sample = if st.outstanding.is_some() { 1.0 } else { 0.0 };
-            st.loss = 0.9 * st.loss + 0.1 * sample;
-            st.outstanding = Some(st.probe_id);
+            // A probe unanswered after three smoothed RTTs (at least 300 ms) counts as lost;
+            // judging it by the probe interval would call every probe of a long path lost.
+            let wait = st.srtt.map_or(Duration::from_millis(300), |r| {
+                (r * 3).max(Duration::from_millis(300))
+            });
+            while st
+                .outstanding
+                .front()
+                .is_some_and(|&(_, sent)| now.saturating_duration_since(sent) > wait)
+                || st.outstanding.len() >= 32
+            {
+                st.outstanding.pop_front();
+                st.loss = 0.9 * st.loss + 0.1;
+            }
+            st.outstanding.push_back((st.probe_id, now));
             let probe = Probe {
                 path,
                 id: st.probe_id,

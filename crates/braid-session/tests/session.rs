@@ -376,3 +376,18 @@ fn a_restarted_server_is_found_again_quickly() {
     net.step(Duration::from_millis(100));
     assert_eq!(net.to_server.len(), n + 1);
 }
+
+#[test]
+fn a_long_path_is_not_reported_lossy() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.delay = vec![Duration::from_millis(10), Duration::from_millis(150)];
+    net.established();
+    net.step(Duration::from_secs(3));
+    let st = net.client.status();
+    assert!(st.paths[1].rtt_ms.unwrap() > 290.0);
+    assert!(st.paths[1].loss_pct < 1.0, "{}", st.paths[1].loss_pct);
+    // A dead path's probes do count as lost.
+    net.dead[0] = true;
+    net.step(Duration::from_secs(3));
+    assert!(net.client.status().paths[0].loss_pct > 50.0);
+}

@@ -1,6 +1,8 @@
 //! The `braid` command.
 
 mod daemon_cmd;
+mod lab_cmd;
+mod lab_tunnel;
 mod spec;
 
 use anyhow::{bail, Context, Result};
@@ -36,6 +38,7 @@ enum Command {
     Genkey,
     /// Read a private key on stdin and print its public key.
     Pubkey,
+    Lab(lab_cmd::LabArgs),
     /// The deterministic simulator: the stripe paper's experiments, or a scenario of your own.
     Sim {
         #[command(subcommand)]
@@ -138,6 +141,7 @@ fn main() {
         Command::Status(args) => daemon_cmd::status(&args),
         Command::Genkey => daemon_cmd::genkey(),
         Command::Pubkey => daemon_cmd::pubkey(),
+        Command::Lab(args) => lab_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("braid: error: {e:#}");

@@ -1,0 +1,187 @@
+//! The lab's `braid` variant: `braid up` at both ends of a testbed, one path per emulated link.
+//!
+//! The two daemons run as processes (`ip netns exec NS braid up -c FILE`) with configs written
+//! to a temporary directory: keys made fresh, the client's paths bound to the testbed's path
+//! addresses with the scenario's rates, the scenario's `[braid]` table as the client's `[bond]`.
+
+use braid_lab::testbed::{
+    client_addr, server_addr, TUNNEL_CLIENT_ADDR, TUNNEL_PREFIX_LEN, TUNNEL_SERVER_ADDR,
+};
+use braid_lab::{LabError, Scenario, Testbed, Tunnel, TunnelLauncher};
+use braid_session::PrivateKey;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// UDP port of the server end.
+const PORT: u16 = 7000;
+
+/// Starts `braid up` at both ends.
+pub struct DaemonLauncher;
+
+struct DaemonTunnel {
+    dir: PathBuf,
+    children: Vec<Child>,
+}
+
+fn key() -> Result<(String, String), LabError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| LabError::Traffic(format!("no randomness: {e}")))?;
+    let k = PrivateKey::from_random(bytes);
+    Ok((k.to_base64(), k.public_key().to_base64()))
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> LabError + '_ {
+    move |e| LabError::Traffic(format!("{what}: {e}"))
+}
+
+impl TunnelLauncher for DaemonLauncher {
+    fn start(&self, testbed: &Testbed, scenario: &Scenario) -> Result<Box<dyn Tunnel>, LabError> {
+        let dir = std::env::temp_dir().join(format!(
+            "braidlab-tunnel-{}-{}",
+            std::process::id(),
+            testbed.namespaces().first().map_or("x", |s| s.as_str())
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(io("creating the tunnel's directory"))?;
+        let (ck, cp) = key()?;
+        let (sk, sp) = key()?;
+        let server = format!(
+            "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:{PORT}\"\n\
+             [interface]\nname = \"braid0\"\naddress = [\"{TUNNEL_SERVER_ADDR}/{TUNNEL_PREFIX_LEN}\"]\n\
+             [control]\nsocket = \"{}\"\n",
+            dir.join("server.sock").display()
+        );
+        let bond =
+            toml::to_string(&scenario.braid).map_err(|e| LabError::Traffic(e.to_string()))?;
+        let mut client = format!(
+            "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
+             [interface]\nname = \"braid0\"\naddress = [\"{TUNNEL_CLIENT_ADDR}/{TUNNEL_PREFIX_LEN}\"]\n\
+             [control]\nsocket = \"{}\"\n[bond]\n{bond}\n",
+            dir.join("client.sock").display()
+        );
+        for (i, p) in scenario.paths.iter().enumerate() {
+            // Direct (unshaped) paths have no rate: give them equal shares.
+            let rate = p.forward.as_ref().map_or(1000.0, |f| f.rate_mbit);
+            client.push_str(&format!(
+                "[[path]]\nname = \"path{i}\"\nlocal = \"{}\"\nremote = \"{}:{PORT}\"\nrate_mbit = {rate}\n",
+                client_addr(i),
+                server_addr(i)
+            ));
+        }
+        std::fs::write(dir.join("server.toml"), server).map_err(io("writing server.toml"))?;
+        std::fs::write(dir.join("client.toml"), client).map_err(io("writing client.toml"))?;
+        let exe = std::env::current_exe().map_err(io("finding the braid binary"))?;
+        let exe = exe.to_string_lossy().into_owned();
+        let mut tunnel = DaemonTunnel {
+            dir: dir.clone(),
+            children: Vec::new(),
+        };
+        for (ns, name) in [(testbed.server(), "server"), (testbed.client(), "client")] {
+            let log = std::fs::File::create(dir.join(format!("{name}.log")))
+                .map_err(io("creating a log"))?;
+            let err = log.try_clone().map_err(io("creating a log"))?;
+            let child = ns
+                .command(&exe)
+                .arg("up")
+                .arg("-c")
+                .arg(dir.join(format!("{name}.toml")))
+                .stdin(Stdio::null())
+                .stdout(log)
+                .stderr(err)
+                .spawn()
+                .map_err(io("starting braid up"))?;
+            tunnel.children.push(child);
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if established(&dir.join("client.sock")) {
+                return Ok(Box::new(tunnel));
+            }
+            for c in &mut tunnel.children {
+                if let Ok(Some(status)) = c.try_wait() {
+                    return Err(LabError::Traffic(format!(
+                        "braid up exited ({status}): {}",
+                        logs(&dir)
+                    )));
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(LabError::Traffic(format!(
+                    "the braid tunnel did not come up within 10 s: {}",
+                    logs(&dir)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn established(socket: &Path) -> bool {
+    braid_daemon::control::query_status(socket)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| v["session"]["established"] == true)
+}
+
+fn logs(dir: &Path) -> String {
+    ["server", "client"]
+        .iter()
+        .map(|n| {
+            format!(
+                "[{n}] {}",
+                std::fs::read_to_string(dir.join(format!("{n}.log")))
+                    .unwrap_or_default()
+                    .trim()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Tunnel for DaemonTunnel {
+    fn client_addr(&self) -> Ipv4Addr {
+        TUNNEL_CLIENT_ADDR
+    }
+
+    fn server_addr(&self) -> Ipv4Addr {
+        TUNNEL_SERVER_ADDR
+    }
+
+    fn stop(mut self: Box<Self>) -> Result<(), LabError> {
+        self.shutdown();
+        Ok(())
+    }
+}
+
+impl DaemonTunnel {
+    fn shutdown(&mut self) {
+        for c in &mut self.children {
+            // SAFETY: sending SIGTERM to our own child's pid (`ip netns exec` execs braid).
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        for c in &mut self.children {
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.children.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for DaemonTunnel {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
