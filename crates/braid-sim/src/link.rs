@@ -29,6 +29,32 @@ pub enum LossModel {
 }
 
 impl LossModel {
+    /// Decide whether the next packet is lost. `bad_state` is the Gilbert-Elliott chain's state
+    /// (stepped once per packet; unused by the other models).
+    pub fn draw(&self, bad_state: &mut bool, rng: &mut impl Rng) -> bool {
+        match *self {
+            LossModel::None => false,
+            LossModel::Bernoulli(p) => rng.random::<f64>() < p,
+            LossModel::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_good,
+                loss_bad,
+            } => {
+                let flip = rng.random::<f64>();
+                if *bad_state {
+                    if flip < p_bad_to_good {
+                        *bad_state = false;
+                    }
+                } else if flip < p_good_to_bad {
+                    *bad_state = true;
+                }
+                let p = if *bad_state { loss_bad } else { loss_good };
+                rng.random::<f64>() < p
+            }
+        }
+    }
+
     /// Long-run loss rate of the model.
     pub fn mean_loss(&self) -> f64 {
         match *self {
@@ -159,27 +185,7 @@ impl Link {
                 return false;
             }
         }
-        match self.config.loss {
-            LossModel::None => false,
-            LossModel::Bernoulli(p) => rng.random::<f64>() < p,
-            LossModel::GilbertElliott {
-                p_good_to_bad,
-                p_bad_to_good,
-                loss_good,
-                loss_bad,
-            } => {
-                let flip = rng.random::<f64>();
-                if self.bad_state {
-                    if flip < p_bad_to_good {
-                        self.bad_state = false;
-                    }
-                } else if flip < p_good_to_bad {
-                    self.bad_state = true;
-                }
-                let p = if self.bad_state { loss_bad } else { loss_good };
-                rng.random::<f64>() < p
-            }
-        }
+        self.config.loss.draw(&mut self.bad_state, rng)
     }
 
     /// Put `bytes` on the link at `now` (which must be when it is free).

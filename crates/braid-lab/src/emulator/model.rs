@@ -226,27 +226,7 @@ impl LinkModel {
     }
 
     fn lost(&mut self) -> bool {
-        match self.config.loss {
-            LossModel::None => false,
-            LossModel::Bernoulli(p) => self.rng.random::<f64>() < p,
-            LossModel::GilbertElliott {
-                p_good_to_bad,
-                p_bad_to_good,
-                loss_good,
-                loss_bad,
-            } => {
-                let flip = self.rng.random::<f64>();
-                if self.bad_state {
-                    if flip < p_bad_to_good {
-                        self.bad_state = false;
-                    }
-                } else if flip < p_good_to_bad {
-                    self.bad_state = true;
-                }
-                let p = if self.bad_state { loss_bad } else { loss_good };
-                self.rng.random::<f64>() < p
-            }
-        }
+        self.config.loss.draw(&mut self.bad_state, &mut self.rng)
     }
 }
 
