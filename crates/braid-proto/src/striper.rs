@@ -253,8 +253,23 @@ impl<P> Striper<P> {
 
     /// Whether a packet of `len` bytes would be accepted now.
     pub fn can_send(&self, len: u32) -> bool {
-        let p = &self.paths[self.sched.select().index()];
-        len <= self.max_packet && p.queued_bytes + u64::from(len) <= self.queue_limit_bytes
+        if len > self.max_packet {
+            return false;
+        }
+        let fits = |p: &TxPath<P>| p.queued_bytes + u64::from(len) <= self.queue_limit_bytes;
+        match &self.sched {
+            // EDPF chooses at send time: any path with room will do.
+            Scheduler::Edpf(_) => self.paths.iter().any(fits),
+            _ => fits(&self.paths[self.sched.select().index()]),
+        }
+    }
+
+    /// EDPF: set the one-way delay `D_l` of `path` (e.g. half its measured RTT). Ignored by the
+    /// causal schedulers.
+    pub fn set_path_delay(&mut self, path: PathId, delay: crate::time::Duration) {
+        if let Scheduler::Edpf(e) = &mut self.sched {
+            e.set_delay(path, delay);
+        }
     }
 
     /// The next sequence number `send` will use.
@@ -263,16 +278,22 @@ impl<P> Striper<P> {
     }
 
     /// Stripe one packet: `Send(p)` of Appendix A.
-    pub fn send(&mut self, _now: Instant, len: u32, payload: P) -> Result<PathId, SendError<P>> {
+    pub fn send(&mut self, now: Instant, len: u32, payload: P) -> Result<PathId, SendError<P>> {
         if len > self.max_packet {
             self.stats.too_large += 1;
             return Err(SendError::TooLarge(payload));
         }
-        let path = self.sched.select();
+        let path = match &self.sched {
+            Scheduler::Edpf(e) => e.peek(now, len),
+            _ => self.sched.select(),
+        };
         let i = path.index();
         if self.paths[i].queued_bytes + u64::from(len) > self.queue_limit_bytes {
             self.stats.full += 1;
             return Err(SendError::Full(payload));
+        }
+        if let Scheduler::Edpf(e) = &mut self.sched {
+            e.choose(now, len);
         }
         let interval = self.markers.interval_rounds;
         let number = self.sched.number(path);

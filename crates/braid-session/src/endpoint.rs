@@ -196,6 +196,11 @@ impl Endpoint {
         }
     }
 
+    /// EDPF: the one-way delay of `path`, from the session's probes.
+    pub fn set_path_delay(&mut self, path: PathId, delay: braid_proto::time::Duration) {
+        self.striper.set_path_delay(path, delay);
+    }
+
     /// Whether `poll_transmit(path)` would produce a datagram.
     pub fn has_transmit(&self, path: PathId) -> bool {
         !self.feedback.is_empty() || self.striper.has_transmit(path)

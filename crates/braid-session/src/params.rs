@@ -45,6 +45,10 @@ pub enum ParamsError {
     Invalid(#[from] ConfigError),
 }
 
+/// What a packet costs on a path beyond its payload, for EDPF's `L`: Ethernet 14 + IPv4 20 +
+/// UDP 8 + transport header 16 + tag 16 + data header with sequence number 12.
+pub const WIRE_OVERHEAD_BYTES: u32 = 86;
+
 const FIXED_LEN: usize = 1 + 1 + 1 + 1 + 4 + 8 + 4 + 4 + 8 + 4;
 
 impl BondParams {
@@ -54,6 +58,7 @@ impl BondParams {
         s.quantum = QuantumRule::FromRate;
         s.max_packet = self.max_packet;
         s.seed = self.seed;
+        s.overhead_bytes = WIRE_OVERHEAD_BYTES;
         s
     }
 
@@ -90,6 +95,9 @@ impl BondParams {
 
     /// Check the parameters make a valid bond.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.scheduler == SchedulerKind::Edpf && self.resequence == ResequenceMode::Logical {
+            return Err(ConfigError::NotCausal("edpf"));
+        }
         self.scheduler_config().build().map(|_| ())
     }
 
@@ -101,6 +109,7 @@ impl BondParams {
             SchedulerKind::Rfq => 1,
             SchedulerKind::Grr => 2,
             SchedulerKind::Rr => 3,
+            SchedulerKind::Edpf => 4,
         });
         v.push(match self.resequence {
             ResequenceMode::Logical => 0,
@@ -152,6 +161,7 @@ impl BondParams {
             1 => SchedulerKind::Rfq,
             2 => SchedulerKind::Grr,
             3 => SchedulerKind::Rr,
+            4 => SchedulerKind::Edpf,
             _ => return Err(m()),
         };
         let resequence = match fixed[1] {

@@ -632,6 +632,10 @@ impl Session {
                     Some(s) => (s * 7 + sample) / 8,
                     None => sample,
                 });
+                let one_way = st.srtt.map_or(Duration::ZERO, |r| r / 2);
+                if let Some(e) = &mut self.endpoint {
+                    e.set_path_delay(path, one_way);
+                }
                 if let Some(k) = st.outstanding.iter().position(|&(id, _)| id == p.id) {
                     st.outstanding.remove(k);
                     st.loss *= 0.9;

@@ -102,6 +102,17 @@ delay_ms = 150.0
 queue_kb = 32
 "#;
 
+/// `braid demo` as root: the lab demo with its defaults.
+pub fn default_demo(out: PathBuf) -> Result<()> {
+    demo(&DemoArgs {
+        out,
+        duration: 10.0,
+        variants: None,
+        congestion_control: None,
+        quiet: false,
+    })
+}
+
 /// Run `braid lab ...`.
 pub fn run(args: LabArgs) -> Result<()> {
     match args.command {
@@ -183,10 +194,7 @@ fn demo(a: &DemoArgs) -> Result<()> {
     scenario.variants = match &a.variants {
         Some(v) => parse_variants(v)?,
         None if tunnel_launcher().is_some() => Variant::ALL.to_vec(),
-        None => {
-            eprintln!("note: the braid variant is left out: it needs the daemon (braid up), not built yet");
-            vec![Variant::Mptcp, Variant::BestSingle, Variant::Sum]
-        }
+        None => vec![Variant::Mptcp, Variant::BestSingle, Variant::Sum],
     };
     if let Some(cc) = &a.congestion_control {
         scenario.congestion_control = Some(cc.clone());

@@ -30,6 +30,14 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The main demo: as root, the lab demo (three dissimilar emulated links, real TCP through
+    /// braid beside Linux MPTCP, single paths and their sum); otherwise the simulator's
+    /// experiments.
+    Demo {
+        /// Output directory.
+        #[arg(long, default_value = "out")]
+        out: PathBuf,
+    },
     /// Run one end of a bond (client or server) in the foreground.
     Up(daemon_cmd::UpArgs),
     /// Show what a running daemon's paths are doing.
@@ -142,11 +150,26 @@ fn main() {
         Command::Genkey => daemon_cmd::genkey(),
         Command::Pubkey => daemon_cmd::pubkey(),
         Command::Lab(args) => lab_cmd::run(args),
+        Command::Demo { out } => demo(out),
     };
     if let Err(e) = result {
         eprintln!("braid: error: {e:#}");
         std::process::exit(1);
     }
+}
+
+fn demo(out: PathBuf) -> Result<()> {
+    if braid_lab::is_root() {
+        return lab_cmd::default_demo(out.join("lab-demo"));
+    }
+    eprintln!(
+        "braid demo: not root, so no network namespaces: running the simulator's experiments instead (run as root for the lab demo)"
+    );
+    sim(SimCommand::All(ExperimentArgs {
+        out,
+        seed: 1,
+        quiet: false,
+    }))
 }
 
 fn sim(command: SimCommand) -> Result<()> {

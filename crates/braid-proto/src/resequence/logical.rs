@@ -78,6 +78,9 @@ impl<P> LogicalReceiver<P> {
     /// A logical receiver simulating `config.scheduler`.
     pub fn new(config: &ResequencerConfig) -> Result<Self, ConfigError> {
         let sched = config.scheduler.build()?;
+        if let Scheduler::Edpf(_) = sched {
+            return Err(ConfigError::NotCausal("edpf"));
+        }
         let paths = (0..sched.paths())
             .map(|_| RxPath {
                 queue: VecDeque::new(),

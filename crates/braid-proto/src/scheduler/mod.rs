@@ -11,11 +11,13 @@
 //! (generalised round robin in packet units) and [`Rr`] (plain round robin); [`Scheduler`] is
 //! the enum that dispatches over them statically.
 
+mod edpf;
 mod grr;
 mod rfq;
 mod rr;
 mod srr;
 
+pub use edpf::Edpf;
 pub use grr::Grr;
 pub use rfq::Rfq;
 pub use rr::Rr;
@@ -90,6 +92,9 @@ pub enum SchedulerKind {
     Grr,
     /// Plain round robin.
     Rr,
+    /// Earliest Delivery Path First (BAG paper section III-B). Not causal: needs resequencing
+    /// by sequence number (or none), never `logical`.
+    Edpf,
 }
 
 impl SchedulerKind {
@@ -108,6 +113,7 @@ impl SchedulerKind {
             SchedulerKind::Rfq => "rfq",
             SchedulerKind::Grr => "grr",
             SchedulerKind::Rr => "rr",
+            SchedulerKind::Edpf => "edpf",
         }
     }
 }
@@ -126,6 +132,7 @@ impl FromStr for SchedulerKind {
             "rfq" => Ok(SchedulerKind::Rfq),
             "grr" => Ok(SchedulerKind::Grr),
             "rr" => Ok(SchedulerKind::Rr),
+            "edpf" => Ok(SchedulerKind::Edpf),
             other => Err(ConfigError::UnknownScheduler(other.to_owned())),
         }
     }
@@ -157,6 +164,8 @@ pub struct SchedulerConfig {
     pub max_packet: u32,
     /// Seed of RFQ's shared pseudorandom sequence.
     pub seed: u64,
+    /// Bytes each packet costs on a path beyond its payload (EDPF's `L` includes them).
+    pub overhead_bytes: u32,
 }
 
 impl SchedulerConfig {
@@ -168,6 +177,7 @@ impl SchedulerConfig {
             quantum: QuantumRule::FromRate,
             max_packet: 1500,
             seed: 0,
+            overhead_bytes: 0,
         }
     }
 
@@ -240,6 +250,7 @@ impl SchedulerConfig {
             SchedulerKind::Rfq => Scheduler::Rfq(Rfq::new(&self.rates_bps, self.seed)),
             SchedulerKind::Grr => Scheduler::Grr(Grr::from_rates(&self.rates_bps)),
             SchedulerKind::Rr => Scheduler::Rr(Rr::new(self.rates_bps.len())),
+            SchedulerKind::Edpf => Scheduler::Edpf(Edpf::new(&self.rates_bps, self.overhead_bytes)),
         })
     }
 }
@@ -248,7 +259,7 @@ impl SchedulerConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// Unknown scheduler name.
-    #[error("unknown scheduler `{0}`: use one of srr, rfq, grr, rr")]
+    #[error("unknown scheduler `{0}`: use one of srr, rfq, grr, rr, edpf")]
     UnknownScheduler(String),
     /// No paths, or more than [`MAX_PATHS`].
     #[error("{0} paths configured: a bond needs between 1 and 64 paths")]
@@ -256,6 +267,9 @@ pub enum ConfigError {
     /// A path with a zero rate.
     #[error("path {0} has a rate of 0 bit/s: give every path its rate")]
     ZeroRate(usize),
+    /// A scheduler that is not causal with logical reception, which must simulate it.
+    #[error("scheduler `{0}` is not causal (it looks at the packet and the clock), so the receiver cannot simulate it: use resequence = \"sequence\" (or \"none\") with it")]
+    NotCausal(&'static str),
     /// A path rate above [`MAX_RATE_BPS`].
     #[error("path {0} has a rate above 10 Tbit/s: give its real rate")]
     RateTooHigh(usize),
@@ -297,6 +311,8 @@ pub enum Scheduler {
     Grr(Grr),
     /// Round robin.
     Rr(Rr),
+    /// Earliest Delivery Path First.
+    Edpf(Edpf),
 }
 
 macro_rules! dispatch {
@@ -306,6 +322,7 @@ macro_rules! dispatch {
             Scheduler::Rfq($s) => $e,
             Scheduler::Grr($s) => $e,
             Scheduler::Rr($s) => $e,
+            Scheduler::Edpf($s) => $e,
         }
     };
 }
@@ -318,6 +335,7 @@ impl Scheduler {
             Scheduler::Rfq(_) => SchedulerKind::Rfq,
             Scheduler::Grr(_) => SchedulerKind::Grr,
             Scheduler::Rr(_) => SchedulerKind::Rr,
+            Scheduler::Edpf(_) => SchedulerKind::Edpf,
         }
     }
 }
