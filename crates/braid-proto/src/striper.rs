@@ -181,8 +181,18 @@ pub struct Striper<P> {
     next_seq: u64,
     queue_limit_bytes: u64,
     max_packet: u32,
+    /// One-way delay of each path, as the driver measures it (for EDPF and small packets).
+    path_delay: Vec<crate::time::Duration>,
+    /// Paths out of the rotation.
+    inactive: Vec<bool>,
     stats: StriperStats,
 }
+
+/// In mode `sequence`, packets this small (TCP's pure ACKs, for instance) go on the active path
+/// with the least one-way delay instead of taking their SRR turn: the receiver resequences by
+/// number, so it need not predict them, and an ACK that crosses the slowest path would hold up
+/// every ACK behind it.
+pub const SMALL_PACKET_BYTES: u32 = 160;
 
 impl<P> Striper<P> {
     /// A sender with the given config.
@@ -212,6 +222,8 @@ impl<P> Striper<P> {
             next_seq: 0,
             queue_limit_bytes: config.queue_limit_bytes,
             max_packet: config.scheduler.max_packet,
+            path_delay: vec![crate::time::Duration::ZERO; n],
+            inactive: vec![false; n],
             stats: StriperStats::default(),
         })
     }
@@ -267,9 +279,31 @@ impl<P> Striper<P> {
     /// EDPF: set the one-way delay `D_l` of `path` (e.g. half its measured RTT). Ignored by the
     /// causal schedulers.
     pub fn set_path_delay(&mut self, path: PathId, delay: crate::time::Duration) {
+        if let Some(d) = self.path_delay.get_mut(path.index()) {
+            *d = delay;
+        }
         if let Scheduler::Edpf(e) = &mut self.sched {
             e.set_delay(path, delay);
         }
+    }
+
+    /// In mode `sequence`, the path for a small packet: the active one with the least delay
+    /// (only once delays are known).
+    fn small_packet_path(&self, len: u32) -> Option<PathId> {
+        if !self.sequence_numbers || len > SMALL_PACKET_BYTES {
+            return None;
+        }
+        if self.path_delay.iter().all(|d| d.is_zero()) {
+            return None;
+        }
+        (0..self.paths.len())
+            .filter(|&i| self.sched_active(i))
+            .min_by_key(|&i| self.path_delay[i])
+            .map(|i| PathId(i as u8))
+    }
+
+    fn sched_active(&self, i: usize) -> bool {
+        !self.inactive.get(i).copied().unwrap_or(false)
     }
 
     /// The next sequence number `send` will use.
@@ -282,6 +316,26 @@ impl<P> Striper<P> {
         if len > self.max_packet {
             self.stats.too_large += 1;
             return Err(SendError::TooLarge(payload));
+        }
+        if let Some(path) = self.small_packet_path(len) {
+            let i = path.index();
+            if self.paths[i].queued_bytes + u64::from(len) > self.queue_limit_bytes {
+                self.stats.full += 1;
+                return Err(SendError::Full(payload));
+            }
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let tx = &mut self.paths[i];
+            tx.queue.push_back(Outgoing::Data {
+                seq: Some(seq),
+                len,
+                payload,
+            });
+            tx.queued_bytes += u64::from(len);
+            tx.enqueued_bytes += u64::from(len);
+            self.stats.data_packets += 1;
+            self.stats.data_bytes += u64::from(len);
+            return Ok(path);
         }
         let path = match &self.sched {
             Scheduler::Edpf(e) => e.peek(now, len),
@@ -359,6 +413,9 @@ impl<P> Striper<P> {
             return;
         }
         self.sched.set_active(path, active);
+        if let Some(a) = self.inactive.get_mut(path.index()) {
+            *a = !active;
+        }
         if active {
             self.push_marker(path);
         }
@@ -530,6 +587,24 @@ mod tests {
         assert_eq!(s.send(Instant::ZERO, 300, 1), Err(SendError::Full(1)));
         assert_eq!(s.send(Instant::ZERO, 501, 2), Err(SendError::TooLarge(2)));
         assert!(!s.can_send(300));
+    }
+
+    #[test]
+    fn small_packets_take_the_shortest_path_in_sequence_mode() {
+        let mut c = config(MarkerPosition::End, 0);
+        c.sequence_numbers = true;
+        let mut s = Striper::new(&c).unwrap();
+        s.set_path_delay(PathId(0), crate::time::Duration::from_millis(60));
+        s.set_path_delay(PathId(1), crate::time::Duration::from_millis(10));
+        assert_eq!(s.send(Instant::ZERO, 500, 0), Ok(PathId(0))); // SRR's turn
+        assert_eq!(s.send(Instant::ZERO, 60, 1), Ok(PathId(1))); // small: shortest
+        assert_eq!(s.send(Instant::ZERO, 60, 2), Ok(PathId(1)));
+        s.set_path_active(PathId(1), false);
+        assert_eq!(s.send(Instant::ZERO, 60, 3), Ok(PathId(0)));
+        // Sequence numbers stay one sequence across both kinds.
+        let q1 = drain(&mut s, PathId(1));
+        assert!(matches!(q1[0], Outgoing::Data { seq: Some(1), .. }));
+        assert!(matches!(q1[1], Outgoing::Data { seq: Some(2), .. }));
     }
 
     #[test]
