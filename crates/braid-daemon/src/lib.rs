@@ -75,6 +75,11 @@ pub enum DaemonError {
 
 const PRIVILEGE_HINT: &str = " (braid needs CAP_NET_ADMIN: run it as root, or give it CAP_NET_ADMIN as an ambient capability, e.g. AmbientCapabilities=CAP_NET_ADMIN in the systemd unit of contrib/; a file capability set with setcap is not enough, because braid runs `ip` to configure the device)";
 
+/// Room for one datagram in the send buffer (the TUN MTU plus braid's overhead fits).
+const DATAGRAM_ROOM: usize = 2048;
+/// Datagrams per GSO send at most.
+const MAX_BATCH: usize = 32;
+
 const TUN: Token = Token(0);
 const UDP_BASE: usize = 16;
 
@@ -117,6 +122,8 @@ struct Daemon {
     mtu: u16,
     mtu_source: String,
     sockets: Vec<UdpSocket>,
+    /// quinn-udp's per-socket state: GSO support and segment limits.
+    gso: Vec<quinn_udp::UdpSocketState>,
     peers: Vec<Option<SocketAddr>>,
     names: Vec<String>,
     /// The status JSON the control thread serves, refreshed by the loop.
@@ -132,6 +139,8 @@ struct Daemon {
     send_errors: u64,
     tun_readable: bool,
     buf: Vec<u8>,
+    /// Receive buffer for (possibly GRO-coalesced) datagrams.
+    rx: Vec<u8>,
     out: Vec<u8>,
 }
 
@@ -161,6 +170,10 @@ impl Daemon {
         };
         let tun = net::open_tun(&cfg, mtu)?;
         let (sockets, peers, names) = net::open_sockets(&cfg)?;
+        let gso = sockets
+            .iter()
+            .map(|s| quinn_udp::UdpSocketState::new(quinn_udp::UdpSockRef::from(s)))
+            .collect::<io::Result<Vec<_>>>()?;
         if let Some(dir) = cfg.control_socket.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
@@ -205,6 +218,7 @@ impl Daemon {
             mtu,
             mtu_source,
             sockets,
+            gso,
             peers,
             names,
             snapshot,
@@ -217,7 +231,8 @@ impl Daemon {
             send_errors: 0,
             tun_readable: true,
             buf: vec![0u8; 65_536],
-            out: vec![0u8; 65_536],
+            rx: vec![0u8; 65_536],
+            out: vec![0u8; (MAX_BATCH + 1) * DATAGRAM_ROOM],
         })
     }
 
@@ -373,27 +388,37 @@ impl Daemon {
 
     fn read_udp(&mut self, i: usize) {
         loop {
-            let Some(sock) = self.sockets.get(i) else {
+            let (Some(sock), Some(state)) = (self.sockets.get(i), self.gso.get(i)) else {
                 return;
             };
-            let (n, from) = match sock.recv_from(&mut self.buf) {
-                Ok(r) => r,
-                Err(_) => return,
+            // One call may return several datagrams coalesced by GRO, `stride` bytes apart.
+            let mut meta = [quinn_udp::RecvMeta::default()];
+            let got = {
+                let mut bufs = [io::IoSliceMut::new(&mut self.rx)];
+                state.recv(quinn_udp::UdpSockRef::from(sock), &mut bufs, &mut meta)
             };
-            let now = self.now();
+            if got.map_or(true, |n| n == 0) {
+                return;
+            }
+            let m = meta[0];
+            let stride = if m.stride == 0 { m.len } else { m.stride };
             let arrived_on = (self.cfg.role == Role::Initiator).then_some(PathId(i as u8));
-            if let Ok(path) = self
-                .session
-                .handle_datagram(now, arrived_on, &self.buf[..n])
-            {
-                if self.cfg.role == Role::Responder {
-                    let p = path.index();
-                    if self.peers.len() <= p {
-                        self.peers.resize(p + 1, None);
+            let mut at = 0;
+            while at < m.len {
+                let end = (at + stride).min(m.len);
+                let now = self.now();
+                let datagram = &self.rx[at..end];
+                if let Ok(path) = self.session.handle_datagram(now, arrived_on, datagram) {
+                    if self.cfg.role == Role::Responder {
+                        let p = path.index();
+                        if self.peers.len() <= p {
+                            self.peers.resize(p + 1, None);
+                        }
+                        // Authenticated: learn (or follow) the client's address for this path.
+                        self.peers[p] = Some(m.addr);
                     }
-                    // Authenticated: learn (or follow) the client's address for this path.
-                    self.peers[p] = Some(from);
                 }
+                at = end;
             }
             self.deliver();
         }
@@ -413,20 +438,76 @@ impl Daemon {
         let now = self.now();
         for p in 0..self.session.paths() {
             let path = PathId(p as u8);
-            while let Some(n) = self.session.poll_transmit(now, path, &mut self.out) {
-                let (sock, peer) = match self.cfg.role {
-                    Role::Initiator => (self.sockets.get(p), self.peers.get(p).copied().flatten()),
-                    Role::Responder => (self.sockets.first(), self.peers.get(p).copied().flatten()),
+            let (sock_index, peer) = match self.cfg.role {
+                Role::Initiator => (p, self.peers.get(p).copied().flatten()),
+                Role::Responder => (0, self.peers.get(p).copied().flatten()),
+            };
+            // Batch the path's datagrams for one GSO send: all segments the size of the first,
+            // except a shorter last one (the kernel's rule for UDP_SEGMENT).
+            let max_segments = self
+                .gso
+                .get(sock_index)
+                .map_or(1, |g| g.max_gso_segments())
+                .clamp(1, MAX_BATCH);
+            let mut used = 0usize;
+            let mut segment = 0usize;
+            let mut count = 0usize;
+            loop {
+                let room = &mut self.out[used..used + DATAGRAM_ROOM];
+                let Some(n) = self.session.poll_transmit(now, path, room) else {
+                    break;
                 };
-                match (sock, peer) {
-                    (Some(s), Some(addr)) => {
-                        if s.send_to(&self.out[..n], addr).is_err() {
-                            self.send_errors += 1;
-                        }
-                    }
-                    _ => self.send_errors += 1,
+                if count > 0 && n > segment {
+                    // Larger than the batch's segments: send the batch, start anew with it.
+                    self.send_batch(sock_index, peer, used, segment, count);
+                    self.out.copy_within(used..used + n, 0);
+                    used = 0;
+                    count = 0;
+                }
+                if count == 0 {
+                    segment = n;
+                }
+                used += n;
+                count += 1;
+                if n < segment || count >= max_segments {
+                    self.send_batch(sock_index, peer, used, segment, count);
+                    used = 0;
+                    count = 0;
                 }
             }
+            if count > 0 {
+                self.send_batch(sock_index, peer, used, segment, count);
+            }
+        }
+    }
+
+    /// Send `out[..len]`, `count` datagrams of `segment` bytes (the last may be shorter).
+    fn send_batch(
+        &mut self,
+        sock_index: usize,
+        peer: Option<SocketAddr>,
+        len: usize,
+        segment: usize,
+        count: usize,
+    ) {
+        let (Some(sock), Some(state), Some(addr)) =
+            (self.sockets.get(sock_index), self.gso.get(sock_index), peer)
+        else {
+            self.send_errors += count as u64;
+            return;
+        };
+        let transmit = quinn_udp::Transmit {
+            destination: addr,
+            ecn: None,
+            contents: &self.out[..len],
+            segment_size: (count > 1).then_some(segment),
+            src_ip: None,
+        };
+        if state
+            .try_send(quinn_udp::UdpSockRef::from(sock), &transmit)
+            .is_err()
+        {
+            self.send_errors += count as u64;
         }
     }
 
