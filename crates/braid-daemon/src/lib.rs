@@ -128,8 +128,8 @@ struct Daemon {
     names: Vec<String>,
     /// The status JSON the control thread serves, refreshed by the loop.
     snapshot: Arc<Mutex<String>>,
-    /// The metrics text the metrics thread serves.
-    metrics_text: Arc<Mutex<String>>,
+    /// The metrics text the metrics thread serves, if there is a metrics endpoint.
+    metrics_text: Option<Arc<Mutex<String>>>,
     next_publish: Instant,
     /// A packet read from the TUN that the bond could not take yet.
     held: Option<Vec<u8>>,
@@ -193,11 +193,12 @@ impl Daemon {
             None => None,
         };
         let snapshot = Arc::new(Mutex::new(String::from("{}")));
-        let metrics_text = Arc::new(Mutex::new(String::new()));
         control::serve(control, snapshot.clone());
-        if let Some(l) = metrics {
-            metrics::serve(l, metrics_text.clone());
-        }
+        let metrics_text = metrics.map(|l| {
+            let text = Arc::new(Mutex::new(String::new()));
+            metrics::serve(l, text.clone());
+            text
+        });
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed).map_err(|e| DaemonError::Io(io::Error::other(e.to_string())))?;
         let mut scfg = SessionConfig::new(
@@ -330,9 +331,11 @@ impl Daemon {
                 *s = json;
             }
         }
-        let text = metrics::render(&st);
-        if let Ok(mut m) = self.metrics_text.lock() {
-            *m = text;
+        if let Some(m) = &self.metrics_text {
+            let text = metrics::render(&st);
+            if let Ok(mut m) = m.lock() {
+                *m = text;
+            }
         }
     }
 

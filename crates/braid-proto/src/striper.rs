@@ -183,8 +183,6 @@ pub struct Striper<P> {
     max_packet: u32,
     /// One-way delay of each path, as the driver measures it (for EDPF and small packets).
     path_delay: Vec<crate::time::Duration>,
-    /// Paths out of the rotation.
-    inactive: Vec<bool>,
     stats: StriperStats,
 }
 
@@ -223,7 +221,6 @@ impl<P> Striper<P> {
             queue_limit_bytes: config.queue_limit_bytes,
             max_packet: config.scheduler.max_packet,
             path_delay: vec![crate::time::Duration::ZERO; n],
-            inactive: vec![false; n],
             stats: StriperStats::default(),
         })
     }
@@ -297,13 +294,9 @@ impl<P> Striper<P> {
             return None;
         }
         (0..self.paths.len())
-            .filter(|&i| self.sched_active(i))
+            .filter(|&i| self.sched.is_active(PathId(i as u8)))
             .min_by_key(|&i| self.path_delay[i])
             .map(|i| PathId(i as u8))
-    }
-
-    fn sched_active(&self, i: usize) -> bool {
-        !self.inactive.get(i).copied().unwrap_or(false)
     }
 
     /// The next sequence number `send` will use.
@@ -317,34 +310,21 @@ impl<P> Striper<P> {
             self.stats.too_large += 1;
             return Err(SendError::TooLarge(payload));
         }
-        if let Some(path) = self.small_packet_path(len) {
-            let i = path.index();
-            if self.paths[i].queued_bytes + u64::from(len) > self.queue_limit_bytes {
-                self.stats.full += 1;
-                return Err(SendError::Full(payload));
-            }
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            let tx = &mut self.paths[i];
-            tx.queue.push_back(Outgoing::Data {
-                seq: Some(seq),
-                len,
-                payload,
-            });
-            tx.queued_bytes += u64::from(len);
-            tx.enqueued_bytes += u64::from(len);
-            self.stats.data_packets += 1;
-            self.stats.data_bytes += u64::from(len);
-            return Ok(path);
-        }
-        let path = match &self.sched {
-            Scheduler::Edpf(e) => e.peek(now, len),
-            _ => self.sched.select(),
+        let small = self.small_packet_path(len);
+        let path = match (small, &self.sched) {
+            (Some(p), _) => p,
+            (None, Scheduler::Edpf(e)) => e.peek(now, len),
+            (None, _) => self.sched.select(),
         };
         let i = path.index();
         if self.paths[i].queued_bytes + u64::from(len) > self.queue_limit_bytes {
             self.stats.full += 1;
             return Err(SendError::Full(payload));
+        }
+        if small.is_some() {
+            // Outside the scheduler's rotation: no round, no marker.
+            self.enqueue_data(i, len, payload);
+            return Ok(path);
         }
         if let Scheduler::Edpf(e) = &mut self.sched {
             e.choose(now, len);
@@ -367,17 +347,7 @@ impl<P> Striper<P> {
                 self.push_marker(path);
             }
         }
-        let seq = self.sequence_numbers.then(|| {
-            let s = self.next_seq;
-            self.next_seq += 1;
-            s
-        });
-        let tx = &mut self.paths[i];
-        tx.queue.push_back(Outgoing::Data { seq, len, payload });
-        tx.queued_bytes += u64::from(len);
-        tx.enqueued_bytes += u64::from(len);
-        self.stats.data_packets += 1;
-        self.stats.data_bytes += u64::from(len);
+        self.enqueue_data(i, len, payload);
         let round_ended = self.sched.update(len);
         match (number, self.markers.position) {
             (Some(n), MarkerPosition::Middle) if first_of_round && due(n.round) => {
@@ -389,6 +359,21 @@ impl<P> Striper<P> {
             _ => {}
         }
         Ok(path)
+    }
+
+    /// Queue a data packet on path `i`, numbered in mode `sequence`.
+    fn enqueue_data(&mut self, i: usize, len: u32, payload: P) {
+        let seq = self.sequence_numbers.then(|| {
+            let s = self.next_seq;
+            self.next_seq += 1;
+            s
+        });
+        let tx = &mut self.paths[i];
+        tx.queue.push_back(Outgoing::Data { seq, len, payload });
+        tx.queued_bytes += u64::from(len);
+        tx.enqueued_bytes += u64::from(len);
+        self.stats.data_packets += 1;
+        self.stats.data_bytes += u64::from(len);
     }
 
     /// `SendMarker(i)`: queue a marker with `path`'s current implicit number.
@@ -413,9 +398,6 @@ impl<P> Striper<P> {
             return;
         }
         self.sched.set_active(path, active);
-        if let Some(a) = self.inactive.get_mut(path.index()) {
-            *a = !active;
-        }
         if active {
             self.push_marker(path);
         }

@@ -781,12 +781,11 @@ impl Session {
             return true;
         }
         self.current.is_some()
-            && self
+            && (self
                 .paths
                 .get(i)
                 .is_some_and(|p| !p.acks.is_empty() || p.probe_due)
-            || self.current.is_some()
-                && self.endpoint.as_ref().is_some_and(|e| e.has_transmit(path))
+                || self.endpoint.as_ref().is_some_and(|e| e.has_transmit(path)))
     }
 
     /// The next IP packet for the application, in order.

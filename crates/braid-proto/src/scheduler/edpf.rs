@@ -132,6 +132,9 @@ impl CausalScheduler for Edpf {
     fn set_active(&mut self, path: PathId, active: bool) {
         Edpf::set_active(self, path, active)
     }
+    fn is_active(&self, path: PathId) -> bool {
+        self.paths.get(path.index()).is_some_and(|p| p.active)
+    }
 }
 
 #[cfg(test)]

@@ -75,6 +75,9 @@ pub trait CausalScheduler {
     /// realign a path's round when it returns.
     fn set_active(&mut self, path: PathId, active: bool);
 
+    /// Whether `path` is in the rotation (false for a path that does not exist).
+    fn is_active(&self, path: PathId) -> bool;
+
     /// The cost of a packet of `len` bytes in the scheduler's units (bytes for SRR, one packet
     /// for GRR and RR).
     fn cost(&self, len: u32) -> i64;
@@ -378,6 +381,9 @@ impl CausalScheduler for Scheduler {
     }
     fn set_active(&mut self, path: PathId, active: bool) {
         dispatch!(self, s => s.set_active(path, active))
+    }
+    fn is_active(&self, path: PathId) -> bool {
+        dispatch!(self, s => s.is_active(path))
     }
 }
 

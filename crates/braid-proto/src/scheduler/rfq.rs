@@ -86,6 +86,9 @@ impl CausalScheduler for Rfq {
         self.draw();
     }
     fn set_deficit(&mut self, _path: PathId, _deficit: i64) {}
+    fn is_active(&self, path: PathId) -> bool {
+        self.active.get(path.index()).copied().unwrap_or(false)
+    }
     fn set_active(&mut self, path: PathId, active: bool) {
         let Some(a) = self.active.get_mut(path.index()) else {
             return;

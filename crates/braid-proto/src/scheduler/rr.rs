@@ -54,6 +54,9 @@ impl CausalScheduler for Rr {
     fn set_active(&mut self, path: PathId, active: bool) {
         self.inner.set_active(path, active)
     }
+    fn is_active(&self, path: PathId) -> bool {
+        self.inner.is_active(path)
+    }
     #[inline]
     fn cost(&self, len: u32) -> i64 {
         self.inner.cost(len)

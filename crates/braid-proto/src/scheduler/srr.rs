@@ -172,6 +172,10 @@ impl CausalScheduler for Srr {
     fn set_active(&mut self, path: PathId, active: bool) {
         Srr::set_active(self, path, active)
     }
+
+    fn is_active(&self, path: PathId) -> bool {
+        self.lines.get(path.index()).is_some_and(|l| l.active)
+    }
 }
 
 #[cfg(test)]
