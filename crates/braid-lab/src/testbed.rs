@@ -55,6 +55,14 @@ pub const OFFLOADS_OFF: &[&str] = &[
     "rx-lro",
 ];
 
+/// Create a veth pair: `a` in namespace `ns_a`, its peer `b` in `ns_b`.
+fn veth_pair(a: &str, ns_a: &str, b: &str, ns_b: &str) -> Result<(), LabError> {
+    netns::ip(&[
+        "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b,
+    ])
+    .map(|_| ())
+}
+
 /// Client address of path `i`: `10.100.i.1`.
 pub fn client_addr(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 100, path_octet(i), 1)
@@ -278,20 +286,7 @@ impl Testbed {
             let dev = path_dev(i);
             let emulator = match links {
                 Links::Direct { .. } => {
-                    netns::ip(&[
-                        "link",
-                        "add",
-                        &dev,
-                        "netns",
-                        &client_name,
-                        "type",
-                        "veth",
-                        "peer",
-                        "name",
-                        &dev,
-                        "netns",
-                        &server_name,
-                    ])?;
+                    veth_pair(&dev, &client_name, &dev, &server_name)?;
                     None
                 }
                 Links::Emulated(_) => {
@@ -300,34 +295,8 @@ impl Testbed {
                     // The emulator is a wire: no IPv6 chatter of its own on the segment.
                     emu.set_sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
                     emu.set_sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
-                    netns::ip(&[
-                        "link",
-                        "add",
-                        &dev,
-                        "netns",
-                        &client_name,
-                        "type",
-                        "veth",
-                        "peer",
-                        "name",
-                        "cli",
-                        "netns",
-                        &emu_name,
-                    ])?;
-                    netns::ip(&[
-                        "link",
-                        "add",
-                        &dev,
-                        "netns",
-                        &server_name,
-                        "type",
-                        "veth",
-                        "peer",
-                        "name",
-                        "srv",
-                        "netns",
-                        &emu_name,
-                    ])?;
+                    veth_pair(&dev, &client_name, "cli", &emu_name)?;
+                    veth_pair(&dev, &server_name, "srv", &emu_name)?;
                     for end in ["cli", "srv"] {
                         disable_offloads(&emu, end)?;
                         emu.ip(&["link", "set", end, "up"])?;
