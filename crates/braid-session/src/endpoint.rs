@@ -201,6 +201,16 @@ impl Endpoint {
         self.striper.set_path_delay(path, delay);
     }
 
+    /// The base (uncongested) one-way delay of `path`, from the session's probes: the receiver's
+    /// delay equalisation and gap timer use it.
+    pub fn set_path_base_delay(
+        &mut self,
+        path: PathId,
+        delay: Option<braid_proto::time::Duration>,
+    ) {
+        self.receiver.set_path_delay(path, delay);
+    }
+
     /// Whether `poll_transmit(path)` would produce a datagram.
     pub fn has_transmit(&self, path: PathId) -> bool {
         !self.feedback.is_empty() || self.striper.has_transmit(path)

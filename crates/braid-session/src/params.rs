@@ -32,6 +32,9 @@ pub struct BondParams {
     pub credit_buffer_bytes: u64,
     /// Per-path transmit queue limit in bytes.
     pub queue_limit_bytes: u32,
+    /// `sequence`: the receivers hold fast-path arrivals so every packet sees the slowest
+    /// path's delay (`braid_proto::resequence::equalize`).
+    pub equalize_delay: bool,
 }
 
 /// Handshake payload that does not decode.
@@ -49,7 +52,10 @@ pub enum ParamsError {
 /// UDP 8 + transport header 16 + tag 16 + data header with sequence number 12.
 pub const WIRE_OVERHEAD_BYTES: u32 = 86;
 
-const FIXED_LEN: usize = 1 + 1 + 1 + 1 + 4 + 8 + 4 + 4 + 8 + 4;
+const FIXED_LEN: usize = 1 + 1 + 1 + 1 + 4 + 8 + 4 + 4 + 8 + 4 + 1;
+
+/// Flag bit: `equalize_delay`.
+const FLAG_EQUALIZE: u8 = 0x01;
 
 impl BondParams {
     /// The scheduler config.
@@ -90,6 +96,7 @@ impl BondParams {
     pub fn resequencer_config(&self) -> ResequencerConfig {
         let mut c = ResequencerConfig::new(self.resequence, self.scheduler_config());
         c.hold = (self.hold_ms > 0).then(|| Duration::from_millis(u64::from(self.hold_ms)));
+        c.equalize_delay = self.equalize_delay;
         c
     }
 
@@ -128,6 +135,11 @@ impl BondParams {
         v.extend(self.hold_ms.to_be_bytes());
         v.extend(self.credit_buffer_bytes.to_be_bytes());
         v.extend(self.queue_limit_bytes.to_be_bytes());
+        v.push(if self.equalize_delay {
+            FLAG_EQUALIZE
+        } else {
+            0
+        });
         for r in &self.rates_bps {
             v.extend(r.to_be_bytes());
         }
@@ -176,6 +188,10 @@ impl BondParams {
             2 => MarkerPosition::End,
             _ => return Err(m()),
         };
+        let flags = fixed[36];
+        if flags & !FLAG_EQUALIZE != 0 {
+            return Err(m());
+        }
         let n = usize::from(fixed[3]);
         if n == 0 || n > MAX_PATHS || b.len() != FIXED_LEN + 8 * n {
             return Err(m());
@@ -195,6 +211,7 @@ impl BondParams {
             hold_ms: u32_at(20)?,
             credit_buffer_bytes: u64_at(24)?,
             queue_limit_bytes: u32_at(32)?,
+            equalize_delay: flags & FLAG_EQUALIZE != 0,
         };
         p.validate()?;
         Ok(p)
@@ -214,6 +231,7 @@ pub(crate) fn example(paths: usize) -> BondParams {
         hold_ms: 100,
         credit_buffer_bytes: 0,
         queue_limit_bytes: 64 * 1024,
+        equalize_delay: true,
     }
 }
 

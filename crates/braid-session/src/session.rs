@@ -212,6 +212,7 @@ struct PathState {
     outstanding: VecDeque<(u32, Instant)>,
     loss: f64,
     srtt: Option<Duration>,
+    min_rtt: MinRtt,
     acks: VecDeque<Probe>,
     probe_due: bool,
     tx_packets: u64,
@@ -223,6 +224,37 @@ struct PathState {
     tx_bps: f64,
     rx_bps: f64,
     down_events: u64,
+}
+
+/// The smallest RTT sample of the last 10 to 20 seconds: the path's base RTT without queueing,
+/// kept in two windows so an old minimum ages out (as BBR's `min_rtt`).
+#[derive(Clone, Copy, Debug, Default)]
+struct MinRtt {
+    current: Option<Duration>,
+    previous: Option<Duration>,
+    window_start: Option<Instant>,
+}
+
+impl MinRtt {
+    const WINDOW: Duration = Duration::from_secs(10);
+
+    fn update(&mut self, now: Instant, sample: Duration) -> Duration {
+        let start = *self.window_start.get_or_insert(now);
+        if now.saturating_duration_since(start) >= Self::WINDOW {
+            self.previous = self.current;
+            self.current = None;
+            self.window_start = Some(now);
+        }
+        self.current = Some(self.current.map_or(sample, |c| c.min(sample)));
+        self.get().unwrap_or(sample)
+    }
+
+    fn get(&self) -> Option<Duration> {
+        match (self.current, self.previous) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// Largest inner packet: the bond's data plus headers.
@@ -633,8 +665,10 @@ impl Session {
                     None => sample,
                 });
                 let one_way = st.srtt.map_or(Duration::ZERO, |r| r / 2);
+                let base_one_way = st.min_rtt.update(now, sample) / 2;
                 if let Some(e) = &mut self.endpoint {
                     e.set_path_delay(path, one_way);
+                    e.set_path_base_delay(path, Some(base_one_way));
                 }
                 if let Some(k) = st.outstanding.iter().position(|&(id, _)| id == p.id) {
                     st.outstanding.remove(k);

@@ -22,6 +22,7 @@ fn params(paths: usize, mode: ResequenceMode) -> BondParams {
         hold_ms: 100,
         credit_buffer_bytes: 0,
         queue_limit_bytes: 64 * 1024,
+        equalize_delay: true,
     }
 }
 

@@ -13,10 +13,12 @@
 //!
 //! [`Resequencer`] dispatches over them.
 
+pub mod equalize;
 mod logical;
 mod none;
 mod sequence;
 
+pub use equalize::DelayEqualizer;
 pub use logical::LogicalReceiver;
 pub use none::Passthrough;
 pub use sequence::SequenceReceiver;
@@ -76,16 +78,21 @@ pub struct ResequencerConfig {
     /// Limit on buffered payload bytes. When reached, the receiver stops waiting for the
     /// missing packet; arrivals past twice the limit are dropped.
     pub buffer_limit_bytes: u64,
+    /// `sequence`: hold arrivals on fast paths so every packet sees the delay of the slowest
+    /// path in use ([`equalize`]). The gap hold timer is extended by the paths' delay skew
+    /// either way.
+    pub equalize_delay: bool,
 }
 
 impl ResequencerConfig {
-    /// Defaults: 100 ms hold, 4 MiB buffer.
+    /// Defaults: 100 ms hold, 4 MiB buffer, delay equalisation on.
     pub fn new(mode: ResequenceMode, scheduler: SchedulerConfig) -> Self {
         ResequencerConfig {
             mode,
             scheduler,
             hold: Some(Duration::from_millis(100)),
             buffer_limit_bytes: 4 << 20,
+            equalize_delay: true,
         }
     }
 }
@@ -198,6 +205,14 @@ impl<P> Resequencer<P> {
     /// Take `path` out of the rotation (it went dark) or put it back.
     pub fn set_path_active(&mut self, path: PathId, active: bool) {
         dispatch!(self, r => r.set_path_active(path, active))
+    }
+
+    /// The base (uncongested) one-way delay of `path`, for delay equalisation and the gap
+    /// timer (`sequence` mode; ignored by the others).
+    pub fn set_path_delay(&mut self, path: PathId, delay: Option<Duration>) {
+        if let Resequencer::Sequence(r) = self {
+            r.set_path_delay(path, delay);
+        }
     }
 
     /// The next packet to deliver, if any.

@@ -2,7 +2,7 @@
 //! "logical reception can help simplify the resequencing implementation"; loss detection as the
 //! BAG paper's BMP).
 
-use super::{Delivery, ResequencerConfig, ResequencerStats};
+use super::{DelayEqualizer, Delivery, ResequencerConfig, ResequencerStats};
 use crate::path::{Marker, PathId};
 use crate::scheduler::{CausalScheduler, ConfigError, Scheduler};
 use crate::time::{Duration, Instant};
@@ -17,6 +17,8 @@ pub const SEQ_WINDOW: u64 = 1 << 24;
 struct SeqRx<P> {
     seq: u64,
     len: u32,
+    /// When delay equalisation lets it go.
+    ready: Instant,
     payload: P,
 }
 
@@ -42,6 +44,12 @@ struct RxPath<P> {
 /// `next` is declared lost when every path has delivered something later (no FIFO path can
 /// still carry it), when the hold timer has run since the gap was first seen, or when the
 /// buffer limit is reached. Late arrivals for sequence numbers already passed are dropped.
+/// The hold timer is extended by the delay skew of the paths in use, since a missing packet
+/// may be on the slowest one.
+///
+/// With delay equalisation ([`DelayEqualizer`]) a packet is not delivered before its path's
+/// hold has passed, so every packet sees the slowest path's delay; order makes everything
+/// behind it wait too.
 ///
 /// # Polling
 /// See [`super::Resequencer`]. `now` must never go backwards.
@@ -54,6 +62,10 @@ pub struct SequenceReceiver<P> {
     limit: u64,
     hold: Option<Duration>,
     gap_since: Option<Instant>,
+    equalizer: DelayEqualizer,
+    /// When `poll_deliver` last said to come back: the packet `next`, already here, may go
+    /// (delay equalisation), or the open gap's hold timer expires.
+    wake: Option<Instant>,
     stats: ResequencerStats,
 }
 
@@ -69,6 +81,7 @@ impl<P> SequenceReceiver<P> {
                 active: true,
             })
             .collect();
+        let equalizer = DelayEqualizer::new(sched.paths(), config.equalize_delay);
         Ok(SequenceReceiver {
             sched,
             paths,
@@ -77,6 +90,8 @@ impl<P> SequenceReceiver<P> {
             limit: config.buffer_limit_bytes,
             hold: config.hold,
             gap_since: None,
+            equalizer,
+            wake: None,
             stats: ResequencerStats::default(),
         })
     }
@@ -89,13 +104,13 @@ impl<P> SequenceReceiver<P> {
     /// A data packet arrived. Packets without a sequence number are invalid in this mode.
     pub fn handle_data(
         &mut self,
-        _now: Instant,
+        now: Instant,
         path: PathId,
         seq: Option<u64>,
         len: u32,
         payload: P,
     ) {
-        let (Some(seq), Some(rx)) = (seq, self.paths.get_mut(path.index())) else {
+        let (Some(seq), true) = (seq, path.index() < self.paths.len()) else {
             self.stats.invalid_dropped += 1;
             return;
         };
@@ -111,7 +126,14 @@ impl<P> SequenceReceiver<P> {
             self.stats.overflow_dropped += 1;
             return;
         }
-        let item = SeqRx { seq, len, payload };
+        let ready = self.equalizer.on_data(now, path);
+        let rx = &mut self.paths[path.index()];
+        let item = SeqRx {
+            seq,
+            len,
+            ready,
+            payload,
+        };
         match rx.queue.back() {
             Some(last) if last.seq >= seq => {
                 // The path reordered (or duplicated): keep the queue sorted.
@@ -135,7 +157,14 @@ impl<P> SequenceReceiver<P> {
         if let Some(rx) = self.paths.get_mut(path.index()) {
             rx.active = active;
             self.sched.set_active(path, active);
+            self.equalizer.set_path_active(path, active);
         }
+    }
+
+    /// The base (uncongested) one-way delay of `path`, or `None` if unknown: sets the hold of
+    /// delay equalisation and the skew added to the gap timer.
+    pub fn set_path_delay(&mut self, path: PathId, delay: Option<Duration>) {
+        self.equalizer.set_path_delay(path, delay);
     }
 
     /// A marker: used to resynchronise the fast-path prediction when the receiver is at its path.
@@ -177,15 +206,16 @@ impl<P> SequenceReceiver<P> {
 
     /// The next packet in sequence order, if it is there or its loss is certain.
     pub fn poll_deliver(&mut self, now: Instant) -> Option<Delivery<P>> {
+        self.wake = None;
         loop {
             // Fast path: the path logical reception predicts.
             let p = self.sched.select().index();
-            if self.paths[p]
-                .queue
-                .front()
-                .is_some_and(|x| x.seq == self.next)
-            {
-                let len = self.paths[p].queue.front().map_or(0, |x| x.len);
+            if let Some(head) = self.paths[p].queue.front().filter(|x| x.seq == self.next) {
+                if head.ready > now {
+                    self.wake = Some(head.ready);
+                    return None;
+                }
+                let len = head.len;
                 self.sched.update(len);
                 return Some(self.pop(p));
             }
@@ -196,6 +226,11 @@ impl<P> SequenceReceiver<P> {
                     .front()
                     .is_some_and(|x| x.seq == self.next)
             }) {
+                let ready = self.paths[i].queue.front().map_or(now, |x| x.ready);
+                if ready > now {
+                    self.wake = Some(ready);
+                    return None;
+                }
                 return Some(self.pop(i));
             }
             if self.total_buffered == 0 {
@@ -227,7 +262,11 @@ impl<P> SequenceReceiver<P> {
             let since = *self.gap_since.get_or_insert(now);
             if self.total_buffered >= self.limit {
                 self.stats.forced_skips += 1;
-            } else if self.hold.is_some_and(|h| now >= since + h) {
+            } else if let Some(h) = self.gap_hold(now) {
+                if now < since + h {
+                    self.wake = Some(since + h);
+                    return None;
+                }
                 self.stats.hold_skips += 1;
             } else {
                 return None;
@@ -236,12 +275,15 @@ impl<P> SequenceReceiver<P> {
         }
     }
 
-    /// When the open gap's hold timer expires.
+    /// The gap hold timer: the configured hold plus the delay skew of the paths in use.
+    fn gap_hold(&self, now: Instant) -> Option<Duration> {
+        self.hold.map(|h| h + self.equalizer.skew(now))
+    }
+
+    /// When the open gap's hold timer expires, or the packet due next may be delivered (as of
+    /// the last [`poll_deliver`](Self::poll_deliver)).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (self.gap_since, self.hold) {
-            (Some(since), Some(h)) if self.total_buffered > 0 => Some(since + h),
-            _ => None,
-        }
+        self.wake
     }
 
     /// Payload bytes buffered for `path`.
@@ -314,6 +356,47 @@ mod tests {
         let t = r.poll_timeout().unwrap();
         assert_eq!(deliver_all(&mut r, t), vec![3]);
         assert_eq!(r.stats().lost, 3);
+    }
+
+    fn ms(v: u64) -> Instant {
+        Instant::from_nanos(v * 1_000_000)
+    }
+
+    #[test]
+    fn equalisation_holds_fast_path_arrivals_for_the_skew() {
+        let mut r = receiver(Some(Duration::from_millis(5)));
+        r.set_path_delay(PathId(0), Some(Duration::from_millis(10)));
+        r.set_path_delay(PathId(1), Some(Duration::from_millis(60)));
+        // The slow path's packet goes at once; the fast path's waits out the 50 ms skew.
+        r.handle_data(ms(0), PathId(1), Some(0), 100, 0);
+        r.handle_data(ms(1), PathId(0), Some(1), 100, 1);
+        assert_eq!(deliver_all(&mut r, ms(1)), vec![0]);
+        assert_eq!(r.poll_timeout(), Some(ms(51)));
+        assert!(deliver_all(&mut r, ms(50)).is_empty());
+        assert_eq!(deliver_all(&mut r, ms(51)), vec![1]);
+        assert_eq!(r.poll_timeout(), None);
+        // A gap waits for the configured hold plus the skew (5 + 50 ms) before it is a loss.
+        r.handle_data(ms(100), PathId(1), Some(3), 100, 3);
+        assert!(deliver_all(&mut r, ms(100)).is_empty());
+        assert_eq!(r.poll_timeout(), Some(ms(155)));
+        assert!(deliver_all(&mut r, ms(154)).is_empty());
+        assert_eq!(deliver_all(&mut r, ms(155)), vec![3]);
+        assert_eq!(r.stats().lost, 1);
+    }
+
+    #[test]
+    fn without_equalisation_arrivals_go_at_once() {
+        let mut c = ResequencerConfig::new(
+            ResequenceMode::Sequence,
+            SchedulerConfig::new(SchedulerKind::Rr, vec![1, 1]),
+        );
+        c.equalize_delay = false;
+        let mut r = SequenceReceiver::new(&c).unwrap();
+        r.set_path_delay(PathId(0), Some(Duration::from_millis(10)));
+        r.set_path_delay(PathId(1), Some(Duration::from_millis(60)));
+        r.handle_data(ms(0), PathId(1), Some(0), 100, 0);
+        r.handle_data(ms(1), PathId(0), Some(1), 100, 1);
+        assert_eq!(deliver_all(&mut r, ms(1)), vec![0, 1]);
     }
 
     #[test]
