@@ -23,6 +23,11 @@ pub trait Tunnel {
     fn client_addr(&self) -> Ipv4Addr;
     /// Address of the tunnel device in the server namespace (the bulk TCP's destination).
     fn server_addr(&self) -> Ipv4Addr;
+    /// Both ends' own view of the run (`braid status --json` of client and server), taken
+    /// after the transfer; `None` if the tunnel has nothing to say.
+    fn status(&self) -> Option<serde_json::Value> {
+        None
+    }
     /// Stop both ends.
     fn stop(self: Box<Self>) -> Result<(), LabError>;
 }
@@ -120,6 +125,10 @@ pub struct VariantReport {
     pub flows: Vec<FlowReport>,
     /// Emulator counters of every path during this variant (empty in direct mode).
     pub emulator: Vec<PathCounters>,
+    /// `braid`: both daemons' status after the transfer (`{"client": ..., "server": ...}`,
+    /// as `braid status --json`): per-path RTT, loss, rates, and the receivers' counters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tunnel_status: Option<serde_json::Value>,
 }
 
 /// What the report says about a path.
@@ -622,8 +631,11 @@ fn braid_variant(
         congestion: scenario.congestion_control.clone(),
     };
     let result = transfer("braid", scenario, testbed, &[flow], observer);
+    let status = tunnel.status();
     let stopped = tunnel.stop();
     let r = result?;
     stopped?;
-    Ok(from_bulk(&r, &[0]))
+    let mut report = from_bulk(&r, &[0]);
+    report.tunnel_status = status;
+    Ok(report)
 }

@@ -285,16 +285,13 @@ impl<P> Striper<P> {
     }
 
     /// In mode `sequence`, the path for a small packet: the active one with the least delay
-    /// (only once delays are known).
+    /// among those whose delay is known (zero means not measured yet).
     fn small_packet_path(&self, len: u32) -> Option<PathId> {
         if !self.sequence_numbers || len > SMALL_PACKET_BYTES {
             return None;
         }
-        if self.path_delay.iter().all(|d| d.is_zero()) {
-            return None;
-        }
         (0..self.paths.len())
-            .filter(|&i| self.sched.is_active(PathId(i as u8)))
+            .filter(|&i| self.sched.is_active(PathId(i as u8)) && !self.path_delay[i].is_zero())
             .min_by_key(|&i| self.path_delay[i])
             .map(|i| PathId(i as u8))
     }

@@ -139,8 +139,13 @@ impl Endpoint {
                 if let Some(g) = &mut self.grantor {
                     g.on_data(path, len);
                 }
-                self.receiver
-                    .handle_data(now, path, seq, len, payload.to_vec());
+                if is_pure_tcp_ack(payload) {
+                    self.receiver
+                        .handle_data_unheld(now, path, seq, len, payload.to_vec());
+                } else {
+                    self.receiver
+                        .handle_data(now, path, seq, len, payload.to_vec());
+                }
             }
             Repr::Marker(m) => {
                 if m.path != path || path.index() >= self.paths() {
@@ -225,5 +230,60 @@ impl Endpoint {
         .into_iter()
         .flatten()
         .min()
+    }
+}
+
+/// Whether an IP packet is a pure TCP acknowledgement: no payload, no SYN, FIN or RST. No
+/// transport takes an RTT sample from one (only what it acknowledges is timed), so the
+/// receiver's delay equalisation may let it through at once: the acknowledgements of a bulk
+/// transfer then ride the fastest path at its own delay, while everything that is timed (data,
+/// and the handshake BBR seeds its minimum RTT from) sees the slowest path's.
+pub fn is_pure_tcp_ack(packet: &[u8]) -> bool {
+    match etherparse::SlicedPacket::from_ip(packet) {
+        Ok(etherparse::SlicedPacket {
+            transport: Some(etherparse::TransportSlice::Tcp(tcp)),
+            ..
+        }) => tcp.payload().is_empty() && !tcp.syn() && !tcp.fin() && !tcp.rst(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_pure_tcp_ack;
+
+    /// An IPv4 TCP segment with the given flags byte and payload (checksums left zero).
+    fn tcp4(flags: u8, payload: &[u8]) -> Vec<u8> {
+        let total = 40 + payload.len();
+        let mut p = vec![0u8; total];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        p[8] = 64;
+        p[9] = 6;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[32] = 5 << 4;
+        p[33] = flags;
+        p[40..].copy_from_slice(payload);
+        p
+    }
+
+    const ACK: u8 = 0x10;
+    const SYN: u8 = 0x02;
+    const FIN: u8 = 0x01;
+
+    #[test]
+    fn only_bare_acknowledgements_are_pure_acks() {
+        assert!(is_pure_tcp_ack(&tcp4(ACK, &[])));
+        assert!(!is_pure_tcp_ack(&tcp4(ACK, b"data")));
+        assert!(!is_pure_tcp_ack(&tcp4(SYN, &[])));
+        assert!(!is_pure_tcp_ack(&tcp4(SYN | ACK, &[])));
+        assert!(!is_pure_tcp_ack(&tcp4(FIN | ACK, &[])));
+        // UDP, garbage and truncated packets are not.
+        let mut udp = tcp4(0, &[]);
+        udp[9] = 17;
+        assert!(!is_pure_tcp_ack(&udp));
+        assert!(!is_pure_tcp_ack(&[0xff; 3]));
+        assert!(!is_pure_tcp_ack(&tcp4(ACK, &[])[..30]));
     }
 }

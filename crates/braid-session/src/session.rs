@@ -15,7 +15,8 @@
 //! - **Rekey.** The initiator runs a new handshake every `rekey_after`; the old keys stay valid
 //!   for receiving for `keep_previous_keys`, so packets in flight are not lost.
 //! - **Liveness.** Every `probe_interval` both ends probe every path; the answer gives the RTT and
-//!   a loss estimate. A path with nothing authenticated received for `dead_after` is taken out of
+//!   a loss estimate. A path with nothing authenticated received for `dead_after` (plus its base
+//!   RTT, or 1 s before one is measured, so a long path's first answer is waited for) is taken out of
 //!   the rotation at both halves of the endpoint; any authenticated packet on it puts it back.
 //!
 //! # Polling
@@ -257,6 +258,9 @@ impl MinRtt {
     }
 }
 
+/// Added to `dead_after` for a path whose RTT has not been measured yet.
+const UNMEASURED_RTT_SLACK: Duration = Duration::from_secs(1);
+
 /// Largest inner packet: the bond's data plus headers.
 const INNER_MAX: usize = 65_535;
 
@@ -312,7 +316,7 @@ impl Session {
             cfg,
         };
         if let Some(p) = s.cfg.bond.clone() {
-            s.adopt_params(p, now);
+            s.adopt_params(p, now, None);
         }
         s
     }
@@ -341,7 +345,10 @@ impl Session {
         r
     }
 
-    fn adopt_params(&mut self, p: BondParams, now: Instant) {
+    /// Run the bond `p`. A responder (`heard_on` = the handshake's path) starts with only that
+    /// path in the rotation: it does not know where the others end until their first
+    /// authenticated packet, and what it striped onto them before would be lost.
+    fn adopt_params(&mut self, p: BondParams, now: Instant, heard_on: Option<PathId>) {
         if self.params.as_ref() == Some(&p) {
             return;
         }
@@ -351,12 +358,21 @@ impl Session {
             credits: p.credits(),
         };
         match Endpoint::new(&config) {
-            Ok(e) => {
+            Ok(mut e) => {
                 self.paths = (0..p.rates_bps.len())
-                    .map(|_| PathState {
-                        up: true,
-                        last_rx: Some(now),
-                        ..PathState::default()
+                    .map(|i| {
+                        let known = heard_on.is_none_or(|h| h.index() == i);
+                        if !known {
+                            e.set_path_active(PathId(i as u8), false);
+                        }
+                        PathState {
+                            up: known,
+                            last_rx: known.then_some(now),
+                            // Measure every path at once: the receiver's delay equalisation
+                            // needs each path's delay before data reaches it.
+                            probe_due: known,
+                            ..PathState::default()
+                        }
                     })
                     .collect();
                 self.endpoint = Some(e);
@@ -513,7 +529,7 @@ impl Session {
             return Err(self.drop(DropReason::BadHandshake));
         };
         self.last_init_timestamp = ts;
-        self.adopt_params(params, now);
+        self.adopt_params(params, now, Some(path));
         let keys = self.new_keyset(now, local_index, sender_index, transport);
         self.install_keys(now, keys);
         let outer = Outer::HandshakeResponse {
@@ -852,9 +868,12 @@ impl Session {
             if established {
                 p.probe_due = true;
             }
+            // A long path's first answer takes its RTT to come back: allow the path's base RTT
+            // on top (1 s until one is measured), or a 300 ms path would flap at every start.
+            let allowed = self.cfg.dead_after + p.min_rtt.get().unwrap_or(UNMEASURED_RTT_SLACK);
             let silent = p
                 .last_rx
-                .is_none_or(|t| now.saturating_duration_since(t) > self.cfg.dead_after);
+                .is_none_or(|t| now.saturating_duration_since(t) > allowed);
             if established && p.up && silent {
                 p.up = false;
                 p.down_events += 1;

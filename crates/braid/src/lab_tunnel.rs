@@ -98,6 +98,17 @@ impl TunnelLauncher for DaemonLauncher {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if established(&dir.join("client.sock")) {
+                // Give every path its first RTT sample (a long path's takes its RTT), as a
+                // tunnel that has been up a moment would have: the transfer should measure the
+                // bond, not its first second.
+                let measured_by = Instant::now() + Duration::from_secs(3);
+                while Instant::now() < measured_by
+                    && ![dir.join("client.sock"), dir.join("server.sock")]
+                        .iter()
+                        .all(|s| all_paths_measured(s))
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
                 return Ok(Box::new(tunnel));
             }
             for c in &mut tunnel.children {
@@ -119,11 +130,22 @@ impl TunnelLauncher for DaemonLauncher {
     }
 }
 
-fn established(socket: &Path) -> bool {
+fn status(socket: &Path) -> Option<serde_json::Value> {
     braid_daemon::control::query_status(socket)
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .is_some_and(|v| v["session"]["established"] == true)
+}
+
+fn all_paths_measured(socket: &Path) -> bool {
+    status(socket).is_some_and(|v| {
+        v["session"]["paths"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty() && p.iter().all(|p| p["rtt_ms"].is_number()))
+    })
+}
+
+fn established(socket: &Path) -> bool {
+    status(socket).is_some_and(|v| v["session"]["established"] == true)
 }
 
 fn logs(dir: &Path) -> String {
@@ -148,6 +170,13 @@ impl Tunnel for DaemonTunnel {
 
     fn server_addr(&self) -> Ipv4Addr {
         TUNNEL_SERVER_ADDR
+    }
+
+    fn status(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({
+            "client": status(&self.dir.join("client.sock")),
+            "server": status(&self.dir.join("server.sock")),
+        }))
     }
 
     fn stop(mut self: Box<Self>) -> Result<(), LabError> {

@@ -85,14 +85,15 @@ pub struct ResequencerConfig {
 }
 
 impl ResequencerConfig {
-    /// Defaults: 100 ms hold, 4 MiB buffer, delay equalisation on.
+    /// Defaults: 100 ms hold, 4 MiB buffer, no delay equalisation (the papers' receiver; the
+    /// daemon turns it on).
     pub fn new(mode: ResequenceMode, scheduler: SchedulerConfig) -> Self {
         ResequencerConfig {
             mode,
             scheduler,
             hold: Some(Duration::from_millis(100)),
             buffer_limit_bytes: 4 << 20,
-            equalize_delay: true,
+            equalize_delay: false,
         }
     }
 }
@@ -195,6 +196,23 @@ impl<P> Resequencer<P> {
         payload: P,
     ) {
         dispatch!(self, r => r.handle_data(now, path, seq, len, payload))
+    }
+
+    /// A data packet that delay equalisation must not hold (a pure TCP acknowledgement: no
+    /// RTT sample is taken from it); in modes other than `sequence` the same as
+    /// [`handle_data`](Self::handle_data).
+    pub fn handle_data_unheld(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        seq: Option<u64>,
+        len: u32,
+        payload: P,
+    ) {
+        match self {
+            Resequencer::Sequence(r) => r.handle_data_unheld(now, path, seq, len, payload),
+            _ => self.handle_data(now, path, seq, len, payload),
+        }
     }
 
     /// A marker arrived on `path`.

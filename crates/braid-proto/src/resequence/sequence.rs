@@ -110,6 +110,31 @@ impl<P> SequenceReceiver<P> {
         len: u32,
         payload: P,
     ) {
+        self.arrive(now, path, seq, len, payload, true);
+    }
+
+    /// A data packet that delay equalisation must not hold: one no transport takes an RTT
+    /// sample from (a pure TCP acknowledgement). It still waits for what precedes it.
+    pub fn handle_data_unheld(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        seq: Option<u64>,
+        len: u32,
+        payload: P,
+    ) {
+        self.arrive(now, path, seq, len, payload, false);
+    }
+
+    fn arrive(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        seq: Option<u64>,
+        len: u32,
+        payload: P,
+        equalize: bool,
+    ) {
         let (Some(seq), true) = (seq, path.index() < self.paths.len()) else {
             self.stats.invalid_dropped += 1;
             return;
@@ -126,7 +151,11 @@ impl<P> SequenceReceiver<P> {
             self.stats.overflow_dropped += 1;
             return;
         }
-        let ready = self.equalizer.on_data(now, path);
+        let ready = if equalize {
+            self.equalizer.ready_at(now, path)
+        } else {
+            now
+        };
         let rx = &mut self.paths[path.index()];
         let item = SeqRx {
             seq,
@@ -262,7 +291,7 @@ impl<P> SequenceReceiver<P> {
             let since = *self.gap_since.get_or_insert(now);
             if self.total_buffered >= self.limit {
                 self.stats.forced_skips += 1;
-            } else if let Some(h) = self.gap_hold(now) {
+            } else if let Some(h) = self.gap_hold() {
                 if now < since + h {
                     self.wake = Some(since + h);
                     return None;
@@ -275,9 +304,15 @@ impl<P> SequenceReceiver<P> {
         }
     }
 
-    /// The gap hold timer: the configured hold plus the delay skew of the paths in use.
-    fn gap_hold(&self, now: Instant) -> Option<Duration> {
-        self.hold.map(|h| h + self.equalizer.skew(now))
+    /// The gap hold timer: the configured hold plus the delay skew of the paths in use
+    /// ([`equalize::UNKNOWN_SKEW`](super::equalize::UNKNOWN_SKEW) until they are measured).
+    fn gap_hold(&self) -> Option<Duration> {
+        self.hold.map(|h| {
+            h + self
+                .equalizer
+                .skew()
+                .unwrap_or(super::equalize::UNKNOWN_SKEW)
+        })
     }
 
     /// When the open gap's hold timer expires, or the packet due next may be delivered (as of
@@ -314,6 +349,7 @@ mod tests {
             SchedulerConfig::new(SchedulerKind::Rr, vec![1, 1]),
         );
         c.hold = hold;
+        c.equalize_delay = true;
         SequenceReceiver::new(&c).unwrap()
     }
 
@@ -351,11 +387,28 @@ mod tests {
     #[test]
     fn hold_timer_closes_a_gap() {
         let mut r = receiver(Some(Duration::from_millis(5)));
+        r.set_path_delay(PathId(0), Some(Duration::ZERO));
+        r.set_path_delay(PathId(1), Some(Duration::ZERO));
         r.handle_data(Instant::ZERO, PathId(1), Some(3), 100, 3);
         assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
         let t = r.poll_timeout().unwrap();
+        assert_eq!(t, Instant::from_nanos(5_000_000));
         assert_eq!(deliver_all(&mut r, t), vec![3]);
         assert_eq!(r.stats().lost, 3);
+    }
+
+    #[test]
+    fn an_unmeasured_path_in_use_stretches_the_gap_timer() {
+        let mut r = receiver(Some(Duration::from_millis(5)));
+        r.set_path_delay(PathId(0), Some(Duration::from_millis(10)));
+        // Path 1 carries data but its delay is not known yet: its skew could be anything.
+        r.handle_data(Instant::ZERO, PathId(1), Some(3), 100, 3);
+        assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
+        let expected = Duration::from_millis(5) + super::super::equalize::UNKNOWN_SKEW;
+        assert_eq!(
+            r.poll_timeout(),
+            Some(Instant::ZERO.saturating_add(expected))
+        );
     }
 
     fn ms(v: u64) -> Instant {
@@ -368,15 +421,15 @@ mod tests {
         r.set_path_delay(PathId(0), Some(Duration::from_millis(10)));
         r.set_path_delay(PathId(1), Some(Duration::from_millis(60)));
         // The slow path's packet goes at once; the fast path's waits out the 50 ms skew.
-        r.handle_data(ms(0), PathId(1), Some(0), 100, 0);
-        r.handle_data(ms(1), PathId(0), Some(1), 100, 1);
+        r.handle_data(ms(0), PathId(1), Some(0), 1000, 0);
+        r.handle_data(ms(1), PathId(0), Some(1), 1000, 1);
         assert_eq!(deliver_all(&mut r, ms(1)), vec![0]);
         assert_eq!(r.poll_timeout(), Some(ms(51)));
         assert!(deliver_all(&mut r, ms(50)).is_empty());
         assert_eq!(deliver_all(&mut r, ms(51)), vec![1]);
         assert_eq!(r.poll_timeout(), None);
         // A gap waits for the configured hold plus the skew (5 + 50 ms) before it is a loss.
-        r.handle_data(ms(100), PathId(1), Some(3), 100, 3);
+        r.handle_data(ms(100), PathId(1), Some(3), 1000, 3);
         assert!(deliver_all(&mut r, ms(100)).is_empty());
         assert_eq!(r.poll_timeout(), Some(ms(155)));
         assert!(deliver_all(&mut r, ms(154)).is_empty());
