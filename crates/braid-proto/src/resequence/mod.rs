@@ -210,7 +210,7 @@ impl<P> Resequencer<P> {
         payload: P,
     ) {
         match self {
-            Resequencer::Sequence(r) => r.handle_data_unheld(now, path, seq, len, payload),
+            Resequencer::Sequence(r) => r.arrive(now, path, seq, len, payload, false),
             _ => self.handle_data(now, path, seq, len, payload),
         }
     }

@@ -113,20 +113,9 @@ impl<P> SequenceReceiver<P> {
         self.arrive(now, path, seq, len, payload, true);
     }
 
-    /// A data packet that delay equalisation must not hold: one no transport takes an RTT
-    /// sample from (a pure TCP acknowledgement). It still waits for what precedes it.
-    pub fn handle_data_unheld(
-        &mut self,
-        now: Instant,
-        path: PathId,
-        seq: Option<u64>,
-        len: u32,
-        payload: P,
-    ) {
-        self.arrive(now, path, seq, len, payload, false);
-    }
-
-    fn arrive(
+    /// A data packet; `equalize = false` for one delay equalisation must not hold (see
+    /// [`Resequencer::handle_data_unheld`](super::Resequencer::handle_data_unheld)).
+    pub(crate) fn arrive(
         &mut self,
         now: Instant,
         path: PathId,
