@@ -139,7 +139,7 @@ impl Endpoint {
                 if let Some(g) = &mut self.grantor {
                     g.on_data(path, len);
                 }
-                if is_pure_tcp_ack(payload) {
+                if is_untimed_tcp(payload) {
                     self.receiver
                         .handle_data_unheld(now, path, seq, len, payload.to_vec());
                 } else {
@@ -233,24 +233,31 @@ impl Endpoint {
     }
 }
 
-/// Whether an IP packet is a pure TCP acknowledgement: no payload, no SYN, FIN or RST. No
-/// transport takes an RTT sample from one (only what it acknowledges is timed), so the
-/// receiver's delay equalisation may let it through at once: the acknowledgements of a bulk
-/// transfer then ride the fastest path at its own delay, while everything that is timed (data,
-/// and the handshake BBR seeds its minimum RTT from) sees the slowest path's.
-pub fn is_pure_tcp_ack(packet: &[u8]) -> bool {
+/// Whether an IP packet is one no TCP takes an RTT sample from at its arrival end, so the
+/// receiver's delay equalisation may let it through at once: a pure acknowledgement (no
+/// payload, no SYN, FIN or RST; only what it acknowledges is timed) or an opening SYN (the
+/// client times the SYN and SYN-ACK together). The acknowledgements of a bulk transfer then ride
+/// the fastest path at its own delay, and every RTT either end measures, the handshake's
+/// included (Linux seeds BBR's minimum RTT from it), is one held crossing plus one unheld one:
+/// SYN (unheld) + SYN-ACK (held) at the client, SYN-ACK (held) + ACK (unheld) at the server,
+/// data (held) + ACK (unheld) for either.
+pub fn is_untimed_tcp(packet: &[u8]) -> bool {
     match etherparse::SlicedPacket::from_ip(packet) {
         Ok(etherparse::SlicedPacket {
             transport: Some(etherparse::TransportSlice::Tcp(tcp)),
             ..
-        }) => tcp.payload().is_empty() && !tcp.syn() && !tcp.fin() && !tcp.rst(),
+        }) => {
+            let bare = tcp.payload().is_empty() && !tcp.fin() && !tcp.rst();
+            // ACK without SYN (a pure acknowledgement) or SYN without ACK (an opening SYN).
+            bare && tcp.syn() != tcp.ack()
+        }
         _ => false,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::is_pure_tcp_ack;
+    use super::is_untimed_tcp;
 
     /// An IPv4 TCP segment with the given flags byte and payload (checksums left zero).
     fn tcp4(flags: u8, payload: &[u8]) -> Vec<u8> {
@@ -273,17 +280,18 @@ mod tests {
     const FIN: u8 = 0x01;
 
     #[test]
-    fn only_bare_acknowledgements_are_pure_acks() {
-        assert!(is_pure_tcp_ack(&tcp4(ACK, &[])));
-        assert!(!is_pure_tcp_ack(&tcp4(ACK, b"data")));
-        assert!(!is_pure_tcp_ack(&tcp4(SYN, &[])));
-        assert!(!is_pure_tcp_ack(&tcp4(SYN | ACK, &[])));
-        assert!(!is_pure_tcp_ack(&tcp4(FIN | ACK, &[])));
+    fn only_bare_acknowledgements_and_opening_syns_are_untimed() {
+        assert!(is_untimed_tcp(&tcp4(ACK, &[])));
+        assert!(is_untimed_tcp(&tcp4(SYN, &[])));
+        assert!(!is_untimed_tcp(&tcp4(ACK, b"data")));
+        assert!(!is_untimed_tcp(&tcp4(SYN | ACK, &[])));
+        assert!(!is_untimed_tcp(&tcp4(FIN | ACK, &[])));
+        assert!(!is_untimed_tcp(&tcp4(0, &[])));
         // UDP, garbage and truncated packets are not.
         let mut udp = tcp4(0, &[]);
         udp[9] = 17;
-        assert!(!is_pure_tcp_ack(&udp));
-        assert!(!is_pure_tcp_ack(&[0xff; 3]));
-        assert!(!is_pure_tcp_ack(&tcp4(ACK, &[])[..30]));
+        assert!(!is_untimed_tcp(&udp));
+        assert!(!is_untimed_tcp(&[0xff; 3]));
+        assert!(!is_untimed_tcp(&tcp4(ACK, &[])[..30]));
     }
 }
