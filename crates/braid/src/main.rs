@@ -1,5 +1,6 @@
 //! The `braid` command.
 
+mod bench_cmd;
 mod daemon_cmd;
 mod lab_cmd;
 mod lab_tunnel;
@@ -47,10 +48,15 @@ enum Command {
     /// Read a private key on stdin and print its public key.
     Pubkey,
     Lab(lab_cmd::LabArgs),
-    /// The deterministic simulator: the stripe paper's experiments, or a scenario of your own.
+    /// The deterministic simulator: the papers' experiments, or a scenario of your own.
     Sim {
         #[command(subcommand)]
         command: SimCommand,
+    },
+    /// Per-packet costs of the protocol cores, measured on this machine.
+    Bench {
+        #[command(subcommand)]
+        command: bench_cmd::BenchCommand,
     },
 }
 
@@ -65,7 +71,10 @@ enum SimCommand {
     Fairness(ExperimentArgs),
     /// Theorem 5.1: time to FIFO after loss stops; misordering vs marker interval and position.
     Resync(ExperimentArgs),
-    /// All four experiments, one subdirectory of --out each.
+    /// QoSbox paper Table 1 / Figs. 8-9: JoBS on a 100 Mbit/s bottleneck, four classes with
+    /// delay, loss and rate bounds and proportional differentiation.
+    Qosbox(ExperimentArgs),
+    /// All the experiments, one subdirectory of --out each.
     All(ExperimentArgs),
     /// List the experiments.
     List,
@@ -145,6 +154,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim { command } => sim(command),
+        Command::Bench { command } => bench_cmd::run(command),
         Command::Up(args) => daemon_cmd::up(&args),
         Command::Status(args) => daemon_cmd::status(&args),
         Command::Genkey => daemon_cmd::genkey(),
@@ -197,6 +207,7 @@ fn sim(command: SimCommand) -> Result<()> {
         SimCommand::GrrWorstCase(a) => ("grr-worst-case", a),
         SimCommand::Fairness(a) => ("fairness", a),
         SimCommand::Resync(a) => ("resync", a),
+        SimCommand::Qosbox(a) => ("qosbox", a),
     };
     if run_one(name, &args.out, &args)? {
         Ok(())
