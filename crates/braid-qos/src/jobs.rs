@@ -364,6 +364,7 @@ pub struct JobsStats {
     pub dropped_unpolled: u64,
 }
 
+#[derive(Clone, Debug)]
 struct Packet<P> {
     arrival: Instant,
     len: u32,
@@ -371,11 +372,13 @@ struct Packet<P> {
 }
 
 /// A chain of classes linked by proportional ratios, with each member's weight.
+#[derive(Clone, Debug)]
 struct Chain {
     /// `(class index, weight w_i = 1 / m_i)`, `m_i` the product of the ratios above it.
     members: Vec<(usize, f64)>,
 }
 
+#[derive(Clone, Debug)]
 struct Class<P> {
     adc_ns: Option<u64>,
     /// `f_i` in bytes per second (0 without a rate bound).
@@ -442,6 +445,7 @@ impl<P> Class<P> {
 /// departures. `now` must never go backwards; if it does, elapsed times count as zero.
 ///
 /// Work conservation: `dequeue` returns a packet whenever one is queued.
+#[derive(Clone, Debug)]
 pub struct Jobs<P> {
     classes: Vec<Class<P>>,
     delay_chains: Vec<Chain>,

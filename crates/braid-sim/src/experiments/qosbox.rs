@@ -154,6 +154,8 @@ pub struct Measured {
     violations: u64,
     /// Times the link was idle with a packet queued (work conservation says never).
     idle_with_backlog: u64,
+    /// The largest busy-period loss rate of class 1 after any arrival (JoBS's `p_1`).
+    busy_loss_max: f64,
     /// Events processed.
     pub events: u64,
 }
@@ -292,6 +294,8 @@ impl Sim {
                 let now = Instant::from_nanos(self.now);
                 // Every class exists, so the packet is never handed back.
                 let _ = self.jobs.enqueue(now, ClassId(class as u8), p.len, p);
+                let p1 = self.jobs.class_status(ClassId(0), now).loss_rate;
+                self.m.busy_loss_max = self.m.busy_loss_max.max(p1);
                 while let Some(d) = self.jobs.poll_dropped() {
                     let q = d.payload;
                     let fl = &self.flows[q.flow as usize];
@@ -400,6 +404,7 @@ pub fn simulate(seed: u64, duration: Duration) -> Measured {
             cells: vec![Default::default(); windows],
             violations: 0,
             idle_with_backlog: 0,
+            busy_loss_max: 0.0,
             events: 0,
         },
         adc_ns: 8_000_000,
@@ -545,10 +550,11 @@ pub fn checks(m: &Measured, rows: &[Row]) -> Vec<(String, bool)> {
         .fold(0.0f64, f64::max);
     checks.push((
         format!(
-            "class-1 loss under 1% in every 0.5 s window (paper Fig. 8d): worst {}%",
+            "class-1 loss over the busy period never above its 1% bound: worst {}% (worst 0.5 s window: {}%)",
+            round(100.0 * m.busy_loss_max, 4),
             round(worst_window_loss, 3)
         ),
-        worst_window_loss < 1.0,
+        m.busy_loss_max <= 0.01,
     ));
     // Class 2's minimum rate: in every window where it offered at least 35 Mbit/s.
     let demanding: Vec<usize> = (0..windows)
