@@ -208,10 +208,16 @@ impl Classifier {
     /// The class of a raw IP packet (from the TUN device).
     pub fn classify(&self, packet: &[u8]) -> ClassId {
         if self.filters.is_empty() {
-            // Only the DSCP matters: no need to parse addresses and ports.
+            // Only the DSCP matters: no need to parse addresses and ports, but the same
+            // packets as `headers` accepts.
             let dscp = match packet {
-                [b0, b1, ..] if b0 >> 4 == 4 => Some(b1 >> 2),
-                [b0, b1, ..] if b0 >> 4 == 6 => Some(((b0 << 4) | (b1 >> 4)) >> 2),
+                [b0, b1, ..] if b0 >> 4 == 4 => {
+                    let ihl = usize::from(b0 & 0x0f) * 4;
+                    (ihl >= 20 && packet.len() >= ihl).then_some(b1 >> 2)
+                }
+                [b0, b1, ..] if b0 >> 4 == 6 && packet.len() >= 40 => {
+                    Some(((b0 << 4) | (b1 >> 4)) >> 2)
+                }
                 _ => None,
             };
             return dscp

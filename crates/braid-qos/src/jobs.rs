@@ -437,9 +437,9 @@ impl<P> Class<P> {
 /// packet records).
 ///
 /// # Polling
-/// For each arriving packet call [`enqueue`](Self::enqueue), then [`poll_dropped`]
-/// (Self::poll_dropped) until `None` to take back what was dropped (the arriving packet may be
-/// among them). Whenever the link can take a packet, call [`dequeue`](Self::dequeue) (or
+/// For each arriving packet call [`enqueue`](Self::enqueue), then
+/// [`poll_dropped`](Self::poll_dropped) until `None` to take back what was dropped (the
+/// arriving packet may be among them). Whenever the link can take a packet, call [`dequeue`](Self::dequeue) (or
 /// [`peek`](Self::peek) first to see what it would return). Report link-rate changes with
 /// [`set_capacity`](Self::set_capacity). There are no timers: JoBS acts only on arrivals and
 /// departures. `now` must never go backwards; if it does, elapsed times count as zero.
