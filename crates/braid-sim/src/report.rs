@@ -48,9 +48,33 @@ pub struct Row {
     /// The bound (Lemma 3.4: the largest packet).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_bytes: Option<f64>,
-    /// Loss rate during the loss period, percent.
+    /// Traffic class (QoSbox: 1 is the paper's class 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<u64>,
+    /// Traffic offered to the bottleneck, Mbit/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered_mbit: Option<f64>,
+    /// Traffic sent by the bottleneck, Mbit/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throughput_mbit: Option<f64>,
+    /// Mean queueing delay, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_ms_mean: Option<f64>,
+    /// Largest queueing delay, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_ms_max: Option<f64>,
+    /// `delay_ms_mean` over the class above's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_ratio: Option<f64>,
+    /// Loss rate, percent (resync: during the loss period).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_pct: Option<f64>,
+    /// `loss_pct` over the class above's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_ratio: Option<f64>,
+    /// Packets sent later than the class's delay bound, percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_violations_pct: Option<f64>,
     /// Marker interval in rounds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub marker_interval_rounds: Option<u64>,
@@ -159,7 +183,15 @@ impl Row {
             max_deviation_bytes: Some(0.0),
             mean_relative_deviation: Some(0.0),
             bound_bytes: Some(0.0),
+            class: Some(0),
+            offered_mbit: Some(0.0),
+            throughput_mbit: Some(0.0),
+            delay_ms_mean: Some(0.0),
+            delay_ms_max: Some(0.0),
+            delay_ratio: Some(0.0),
             loss_pct: Some(0.0),
+            loss_ratio: Some(0.0),
+            delay_violations_pct: Some(0.0),
             marker_interval_rounds: Some(0),
             marker_position: Some(String::new()),
             resync_ms: Some(0.0),

@@ -1,5 +1,6 @@
 //! The `braid` command.
 
+mod bench_cmd;
 mod daemon_cmd;
 mod lab_cmd;
 mod lab_tunnel;
@@ -47,10 +48,15 @@ enum Command {
     /// Read a private key on stdin and print its public key.
     Pubkey,
     Lab(lab_cmd::LabArgs),
-    /// The deterministic simulator: the stripe paper's experiments, or a scenario of your own.
+    /// The deterministic simulator: the papers' experiments, or a scenario of your own.
     Sim {
         #[command(subcommand)]
         command: SimCommand,
+    },
+    /// Per-packet costs of the protocol cores, measured on this machine.
+    Bench {
+        #[command(subcommand)]
+        command: bench_cmd::BenchCommand,
     },
 }
 
@@ -65,7 +71,10 @@ enum SimCommand {
     Fairness(ExperimentArgs),
     /// Theorem 5.1: time to FIFO after loss stops; misordering vs marker interval and position.
     Resync(ExperimentArgs),
-    /// All four experiments, one subdirectory of --out each.
+    /// QoSbox paper Table 1 / Figs. 8-9: JoBS on a 100 Mbit/s bottleneck, four classes with
+    /// delay, loss and rate bounds and proportional differentiation.
+    Qosbox(QosboxArgs),
+    /// All the experiments, one subdirectory of --out each.
     All(ExperimentArgs),
     /// List the experiments.
     List,
@@ -84,6 +93,21 @@ struct ExperimentArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+}
+
+#[derive(Parser, Debug)]
+struct QosboxArgs {
+    #[command(flatten)]
+    common: ExperimentArgs,
+    /// Adjust rates on every T-th arrival (QoSbox paper section 3.3).
+    #[arg(long, default_value_t = 1, value_name = "T")]
+    sample_every: u32,
+    /// Which bound gives way: loss-first (the paper's) or delay-first.
+    #[arg(long, default_value = "loss-first")]
+    relaxation: String,
+    /// While minimum rates exceed the link: greedy (greedy_alloc) or drop (Figure 4, 14-17).
+    #[arg(long, default_value = "greedy")]
+    feasibility: String,
 }
 
 #[derive(Parser, Debug)]
@@ -145,6 +169,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim { command } => sim(command),
+        Command::Bench { command } => bench_cmd::run(command),
         Command::Up(args) => daemon_cmd::up(&args),
         Command::Status(args) => daemon_cmd::status(&args),
         Command::Genkey => daemon_cmd::genkey(),
@@ -184,7 +209,10 @@ fn sim(command: SimCommand) -> Result<()> {
         SimCommand::All(args) => {
             let mut failed = Vec::new();
             for name in experiments::NAMES {
-                if !run_one(name, &args.out.join(name), &args)? {
+                let run = |seed, progress: experiments::Progress<'_>| {
+                    experiments::run(name, seed, progress).expect("name from NAMES")
+                };
+                if !run_one(name, &args.out.join(name), &args, &run)? {
                     failed.push(name);
                 }
             }
@@ -197,12 +225,40 @@ fn sim(command: SimCommand) -> Result<()> {
         SimCommand::GrrWorstCase(a) => ("grr-worst-case", a),
         SimCommand::Fairness(a) => ("fairness", a),
         SimCommand::Resync(a) => ("resync", a),
+        SimCommand::Qosbox(a) => return qosbox(&a),
     };
-    if run_one(name, &args.out, &args)? {
+    claims_held(run_one(name, &args.out, &args, &|seed, progress| {
+        experiments::run(name, seed, progress).expect("name checked")
+    })?)
+}
+
+fn claims_held(held: bool) -> Result<()> {
+    if held {
         Ok(())
     } else {
         bail!("some of the paper's claims did not hold; see the checks above")
     }
+}
+
+/// `sim qosbox`, with the JoBS settings the flags give (Table 1's service either way).
+fn qosbox(args: &QosboxArgs) -> Result<()> {
+    let mut config = braid_qos::JobsConfig::table1(experiments::qosbox::CAPACITY_BPS);
+    config.sample_every = args.sample_every;
+    config.relaxation = match args.relaxation.as_str() {
+        "loss-first" => braid_qos::Relaxation::LossFirst,
+        "delay-first" => braid_qos::Relaxation::DelayFirst,
+        other => bail!("--relaxation {other}: use loss-first or delay-first"),
+    };
+    config.feasibility = match args.feasibility.as_str() {
+        "greedy" => braid_qos::Feasibility::Greedy,
+        "drop" => braid_qos::Feasibility::Drop,
+        other => bail!("--feasibility {other}: use greedy or drop"),
+    };
+    config.validate().context("in --sample-every")?;
+    let a = &args.common;
+    claims_held(run_one("qosbox", &a.out, a, &|seed, progress| {
+        experiments::qosbox::run_with(seed, progress, &config)
+    })?)
 }
 
 fn run_scenario(args: &RunArgs) -> Result<()> {
@@ -322,7 +378,12 @@ fn run_scenario(args: &RunArgs) -> Result<()> {
 }
 
 /// Run one experiment; returns whether all its checks held.
-fn run_one(name: &str, dir: &Path, args: &ExperimentArgs) -> Result<bool> {
+fn run_one(
+    name: &str,
+    dir: &Path,
+    args: &ExperimentArgs,
+    experiment: &dyn Fn(u64, experiments::Progress<'_>) -> Output,
+) -> Result<bool> {
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {
@@ -339,7 +400,7 @@ fn run_one(name: &str, dir: &Path, args: &ExperimentArgs) -> Result<bool> {
         bar.set_length(total);
         bar.set_position(done);
     };
-    let output = experiments::run(name, args.seed, &progress).expect("name checked");
+    let output = experiment(args.seed, &progress);
     bar.finish_and_clear();
     output
         .report

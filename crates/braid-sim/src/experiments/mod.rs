@@ -1,4 +1,4 @@
-//! The stripe paper's experiments, each a function from a seed to a [`Report`] and plots.
+//! The papers' experiments, each a function from a seed to a [`Report`] and plots.
 //!
 //! | name | paper | what it shows |
 //! |---|---|---|
@@ -6,9 +6,11 @@
 //! | `grr-worst-case` | section 6.2 | alternating 1000/200-byte packets on two equal links: SRR keeps the sum, GRR does not |
 //! | `fairness` | Lemma 3.4 | `max |bytes_i - K q_i|` against the largest packet, for SRR and RFQ |
 //! | `resync` | Theorem 5.1, conference paper 6.3 | time to FIFO after loss stops, against the bound; misordering against marker interval and position |
+//! | `qosbox` | QoSbox paper Table 1, Figs. 8-9 | JoBS on a 100 Mbit/s bottleneck: delay and loss ratios, class-1 delay and loss bounds, class-2 minimum rate |
 
 pub mod fairness;
 pub mod grr_worst_case;
+pub mod qosbox;
 pub mod resync;
 pub mod stripe_throughput;
 
@@ -35,7 +37,13 @@ pub struct Output {
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 /// The experiment names.
-pub const NAMES: [&str; 4] = ["stripe-throughput", "grr-worst-case", "fairness", "resync"];
+pub const NAMES: [&str; 5] = [
+    "stripe-throughput",
+    "grr-worst-case",
+    "fairness",
+    "resync",
+    "qosbox",
+];
 
 /// Run an experiment by name.
 pub fn run(name: &str, seed: u64, progress: Progress<'_>) -> Option<Output> {
@@ -44,6 +52,7 @@ pub fn run(name: &str, seed: u64, progress: Progress<'_>) -> Option<Output> {
         "grr-worst-case" => grr_worst_case::run(seed, progress),
         "fairness" => fairness::run(seed, progress),
         "resync" => resync::run(seed, progress),
+        "qosbox" => qosbox::run(seed, progress),
         _ => return None,
     })
 }
