@@ -191,6 +191,7 @@ struct RawBond {
     queue_kb: u32,
     seed: u64,
     equalize_delay: bool,
+    retransmit: bool,
 }
 
 impl Default for RawBond {
@@ -205,6 +206,7 @@ impl Default for RawBond {
             queue_kb: 64,
             seed: 0,
             equalize_delay: true,
+            retransmit: true,
         }
     }
 }
@@ -508,6 +510,7 @@ impl Config {
                         .ok_or_else(|| invalid("[bond] credit_buffer_kb is too large".into()))?,
                     queue_limit_bytes: b.queue_kb.saturating_mul(1024),
                     equalize_delay: b.equalize_delay,
+                    retransmit: b.retransmit,
                 };
                 params
                     .validate()

@@ -163,8 +163,8 @@ impl Endpoint {
                     self.striper.handle_credit(c);
                 }
             }
-            // Liveness is the session's job.
-            Repr::Probe(_) | Repr::ProbeAck(_) => {}
+            // Liveness and retransmission are the session's job.
+            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) => {}
         }
     }
 
@@ -214,6 +214,12 @@ impl Endpoint {
         delay: Option<braid_proto::time::Duration>,
     ) {
         self.receiver.set_path_delay(path, delay);
+    }
+
+    /// How long the receiver waits for a resend once a gap's loss is certain
+    /// (`crate::retransmit`).
+    pub fn set_retransmit_grace(&mut self, grace: Option<braid_proto::time::Duration>) {
+        self.receiver.set_retransmit_grace(grace);
     }
 
     /// Whether `poll_transmit(path)` would produce a datagram.

@@ -16,6 +16,7 @@ pub mod keys;
 pub mod noise;
 pub mod params;
 pub mod replay;
+pub mod retransmit;
 pub mod session;
 
 pub use keys::{PrivateKey, PublicKey};

@@ -35,6 +35,9 @@ pub struct BondParams {
     /// `sequence`: the receivers hold fast-path arrivals so every packet sees the slowest
     /// path's delay (`braid_proto::resequence::equalize`).
     pub equalize_delay: bool,
+    /// `sequence`: resend data a path lost, named by the receiver's NACKs, on the fastest path
+    /// (`crate::retransmit`).
+    pub retransmit: bool,
 }
 
 /// Handshake payload that does not decode.
@@ -56,6 +59,8 @@ const FIXED_LEN: usize = 1 + 1 + 1 + 1 + 4 + 8 + 4 + 4 + 8 + 4 + 1;
 
 /// Flag bit: `equalize_delay`.
 const FLAG_EQUALIZE: u8 = 0x01;
+/// Flag bit: `retransmit`.
+const FLAG_RETRANSMIT: u8 = 0x02;
 
 impl BondParams {
     /// The scheduler config.
@@ -135,11 +140,14 @@ impl BondParams {
         v.extend(self.hold_ms.to_be_bytes());
         v.extend(self.credit_buffer_bytes.to_be_bytes());
         v.extend(self.queue_limit_bytes.to_be_bytes());
-        v.push(if self.equalize_delay {
-            FLAG_EQUALIZE
-        } else {
-            0
-        });
+        let mut flags = 0;
+        if self.equalize_delay {
+            flags |= FLAG_EQUALIZE;
+        }
+        if self.retransmit {
+            flags |= FLAG_RETRANSMIT;
+        }
+        v.push(flags);
         for r in &self.rates_bps {
             v.extend(r.to_be_bytes());
         }
@@ -189,7 +197,7 @@ impl BondParams {
             _ => return Err(m()),
         };
         let flags = fixed[36];
-        if flags & !FLAG_EQUALIZE != 0 {
+        if flags & !(FLAG_EQUALIZE | FLAG_RETRANSMIT) != 0 {
             return Err(m());
         }
         let n = usize::from(fixed[3]);
@@ -212,6 +220,7 @@ impl BondParams {
             credit_buffer_bytes: u64_at(24)?,
             queue_limit_bytes: u32_at(32)?,
             equalize_delay: flags & FLAG_EQUALIZE != 0,
+            retransmit: flags & FLAG_RETRANSMIT != 0,
         };
         p.validate()?;
         Ok(p)
@@ -232,6 +241,7 @@ pub(crate) fn example(paths: usize) -> BondParams {
         credit_buffer_bytes: 0,
         queue_limit_bytes: 64 * 1024,
         equalize_delay: true,
+        retransmit: true,
     }
 }
 

@@ -30,10 +30,11 @@ use crate::keys::{PrivateKey, PublicKey};
 use crate::noise::{SeededResolver, PATTERN, PROLOGUE};
 use crate::params::BondParams;
 use crate::replay::ReplayWindow;
+use crate::retransmit::{GapDetector, RetransmitRing, MAX_NACK_COUNT, MAX_REPAIRABLE_GAP};
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
 use braid_wire::outer::{self, Outer, TAG_LEN, TRANSPORT_HEADER_LEN};
-use braid_wire::{Probe, Repr};
+use braid_wire::{Nack, Packet, Probe, Repr};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
@@ -183,6 +184,10 @@ pub struct SessionStatus {
     pub resync: [u64; 4],
     /// Packets from the application dropped because the bond could not take them.
     pub send_dropped: u64,
+    /// NACKs sent: gaps seen in the peer's per-path counters (retransmission).
+    pub nacks_sent: u64,
+    /// Data packets resent because the peer's NACK named them.
+    pub retransmitted_packets: u64,
     /// Datagrams dropped, by reason.
     pub dropped: Vec<(DropReason, u64)>,
 }
@@ -287,6 +292,16 @@ pub struct Session {
     plain: Vec<u8>,
     /// The endpoint's encoded packet before sealing (sized by the endpoint, reused).
     tx_plain: Vec<u8>,
+    /// Retransmission inside the tunnel (`crate::retransmit`), if the bond has it.
+    retransmit: bool,
+    ring: RetransmitRing,
+    gaps: GapDetector,
+    /// NACKs waiting for the fastest path.
+    nacks: VecDeque<Nack>,
+    /// Data packets to resend: the path to resend on and the plaintext.
+    resend: VecDeque<(usize, Vec<u8>)>,
+    nacks_sent: u64,
+    retransmitted: u64,
 }
 
 impl Session {
@@ -313,6 +328,13 @@ impl Session {
             inner: vec![0; INNER_MAX],
             plain: vec![0; INNER_MAX],
             tx_plain: Vec::with_capacity(INNER_MAX),
+            retransmit: false,
+            ring: RetransmitRing::default(),
+            gaps: GapDetector::default(),
+            nacks: VecDeque::new(),
+            resend: VecDeque::new(),
+            nacks_sent: 0,
+            retransmitted: 0,
             cfg,
         };
         if let Some(p) = s.cfg.bond.clone() {
@@ -376,6 +398,11 @@ impl Session {
                     })
                     .collect();
                 self.endpoint = Some(e);
+                self.retransmit = p.retransmit
+                    && p.resequence == braid_proto::resequence::ResequenceMode::Sequence;
+                let n = if self.retransmit { self.paths.len() } else { 0 };
+                self.ring = RetransmitRing::new(n);
+                self.gaps = GapDetector::new(n);
                 self.params = Some(p);
             }
             Err(_) => {
@@ -452,6 +479,10 @@ impl Session {
         }
         self.current = Some(keys);
         self.handshakes += 1;
+        // Counters start again under the new keys.
+        self.ring.clear();
+        self.gaps.reset();
+        self.nacks.clear();
         // Probe at once: it confirms the keys to the peer and measures the paths.
         for p in &mut self.paths {
             p.probe_due = true;
@@ -647,6 +678,10 @@ impl Session {
         if i >= self.paths.len() {
             return Err(self.drop(DropReason::WrongPath));
         }
+        let under_current = self
+            .current
+            .as_ref()
+            .is_some_and(|k| k.local_index == index);
         let keys = [self.current.as_mut(), self.previous.as_mut()]
             .into_iter()
             .flatten()
@@ -664,6 +699,15 @@ impl Session {
             return Err(self.drop(DropReason::DecryptFailed));
         };
         keys.replay[i].update(counter);
+        if self.retransmit && under_current {
+            if let Some((first, count)) = self.gaps.on_counter(i, counter) {
+                // Repair random loss, not congestion: a drop-tail queue that overflows drops
+                // a run of a path's datagrams, and TCP must see that to back off.
+                if count <= MAX_REPAIRABLE_GAP && self.nacks.len() < 64 {
+                    self.nacks.push_back(Nack { path, first, count });
+                }
+            }
+        }
         let plain = std::mem::take(&mut self.plain);
         let result = match Repr::parse_bytes(&plain[..n]) {
             Ok(Repr::Probe(p)) if p.path == path => {
@@ -686,6 +730,8 @@ impl Session {
                     e.set_path_delay(path, one_way);
                     e.set_path_base_delay(path, Some(base_one_way));
                 }
+                self.update_retransmit_grace();
+                let st = &mut self.paths[i];
                 if let Some(k) = st.outstanding.iter().position(|&(id, _)| id == p.id) {
                     st.outstanding.remove(k);
                     st.loss *= 0.9;
@@ -693,6 +739,10 @@ impl Session {
                 Ok(())
             }
             Ok(Repr::Probe(_) | Repr::ProbeAck(_)) => Err(DropReason::BadInner),
+            Ok(Repr::Nack(n)) => {
+                self.on_nack(n);
+                Ok(())
+            }
             Ok(repr) => {
                 if let Some(e) = &mut self.endpoint {
                     e.handle_repr(now, path, repr);
@@ -814,14 +864,108 @@ impl Session {
             };
             return self.seal_repr(i, Repr::Probe(probe), out);
         }
+        if !self.nacks.is_empty() && self.nack_path() == Some(i) {
+            let n = self.nacks.pop_front().expect("not empty");
+            self.nacks_sent += 1;
+            return self.seal_repr(i, Repr::Nack(n), out);
+        }
+        if let Some(pos) = self.resend.iter().position(|&(p, _)| p == i) {
+            let (_, plain) = self.resend.remove(pos).expect("found");
+            let sealed = self.seal_recorded(i, &plain, out);
+            self.ring.recycle(plain);
+            if sealed.is_some() {
+                self.retransmitted += 1;
+            }
+            return sealed;
+        }
         let mut v = std::mem::take(&mut self.tx_plain);
         let got = self
             .endpoint
             .as_mut()
             .is_some_and(|e| e.poll_transmit(now, path, &mut v));
-        let sealed = if got { self.seal(i, &v, out) } else { None };
+        let sealed = if got {
+            self.seal_recorded(i, &v, out)
+        } else {
+            None
+        };
         self.tx_plain = v;
         sealed
+    }
+
+    /// Seal an inner packet from the endpoint (or a resend) for `path`, keeping a copy of data
+    /// packets for resending when the bond retransmits.
+    fn seal_recorded(&mut self, path: usize, plain: &[u8], out: &mut [u8]) -> Option<usize> {
+        let counter = self
+            .current
+            .as_ref()
+            .and_then(|k| k.counters.get(path).copied());
+        let sealed = self.seal(path, plain, out)?;
+        if self.retransmit && plain.get(1) == Some(&u8::from(braid_wire::Kind::Data)) {
+            if let Some(c) = counter {
+                self.ring.record(path, c, plain);
+            }
+        }
+        Some(sealed)
+    }
+
+    /// The fastest path in the rotation by base RTT, other than `avoid` if there is another.
+    fn fastest_path(&self, avoid: Option<usize>) -> Option<usize> {
+        let best = |skip: Option<usize>| {
+            self.paths
+                .iter()
+                .enumerate()
+                .filter(|&(i, p)| p.up && Some(i) != skip)
+                .min_by_key(|(_, p)| p.min_rtt.get().unwrap_or(Duration::MAX))
+                .map(|(i, _)| i)
+        };
+        best(avoid).or_else(|| best(None))
+    }
+
+    /// Where NACKs go: the fastest path, so the resend starts as soon as possible.
+    fn nack_path(&self) -> Option<usize> {
+        self.fastest_path(None)
+    }
+
+    /// The peer lost datagrams on one of our paths: resend the data among them, once, on the
+    /// fastest other path, relabelled for that path.
+    fn on_nack(&mut self, n: Nack) {
+        if !self.retransmit {
+            return;
+        }
+        let Some(target) = self.fastest_path(Some(n.path.index())) else {
+            return;
+        };
+        let count = u64::from(n.count.min(MAX_NACK_COUNT));
+        for c in n.first..n.first.saturating_add(count) {
+            let Some(mut plain) = self.ring.take(n.path.index(), c) else {
+                continue;
+            };
+            let relabelled = Packet::new_unchecked(&mut plain[..])
+                .set_path(PathId(target as u8))
+                .is_ok();
+            if relabelled && self.resend.len() < 4096 {
+                self.resend.push_back((target, plain));
+            } else {
+                self.ring.recycle(plain);
+            }
+        }
+    }
+
+    /// The receiver waits this long for a resend once a gap's loss is certain: the fastest
+    /// path's RTT and a half, plus 5 ms (the NACK's trip, the resend's, and the peer's turn).
+    fn update_retransmit_grace(&mut self) {
+        if !self.retransmit {
+            return;
+        }
+        let fastest = self
+            .paths
+            .iter()
+            .filter(|p| p.up)
+            .filter_map(|p| p.min_rtt.get())
+            .min();
+        if let (Some(rtt), Some(e)) = (fastest, self.endpoint.as_mut()) {
+            e.set_retransmit_grace(Some(rtt * 3 / 2 + Duration::from_millis(5)));
+        }
     }
 
     /// Whether `poll_transmit(path)` would produce a datagram.
@@ -831,10 +975,12 @@ impl Session {
             return true;
         }
         self.current.is_some()
-            && (self
-                .paths
-                .get(i)
-                .is_some_and(|p| !p.acks.is_empty() || p.probe_due)
+            && ((!self.nacks.is_empty() && self.nack_path() == Some(i))
+                || self.resend.iter().any(|&(p, _)| p == i)
+                || self
+                    .paths
+                    .get(i)
+                    .is_some_and(|p| !p.acks.is_empty() || p.probe_due)
                 || self.endpoint.as_ref().is_some_and(|e| e.has_transmit(path)))
     }
 
@@ -961,6 +1107,8 @@ impl Session {
                 rx.late_deliveries,
             ],
             send_dropped: self.send_dropped,
+            nacks_sent: self.nacks_sent,
+            retransmitted_packets: self.retransmitted,
             dropped: ALL_REASONS
                 .iter()
                 .map(|&r| (r, self.dropped[drop_index(r)]))

@@ -23,6 +23,7 @@ fn params(paths: usize, mode: ResequenceMode) -> BondParams {
         credit_buffer_bytes: 0,
         queue_limit_bytes: 64 * 1024,
         equalize_delay: true,
+        retransmit: true,
     }
 }
 
@@ -35,6 +36,9 @@ struct Net {
     wires: VecDeque<(Instant, usize, bool, Vec<u8>)>,
     /// Paths that drop everything.
     dead: Vec<bool>,
+    /// Client-to-server paths that drop every n-th datagram longer than 200 bytes (data).
+    drop_every: Vec<Option<u64>>,
+    sent_large: Vec<u64>,
     to_client: Vec<Vec<u8>>,
     to_server: Vec<Vec<u8>>,
     /// Every datagram sent client -> server, for replay tests.
@@ -71,6 +75,8 @@ impl Net {
                 .collect(),
             wires: VecDeque::new(),
             dead: vec![false; paths],
+            drop_every: vec![None; paths],
+            sent_large: vec![0; paths],
             to_client: Vec::new(),
             to_server: Vec::new(),
             captured: Vec::new(),
@@ -86,7 +92,12 @@ impl Net {
                 .poll_transmit(self.now, PathId(p as u8), &mut buf)
             {
                 self.captured.push((p, buf[..len].to_vec()));
-                if !self.dead[p] {
+                let mut lost = false;
+                if len > 200 {
+                    self.sent_large[p] += 1;
+                    lost = self.drop_every[p].is_some_and(|n| self.sent_large[p] % n == 0);
+                }
+                if !self.dead[p] && !lost {
                     self.wires
                         .push_back((self.now + self.delay[p], p, true, buf[..len].to_vec()));
                 }
@@ -316,7 +327,11 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
         // takes dead_after (400 ms) plus up to one probe tick (100 ms), and path 1 carries 2/3 of
         // the traffic: at most 3 packets/ms x 500 ms x 2/3 = 1000.
         let lost = next - ids.len() as u32;
-        assert!(lost <= 1000, "{mode:?}: lost {lost} of {next}");
+        assert!(
+            lost <= 1000,
+            "{mode:?}: lost {lost} of {next}: {:?}",
+            net.server.status()
+        );
     }
 }
 
@@ -391,4 +406,51 @@ fn a_long_path_is_not_reported_lossy() {
     net.dead[0] = true;
     net.step(Duration::from_secs(3));
     assert!(net.client.status().paths[0].loss_pct > 50.0);
+}
+
+#[test]
+fn what_a_lossy_path_loses_is_resent_and_nothing_is_lost() {
+    for retransmit in [true, false] {
+        let mut net = Net::new(2, ResequenceMode::Sequence);
+        if !retransmit {
+            let mut p = params(2, ResequenceMode::Sequence);
+            p.retransmit = false;
+            net.client = Session::new(
+                SessionConfig::new(
+                    Role::Initiator,
+                    PrivateKey::from_random([1; 32]),
+                    PrivateKey::from_random([2; 32]).public_key(),
+                    Some(p),
+                ),
+                Instant::ZERO,
+                [3; 32],
+                1_700_000_000_000_000_000,
+            );
+        }
+        net.established();
+        // Path 1 (25 ms) loses every 20th data packet.
+        net.drop_every[1] = Some(20);
+        let sent: Vec<Vec<u8>> = (0..3000).map(|i| packet(i, 1000)).collect();
+        let mut i = 0;
+        while i < sent.len() {
+            while i < sent.len() && net.client.can_send(sent[i].len()) {
+                assert!(net.client.send(net.now, &sent[i]));
+                i += 1;
+            }
+            net.step(Duration::from_millis(1));
+        }
+        net.step(Duration::from_millis(1000));
+        let client = net.client.status();
+        let server = net.server.status();
+        if retransmit {
+            assert_eq!(net.to_server, sent, "every packet arrives, in order");
+            assert!(server.nacks_sent > 0);
+            assert!(client.retransmitted_packets > 0);
+            assert_eq!(server.lost_packets, 0);
+        } else {
+            assert!(server.lost_packets > 0, "the loss is real without resends");
+            assert_eq!(client.retransmitted_packets, 0);
+            assert_eq!(server.nacks_sent, 0);
+        }
+    }
 }

@@ -55,6 +55,11 @@
 //!    4     8    limit_bytes u64
 //! ```
 //!
+//! Probe (kind 4), probe acknowledgement (kind 5) and NACK (kind 6) are 16 bytes exactly:
+//! version, kind, path (< 64), flags = 0, then a u32 (probe id; for a NACK the count of missing
+//! transport counters) at offset 4 and a u64 (the prober's timestamp; for a NACK the first
+//! missing counter) at offset 8.
+//!
 //! Flag bits and reserved bytes that this version does not define must be zero; a parser
 //! rejects anything else with [`Error::Reserved`] so that a later version can give them a meaning
 //! without being misread.
@@ -179,6 +184,8 @@ pub enum Kind {
     Probe = 4,
     /// The answer to a probe, echoing its id and timestamp.
     ProbeAck = 5,
+    /// A negative acknowledgement: transport counters of a path that never arrived.
+    Nack = 6,
 }
 
 impl From<Kind> for u8 {
@@ -197,6 +204,7 @@ impl TryFrom<u8> for Kind {
             3 => Ok(Kind::Feedback),
             4 => Ok(Kind::Probe),
             5 => Ok(Kind::ProbeAck),
+            6 => Ok(Kind::Nack),
             other => Err(Error::UnknownKind(other)),
         }
     }
@@ -285,7 +293,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
                 };
             }
             Kind::Marker => MARKER_LEN,
-            Kind::Probe | Kind::ProbeAck => PROBE_LEN,
+            Kind::Probe | Kind::ProbeAck | Kind::Nack => PROBE_LEN,
             Kind::Feedback => {
                 let count = usize::from(self.count()?);
                 if count > MAX_PATHS {
@@ -676,6 +684,21 @@ pub enum Repr<'a> {
     Probe(Probe),
     /// The answer to a probe, sent back on the path the probe came in on.
     ProbeAck(Probe),
+    /// Transport counters of a path that never arrived (a gap in the path's counters), so the
+    /// sender can resend the data they carried on another path. Same layout as a probe: the
+    /// count where a probe has its id, the first counter where it has its timestamp.
+    Nack(Nack),
+}
+
+/// A negative acknowledgement: `count` transport counters from `first` on `path` are missing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Nack {
+    /// The path whose datagrams went missing.
+    pub path: PathId,
+    /// The first missing transport counter.
+    pub first: u64,
+    /// How many counters from `first` are missing.
+    pub count: u32,
 }
 
 /// A probe or its acknowledgement: the id and the prober's timestamp, echoed unchanged.
@@ -758,6 +781,18 @@ impl<'a> Repr<'a> {
                     Repr::ProbeAck(probe)
                 })
             }
+            Kind::Nack => {
+                if packet.flags()? != 0 {
+                    return Err(Error::Reserved);
+                }
+                let path = packet.path()?;
+                check_path(path)?;
+                Ok(Repr::Nack(Nack {
+                    path,
+                    count: packet.probe_id()?,
+                    first: packet.probe_timestamp()?,
+                }))
+            }
         }
     }
 
@@ -774,6 +809,7 @@ impl<'a> Repr<'a> {
             Repr::Feedback(_) => Kind::Feedback,
             Repr::Probe(_) => Kind::Probe,
             Repr::ProbeAck(_) => Kind::ProbeAck,
+            Repr::Nack(_) => Kind::Nack,
         }
     }
 
@@ -783,7 +819,7 @@ impl<'a> Repr<'a> {
             Repr::Data { seq, payload, .. } => data_overhead(seq.is_some()) + payload.len(),
             Repr::Marker(_) => MARKER_LEN,
             Repr::Feedback(credits) => FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * credits.len(),
-            Repr::Probe(_) | Repr::ProbeAck(_) => PROBE_LEN,
+            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) => PROBE_LEN,
         }
     }
 
@@ -794,6 +830,7 @@ impl<'a> Repr<'a> {
             Repr::Data { path, .. } => check_path(*path),
             Repr::Marker(marker) => check_path(marker.path),
             Repr::Probe(probe) | Repr::ProbeAck(probe) => check_path(probe.path),
+            Repr::Nack(nack) => check_path(nack.path),
             Repr::Feedback(credits) => {
                 if credits.len() > MAX_PATHS {
                     return Err(Error::BadLength);
@@ -846,6 +883,12 @@ impl<'a> Repr<'a> {
                 packet.set_flags(0)?;
                 packet.set_probe_id(probe.id)?;
                 packet.set_probe_timestamp(probe.timestamp)?;
+            }
+            Repr::Nack(nack) => {
+                packet.set_path(nack.path)?;
+                packet.set_flags(0)?;
+                packet.set_probe_id(nack.count)?;
+                packet.set_probe_timestamp(nack.first)?;
             }
             Repr::Feedback(credits) => {
                 packet.set_count(u8::try_from(credits.len()).map_err(|_| Error::BadLength)?)?;
@@ -1076,15 +1119,22 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for kind in [0, 6, 0x80, 0xff] {
+        for kind in [0, 7, 0x80, 0xff] {
             assert_eq!(
                 parse(&[0x01, kind, 0x00, 0x00]),
                 Err(Error::UnknownKind(kind))
             );
         }
         assert_eq!(parse(&[0x01, 0x00]), Err(Error::UnknownKind(0)));
-        assert_eq!(Kind::try_from(6), Err(Error::UnknownKind(6)));
-        for kind in [Kind::Data, Kind::Marker, Kind::Feedback] {
+        assert_eq!(Kind::try_from(7), Err(Error::UnknownKind(7)));
+        for kind in [
+            Kind::Data,
+            Kind::Marker,
+            Kind::Feedback,
+            Kind::Probe,
+            Kind::ProbeAck,
+            Kind::Nack,
+        ] {
             assert_eq!(Kind::try_from(u8::from(kind)), Ok(kind));
         }
     }
@@ -1283,6 +1333,7 @@ mod tests {
         Feedback(Vec<Credit>),
         Probe(Probe),
         ProbeAck(Probe),
+        Nack(Nack),
     }
 
     impl Owned {
@@ -1297,6 +1348,7 @@ mod tests {
                 Owned::Feedback(credits) => Repr::Feedback(Credits::from_slice(credits)),
                 Owned::Probe(p) => Repr::Probe(*p),
                 Owned::ProbeAck(p) => Repr::ProbeAck(*p),
+                Owned::Nack(n) => Repr::Nack(*n),
             }
         }
     }
@@ -1337,6 +1389,8 @@ mod tests {
                     }
                 }
             ),
+            (arb_path(), any::<u64>(), any::<u32>())
+                .prop_map(|(path, first, count)| Owned::Nack(Nack { path, first, count })),
         ]
     }
 

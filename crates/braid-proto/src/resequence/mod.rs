@@ -233,6 +233,14 @@ impl<P> Resequencer<P> {
         }
     }
 
+    /// How long a `sequence` receiver waits for a resend once a gap's loss is certain (see
+    /// [`SequenceReceiver::set_retransmit_grace`]; ignored by the other modes).
+    pub fn set_retransmit_grace(&mut self, grace: Option<Duration>) {
+        if let Resequencer::Sequence(r) = self {
+            r.set_retransmit_grace(grace);
+        }
+    }
+
     /// The next packet to deliver, if any.
     pub fn poll_deliver(&mut self, now: Instant) -> Option<Delivery<P>> {
         dispatch!(self, r => r.poll_deliver(now))

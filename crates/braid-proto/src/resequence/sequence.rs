@@ -62,6 +62,12 @@ pub struct SequenceReceiver<P> {
     limit: u64,
     hold: Option<Duration>,
     gap_since: Option<Instant>,
+    /// Gaps below this sequence number have been certain losses (every path in the rotation
+    /// past them) since `certain_since`; they wait out the retransmit grace from then, once.
+    certain_below: u64,
+    certain_since: Instant,
+    /// With retransmission on: how long a certain loss is waited for anyway, for the resend.
+    retransmit_grace: Option<Duration>,
     equalizer: DelayEqualizer,
     /// When `poll_deliver` last said to come back: the packet `next`, already here, may go
     /// (delay equalisation), or the open gap's hold timer expires.
@@ -90,6 +96,9 @@ impl<P> SequenceReceiver<P> {
             limit: config.buffer_limit_bytes,
             hold: config.hold,
             gap_since: None,
+            certain_below: 0,
+            certain_since: Instant::ZERO,
+            retransmit_grace: None,
             equalizer,
             wake: None,
             stats: ResequencerStats::default(),
@@ -140,11 +149,18 @@ impl<P> SequenceReceiver<P> {
             self.stats.overflow_dropped += 1;
             return;
         }
-        let ready = if equalize {
+        let mut ready = if equalize {
             self.equalizer.ready_at(now, path)
         } else {
             now
         };
+        // Never hold a packet past anything later that is already here and due: a resent or
+        // late packet is behind schedule, not ahead of it.
+        for rx in &self.paths {
+            if let Some(head) = rx.queue.front().filter(|h| h.seq > seq) {
+                ready = ready.min(head.ready.max(now));
+            }
+        }
         let rx = &mut self.paths[path.index()];
         let item = SeqRx {
             seq,
@@ -177,6 +193,13 @@ impl<P> SequenceReceiver<P> {
             self.sched.set_active(path, active);
             self.equalizer.set_path_active(path, active);
         }
+    }
+
+    /// With retransmission inside the tunnel (`braid_session::retransmit`): how long to wait
+    /// for a resend once every path is past a gap, before declaring the packet lost. `None`
+    /// (the default) declares it lost at once.
+    pub fn set_retransmit_grace(&mut self, grace: Option<Duration>) {
+        self.retransmit_grace = grace;
     }
 
     /// The base (uncongested) one-way delay of `path`, or `None` if unknown: sets the hold of
@@ -274,6 +297,26 @@ impl<P> SequenceReceiver<P> {
                 .min()
                 .expect("something is buffered");
             if all_past {
+                // A resend may be on its way: wait for it a little before giving up.
+                if let Some(grace) = self.retransmit_grace {
+                    if self.next >= self.certain_below {
+                        // Everything missing below every path's highest arrival is certain
+                        // now: a FIFO path delivers nothing older later.
+                        self.certain_below = self
+                            .paths
+                            .iter()
+                            .filter(|rx| rx.active)
+                            .map(|rx| rx.highest.map_or(0, |h| h.saturating_add(1)))
+                            .min()
+                            .unwrap_or(u64::MAX)
+                            .max(self.next + 1);
+                        self.certain_since = now;
+                    }
+                    if now < self.certain_since + grace {
+                        self.wake = Some(self.certain_since + grace);
+                        return None;
+                    }
+                }
                 self.jump(resume.min(min_head));
                 continue;
             }
@@ -424,6 +467,37 @@ mod tests {
         assert!(deliver_all(&mut r, ms(154)).is_empty());
         assert_eq!(deliver_all(&mut r, ms(155)), vec![3]);
         assert_eq!(r.stats().lost, 1);
+    }
+
+    #[test]
+    fn a_certain_loss_waits_once_for_a_resend() {
+        let mut r = receiver(None);
+        r.set_retransmit_grace(Some(Duration::from_millis(20)));
+        // 0 and 2 are missing; both paths are past them.
+        r.handle_data(ms(0), PathId(0), Some(1), 1000, 1);
+        r.handle_data(ms(0), PathId(1), Some(3), 1000, 3);
+        r.handle_data(ms(0), PathId(0), Some(4), 1000, 4);
+        assert!(deliver_all(&mut r, ms(0)).is_empty());
+        assert_eq!(r.poll_timeout(), Some(ms(20)));
+        // The resend of 0 arrives within the grace, on the other path.
+        r.handle_data(ms(10), PathId(1), Some(0), 1000, 0);
+        assert_eq!(deliver_all(&mut r, ms(10)), vec![0, 1]);
+        // 2 was certain at the same moment: it waits only what is left of the same grace.
+        assert_eq!(r.poll_timeout(), Some(ms(20)));
+        assert_eq!(deliver_all(&mut r, ms(20)), vec![3, 4]);
+        assert_eq!(r.stats().lost, 1);
+    }
+
+    #[test]
+    fn a_late_packet_is_not_held_behind_what_follows_it() {
+        let mut r = receiver(None);
+        r.set_path_delay(PathId(0), Some(Duration::from_millis(10)));
+        r.set_path_delay(PathId(1), Some(Duration::from_millis(60)));
+        // 1 came on the slow path and is due at once; 0, resent on the fast path, would be
+        // held 50 ms, but nothing after it is held, so neither is it.
+        r.handle_data(ms(0), PathId(1), Some(1), 1000, 1);
+        r.handle_data(ms(5), PathId(0), Some(0), 1000, 0);
+        assert_eq!(deliver_all(&mut r, ms(5)), vec![0, 1]);
     }
 
     #[test]
