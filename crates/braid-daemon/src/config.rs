@@ -158,6 +158,7 @@ struct Raw {
     liveness: RawLiveness,
     #[serde(default)]
     control: RawControl,
+    qos: Option<braid_qos::QosConfig>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -313,6 +314,8 @@ pub struct Config {
     pub control_socket: PathBuf,
     /// Prometheus endpoint.
     pub prometheus: Option<SocketAddr>,
+    /// Per-class egress service (`[qos]`, JoBS), checked.
+    pub qos: Option<braid_qos::QosConfig>,
 }
 
 /// Bytes braid adds to an IP packet on a path: outer IP + UDP + transport header + AEAD tag +
@@ -518,6 +521,18 @@ impl Config {
                 bond = Some(params);
             }
         }
+        if let Some(q) = &raw.qos {
+            // The client checks against its bond's rate; a server learns the rate from the
+            // client's handshake, so it checks against a nominal 10 Gbit/s.
+            let bond_bps: u64 = paths.iter().map(|p| p.rate_bps).sum();
+            q.jobs_config(if bond_bps > 0 {
+                bond_bps
+            } else {
+                10_000_000_000
+            })
+            .and_then(|_| q.classifier())
+            .map_err(|e| invalid(format!("{}: {}", e.key, e.message)))?;
+        }
         let control_socket = raw
             .control
             .socket
@@ -540,6 +555,7 @@ impl Config {
             rekey_after: Duration::from_secs(l.rekey_after_s),
             control_socket,
             prometheus: raw.control.prometheus,
+            qos: raw.qos,
         })
     }
 }
@@ -619,6 +635,34 @@ rate_mbit = 5
         assert!(e.contains("unknown scheduler `wrr`"), "{e}");
         let e = parse(&client("mtu = 1480")).unwrap_err();
         assert!(e.contains("larger than the paths allow (1428"), "{e}");
+    }
+
+    #[test]
+    fn a_qos_table_is_checked_with_the_bonds_rate() {
+        let qos = r#"
+[qos]
+buffer_packets = 300
+[[qos.class]]
+name = "voice"
+dscp = [46]
+delay_bound_ms = 10.0
+loss_bound_pct = 1.0
+[[qos.class]]
+name = "bulk"
+default = true
+"#;
+        let c = parse(&client(qos)).unwrap();
+        let q = c.qos.unwrap();
+        assert_eq!(q.class_names(), vec!["voice", "bulk"]);
+        // A minimum rate the bond (25 Mbit/s) cannot give, and a bad ratio, are refused by key.
+        let e = parse(&client(&qos.replace(
+            "loss_bound_pct = 1.0",
+            "min_rate_mbit = 40.0\ndelay_ratio = 0.0",
+        )))
+        .unwrap_err();
+        assert!(e.contains("qos.class"), "{e}");
+        let e = parse(&client("[qos]\nclass = []")).unwrap_err();
+        assert!(e.contains("[[qos.class]]"), "{e}");
     }
 
     #[test]

@@ -208,6 +208,7 @@ impl Daemon {
             cfg.bond.clone(),
         );
         scfg.probe_interval = cfg.probe_interval;
+        scfg.qos = cfg.qos.clone();
         scfg.dead_after = cfg.dead_after;
         scfg.rekey_after = cfg.rekey_after;
         let clock = std::time::Instant::now();

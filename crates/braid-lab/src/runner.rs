@@ -89,6 +89,9 @@ pub struct FlowReport {
     pub tcp_info_error: Option<String>,
     /// Goodput per 100 ms, Mbit/s.
     pub series_mbit: Vec<f64>,
+    /// The DSCP the flow's packets were marked with (`braid` with the scenario's `dscp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dscp: Option<u8>,
 }
 
 /// One variant's results. `goodput_mbit`, `retransmits` and `max_stall_ms` are the keys the
@@ -454,6 +457,7 @@ fn flow_report(path: usize, f: &traffic::FlowResult) -> FlowReport {
         tcp_info: f.tcp.as_ref().ok().cloned(),
         tcp_info_error: f.tcp.as_ref().err().cloned(),
         series_mbit: f.series_mbit.clone(),
+        dscp: None,
     }
 }
 
@@ -494,6 +498,7 @@ fn tcp_flow(scenario: &Scenario, testbed: &Testbed, i: usize, port: u16) -> Flow
         bind: Some(SocketAddrV4::new(p.client_addr, 0)),
         server: SocketAddrV4::new(p.server_addr, port),
         congestion: scenario.congestion_control.clone(),
+        dscp: None,
     }
 }
 
@@ -590,6 +595,7 @@ fn mptcp_variant(
         bind: Some(SocketAddrV4::new(p0.client_addr, 0)),
         server: SocketAddrV4::new(p0.server_addr, BASE_PORT),
         congestion: scenario.congestion_control.clone(),
+        dscp: None,
     };
     let result = transfer("mptcp", scenario, testbed, &[flow], observer);
     let flushed = testbed.client().ip(&["mptcp", "endpoint", "flush"]);
@@ -624,18 +630,32 @@ fn braid_variant(
     };
     observer.note("starting the braid tunnel");
     let tunnel = launcher.start(testbed, scenario)?;
-    let flow = FlowSpec {
-        proto: StreamProto::Tcp,
-        bind: Some(SocketAddrV4::new(tunnel.client_addr(), 0)),
-        server: SocketAddrV4::new(tunnel.server_addr(), BASE_PORT),
-        congestion: scenario.congestion_control.clone(),
+    // One flow, or one per DSCP of the scenario, all at once through the tunnel.
+    let marks: Vec<Option<u8>> = if scenario.dscp.is_empty() {
+        vec![None]
+    } else {
+        scenario.dscp.iter().map(|&d| Some(d)).collect()
     };
-    let result = transfer("braid", scenario, testbed, &[flow], observer);
+    let flows: Vec<FlowSpec> = marks
+        .iter()
+        .enumerate()
+        .map(|(k, &dscp)| FlowSpec {
+            proto: StreamProto::Tcp,
+            bind: Some(SocketAddrV4::new(tunnel.client_addr(), 0)),
+            server: SocketAddrV4::new(tunnel.server_addr(), BASE_PORT + k as u16),
+            congestion: scenario.congestion_control.clone(),
+            dscp,
+        })
+        .collect();
+    let result = transfer("braid", scenario, testbed, &flows, observer);
     let status = tunnel.status();
     let stopped = tunnel.stop();
     let r = result?;
     stopped?;
-    let mut report = from_bulk(&r, &[0]);
+    let mut report = from_bulk(&r, &vec![0; flows.len()]);
+    for (f, dscp) in report.flows.iter_mut().zip(&marks) {
+        f.dscp = *dscp;
+    }
     report.tunnel_status = status;
     Ok(report)
 }

@@ -185,6 +185,11 @@ pub struct Scenario {
     pub congestion_control: Option<String>,
     /// The `[braid]` table, handed to the braid variant as it is.
     pub braid: toml::Table,
+    /// The `[qos]` table, handed to both daemons of the braid variant as their `[qos]`.
+    pub qos: Option<toml::Table>,
+    /// The braid variant's flows: one bulk TCP flow per entry, its packets marked with that
+    /// DSCP (0-63), all at once; empty: one unmarked flow.
+    pub dscp: Vec<u8>,
     /// The paths.
     pub paths: Vec<PathSpec>,
 }
@@ -281,6 +286,8 @@ struct RawScenario {
     mode: Option<Spanned<String>>,
     congestion_control: Option<Spanned<String>>,
     braid: Option<toml::Table>,
+    qos: Option<toml::Table>,
+    dscp: Option<Spanned<Vec<u8>>>,
     path: Option<Spanned<Vec<Spanned<RawPath>>>>,
 }
 
@@ -455,6 +462,17 @@ impl Validator<'_> {
         for (i, p) in paths_raw.into_inner().into_iter().enumerate() {
             paths.push(self.path(i, p, mode, duration_s)?);
         }
+        let dscp = match raw.dscp {
+            Some(d) if d.get_ref().iter().any(|&x| x > 63) || d.get_ref().len() > 8 => {
+                return Err(self.err_at(
+                    Some(d.span()),
+                    "dscp: give up to 8 DSCP values from 0 to 63, one bulk flow each, e.g. dscp = [46, 0]"
+                        .into(),
+                ));
+            }
+            Some(d) => d.into_inner(),
+            None => Vec::new(),
+        };
         Ok(Scenario {
             name: raw.name,
             duration: Duration::from_secs_f64(duration_s),
@@ -463,6 +481,8 @@ impl Validator<'_> {
             mode,
             congestion_control,
             braid: raw.braid.unwrap_or_default(),
+            qos: raw.qos,
+            dscp,
             paths,
         })
     }
@@ -779,6 +799,18 @@ gilbert_elliott = { p_good_to_bad_pct = 1, p_bad_to_good_pct = 30 }
                 loss_bad: 1.0
             }
         );
+    }
+
+    #[test]
+    fn dscp_flows_and_a_qos_table() {
+        let s = Scenario::parse(
+            "dscp = [46, 0]\n[qos]\nbuffer_packets = 100\n[[qos.class]]\nname = \"a\"\ndefault = true\n[[path]]\nrate_mbit = 5.0\n",
+        )
+        .unwrap();
+        assert_eq!(s.dscp, vec![46, 0]);
+        assert!(s.qos.unwrap().contains_key("class"));
+        let e = Scenario::parse("dscp = [64]\n[[path]]\nrate_mbit = 5.0\n").unwrap_err();
+        assert!(e.message.contains("0 to 63") && e.line == Some(1), "{e}");
     }
 
     #[test]

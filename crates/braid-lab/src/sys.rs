@@ -437,6 +437,22 @@ pub fn connect_v4(fd: &OwnedFd, addr: SocketAddrV4) -> io::Result<()> {
     .map(drop)
 }
 
+/// Set the IPv4 TOS byte (DSCP << 2) of a socket's packets.
+pub fn set_tos(fd: RawFd, tos: u8) -> io::Result<()> {
+    let v: libc::c_int = tos.into();
+    // SAFETY: `v` is a valid c_int for the duration of the call.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_TOS,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
 /// `TCP_CONGESTION`: the socket's congestion control (works on MPTCP sockets too, for every
 /// subflow). Root may choose any algorithm the kernel has, not only the allowed ones.
 pub fn set_congestion(fd: RawFd, name: &str) -> io::Result<()> {
@@ -623,6 +639,26 @@ mod tests {
             Ok(f) => assert!(f.iter().any(|(n, _)| n == "tx-generic-segmentation")),
             Err(e) => eprintln!("ethtool on lo not available here: {e}"),
         }
+    }
+
+    #[test]
+    fn the_tos_byte_is_set() {
+        let fd = stream_socket(StreamProto::Tcp).unwrap();
+        set_tos(fd.as_raw_fd(), 46 << 2).unwrap();
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `v` and `len` are valid for writes for the duration of the call.
+        let r = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_TOS,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0);
+        assert_eq!(v, 46 << 2);
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct FlowSpec {
     pub server: SocketAddrV4,
     /// Congestion control of both ends (`None`: the namespace's default).
     pub congestion: Option<String>,
+    /// DSCP to mark the sender's packets with (`None`: unmarked).
+    pub dscp: Option<u8>,
 }
 
 /// What a sender's socket said at the end of the window.
@@ -178,6 +180,9 @@ pub fn run_bulk(
                     }
                     if let Some(b) = f.bind {
                         sys::bind_v4(&fd, b)?;
+                    }
+                    if let Some(d) = f.dscp {
+                        sys::set_tos(fd.as_raw_fd(), d << 2)?;
                     }
                     Ok(TcpStream::from(fd))
                 })

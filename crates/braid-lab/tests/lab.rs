@@ -125,6 +125,7 @@ fn emulator_shapes_rate_and_adds_delay() {
         bind: Some(SocketAddrV4::new(p.client_addr, 0)),
         server: SocketAddrV4::new(p.server_addr, 7002),
         congestion: Some("cubic".into()),
+        dscp: None,
     };
     let r = traffic::run_bulk(
         tb.client(),
@@ -179,6 +180,7 @@ fn loss_and_outage_reach_tcp() {
                 bind: Some(SocketAddrV4::new(p.client_addr, 0)),
                 server: SocketAddrV4::new(p.server_addr, 7010 + i as u16),
                 congestion: None,
+                dscp: None,
             }
         })
         .collect();

@@ -15,6 +15,7 @@ pub mod endpoint;
 pub mod keys;
 pub mod noise;
 pub mod params;
+pub mod qos;
 pub mod replay;
 pub mod retransmit;
 pub mod session;

@@ -29,6 +29,7 @@ use crate::endpoint::{Endpoint, EndpointConfig};
 use crate::keys::{PrivateKey, PublicKey};
 use crate::noise::{SeededResolver, PATTERN, PROLOGUE};
 use crate::params::BondParams;
+use crate::qos::{ClassReport, QosShaper};
 use crate::replay::ReplayWindow;
 use crate::retransmit::{GapDetector, RetransmitRing, MAX_NACK_COUNT, MAX_REPAIRABLE_GAP};
 use braid_proto::time::{Duration, Instant};
@@ -74,6 +75,8 @@ pub struct SessionConfig {
     pub handshake_retry: Duration,
     /// Old keys stay valid for receiving this long after a rekey.
     pub keep_previous_keys: Duration,
+    /// Per-class egress service (JoBS, `crate::qos`); `None`: first come, first striped.
+    pub qos: Option<braid_qos::QosConfig>,
 }
 
 impl SessionConfig {
@@ -94,6 +97,7 @@ impl SessionConfig {
             rekey_after: Duration::from_secs(120),
             handshake_retry: Duration::from_secs(1),
             keep_previous_keys: Duration::from_secs(10),
+            qos: None,
         }
     }
 }
@@ -190,6 +194,9 @@ pub struct SessionStatus {
     pub retransmitted_packets: u64,
     /// Datagrams dropped, by reason.
     pub dropped: Vec<(DropReason, u64)>,
+    /// Per-class service when `[qos]` is on (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<ClassReport>,
 }
 
 struct KeySet {
@@ -302,6 +309,12 @@ pub struct Session {
     resend: VecDeque<(usize, Vec<u8>)>,
     nacks_sent: u64,
     retransmitted: u64,
+    /// JoBS in front of the striper, once the bond's rates are known.
+    qos: Option<QosShaper>,
+    /// When the shaper's bucket next has room for its head packet.
+    qos_wake: Option<Instant>,
+    /// The last `now` seen (for status snapshots).
+    last_now: Instant,
 }
 
 impl Session {
@@ -335,6 +348,9 @@ impl Session {
             resend: VecDeque::new(),
             nacks_sent: 0,
             retransmitted: 0,
+            qos: None,
+            qos_wake: None,
+            last_now: now,
             cfg,
         };
         if let Some(p) = s.cfg.bond.clone() {
@@ -403,6 +419,10 @@ impl Session {
                 let n = if self.retransmit { self.paths.len() } else { 0 };
                 self.ring = RetransmitRing::new(n);
                 self.gaps = GapDetector::new(n);
+                // A config the daemon validated cannot fail here; if it did, no shaping.
+                self.qos = self.cfg.qos.as_ref().and_then(|q| {
+                    QosShaper::new(q, p.rates_bps.iter().sum(), p.max_packet, now).ok()
+                });
                 self.params = Some(p);
             }
             Err(_) => {
@@ -758,6 +778,12 @@ impl Session {
     /// An IP packet from the application, to stripe. Dropped (and counted) if the bond cannot
     /// take it now: not established, or the selected path's queue is full.
     pub fn send(&mut self, now: Instant, packet: &[u8]) -> bool {
+        self.last_now = now;
+        if let (Some(q), true) = (&mut self.qos, self.current.is_some()) {
+            q.enqueue(now, packet);
+            self.pump_qos(now);
+            return true;
+        }
         let Some(e) = &mut self.endpoint else {
             self.send_dropped += 1;
             return false;
@@ -771,11 +797,28 @@ impl Session {
 
     /// Whether a packet of `len` bytes would be accepted by [`Session::send`] now.
     pub fn can_send(&self, len: usize) -> bool {
+        if self.qos.is_some() {
+            // JoBS takes everything; its buffer decides what is dropped.
+            return self.current.is_some();
+        }
         self.current.is_some()
             && self
                 .endpoint
                 .as_ref()
                 .is_some_and(|e| e.striper().can_send(len as u32))
+    }
+
+    /// Move what the shaper lets go from JoBS into the striper.
+    fn pump_qos(&mut self, now: Instant) {
+        let (Some(q), Some(e)) = (&mut self.qos, &mut self.endpoint) else {
+            return;
+        };
+        while let Some(p) = q.poll(now, |len| e.striper().can_send(len)) {
+            if e.send(now, p).is_err() {
+                self.send_dropped += 1;
+            }
+        }
+        self.qos_wake = q.poll_timeout(now);
     }
 
     /// Encrypt `plain` for `path` into `out`.
@@ -822,6 +865,9 @@ impl Session {
     /// MTU); returns its length.
     pub fn poll_transmit(&mut self, now: Instant, path: PathId, out: &mut [u8]) -> Option<usize> {
         let i = path.index();
+        if self.qos.is_some() {
+            self.pump_qos(now);
+        }
         if let Some(pos) = self.control.iter().position(|(p, _)| *p == i) {
             let (_, d) = self.control.remove(pos).expect("found");
             let n = d.len().min(out.len());
@@ -995,11 +1041,18 @@ impl Session {
         if let Some(e) = self.endpoint.as_ref().and_then(|e| e.poll_timeout()) {
             t = t.min(e);
         }
+        if let Some(q) = self.qos_wake {
+            t = t.min(q);
+        }
         Some(t)
     }
 
     /// Timers: probes, dead paths, handshake retries, rekeys, key expiry.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.last_now = now;
+        if self.qos.is_some() {
+            self.pump_qos(now);
+        }
         if now < self.next_tick {
             return;
         }
@@ -1109,6 +1162,11 @@ impl Session {
             send_dropped: self.send_dropped,
             nacks_sent: self.nacks_sent,
             retransmitted_packets: self.retransmitted,
+            classes: self
+                .qos
+                .as_ref()
+                .map(|q| q.report(self.last_now))
+                .unwrap_or_default(),
             dropped: ALL_REASONS
                 .iter()
                 .map(|&r| (r, self.dropped[drop_index(r)]))

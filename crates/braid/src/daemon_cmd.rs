@@ -168,9 +168,45 @@ pub fn status(args: &StatusArgs) -> Result<()> {
     }
     println!("{t}");
     println!(
-        "delivered {}  lost {}  misordering repairs (marker/hold/forced skips, late) {}  receiver dropped {}  bond full {}",
-        s["delivered_packets"], s["lost_packets"], s["resync"], s["receiver_dropped"], s["send_dropped"]
+        "delivered {}  lost {}  misordering repairs (marker/hold/forced skips, late) {}  receiver dropped {}  bond full {}  NACKs sent {}  resent {}",
+        s["delivered_packets"], s["lost_packets"], s["resync"], s["receiver_dropped"], s["send_dropped"],
+        s["nacks_sent"], s["retransmitted_packets"]
     );
+    if let Some(classes) = s["classes"].as_array().filter(|c| !c.is_empty()) {
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED);
+        t.set_header([
+            "class",
+            "arrivals",
+            "sent",
+            "drops",
+            "loss %",
+            "delay ms mean",
+            "delay ms max",
+            "rate Mbit/s",
+            "backlog",
+            "delay bound missed",
+            "loss bound broken",
+        ]);
+        let f =
+            |v: &serde_json::Value, d: usize| v.as_f64().map_or("-".into(), |x| format!("{x:.d$}"));
+        for c in classes {
+            t.add_row([
+                c["name"].as_str().unwrap_or("?").to_owned(),
+                c["arrivals"].to_string(),
+                c["sent"].to_string(),
+                c["drops"].to_string(),
+                f(&c["loss_pct"], 2),
+                f(&c["delay_ms_mean"], 2),
+                f(&c["delay_ms_max"], 2),
+                f(&c["service_rate_mbit"], 2),
+                c["backlog"].to_string(),
+                c["delay_bound_violations"].to_string(),
+                c["loss_bound_violations"].to_string(),
+            ]);
+        }
+        println!("per-class service (JoBS):\n{t}");
+    }
     let dropped = s["dropped"].as_array().cloned().unwrap_or_default();
     if !dropped.is_empty() {
         let list: Vec<String> = dropped

@@ -287,6 +287,19 @@ fn table(report: &LabReport) -> String {
                 .map(|f| format!("p{} {:.2}", f.path, f.goodput_mbit))
                 .collect();
             notes.push(per.join(", "));
+        } else if v.flows.iter().any(|f| f.dscp.is_some()) {
+            let per: Vec<String> = v
+                .flows
+                .iter()
+                .map(|f| {
+                    let rtt = f
+                        .tcp_info
+                        .as_ref()
+                        .map_or(String::new(), |t| format!(" rtt {:.0} ms", t.rtt_ms));
+                    format!("dscp {} {:.2}{rtt}", f.dscp.unwrap_or(0), f.goodput_mbit)
+                })
+                .collect();
+            notes.push(per.join(", "));
         }
         if let Some(s) = v
             .flows

@@ -70,6 +70,15 @@ impl TunnelLauncher for DaemonLauncher {
                 server_addr(i)
             ));
         }
+        // Both ends shape their egress with the scenario's [qos], if any.
+        let mut server = server;
+        if let Some(q) = &scenario.qos {
+            let mut t = toml::Table::new();
+            t.insert("qos".into(), toml::Value::Table(q.clone()));
+            let qos = toml::to_string(&t).map_err(|e| LabError::Traffic(e.to_string()))?;
+            server.push_str(&qos);
+            client.push_str(&qos);
+        }
         std::fs::write(dir.join("server.toml"), server).map_err(io("writing server.toml"))?;
         std::fs::write(dir.join("client.toml"), client).map_err(io("writing client.toml"))?;
         let exe = std::env::current_exe().map_err(io("finding the braid binary"))?;

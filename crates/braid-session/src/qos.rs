@@ -1,0 +1,232 @@
+//! The bond's egress shaper: the QoSbox's JoBS queue (`braid_qos`) in front of the striper,
+//! drained by a token bucket at the bond's capacity.
+//!
+//! JoBS can only give per-class delay, loss and rate guarantees where the queue builds (the
+//! QoSbox paper's section 2: the guarantees hold at the output link of the router). A bond's
+//! real bottlenecks are its paths, downstream of braid; so, as any edge shaper must, braid
+//! sends no faster than the bond can carry, by a token bucket at [`SHAPE_FRACTION`] of the
+//! summed path rates (or `[qos] rate_mbit`), charging each packet with braid's per-packet
+//! overhead. The backlog then sits in JoBS, which decides which class's packet goes next and
+//! which class loses a packet when its buffer is full. Reading from the TUN device never
+//! stops: JoBS's buffer, not the kernel's queue, is where the bond's excess is dropped.
+
+use crate::params::WIRE_OVERHEAD_BYTES;
+use braid_proto::time::{Duration, Instant};
+use braid_qos::{ClassId, Classifier, Jobs, QosConfig};
+use serde::Serialize;
+
+/// Fraction of the configured bond rate the shaper sends at, so the queue stays in braid and
+/// not in the paths' own buffers when the configured rates are a little optimistic.
+pub const SHAPE_FRACTION: f64 = 0.97;
+
+/// The token bucket holds at most this much sending time (and never less than two packets).
+const BURST: Duration = Duration::from_millis(5);
+
+/// JoBS plus its classifier and the token bucket that drains it.
+pub struct QosShaper {
+    names: Vec<String>,
+    classifier: Classifier,
+    jobs: Jobs<Vec<u8>>,
+    /// Shaping rate on the wire, bit/s.
+    rate_bps: u64,
+    tokens: f64,
+    burst: f64,
+    last: Instant,
+}
+
+/// One class in `braid status`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClassReport {
+    /// The class's name from the config.
+    pub name: String,
+    /// Packets offered.
+    pub arrivals: u64,
+    /// Packets sent on.
+    pub sent: u64,
+    /// Packets dropped (buffer overflow or to meet a delay bound).
+    pub drops: u64,
+    /// Dropped bytes over offered bytes since start, percent.
+    pub loss_pct: f64,
+    /// Mean and largest queueing delay of the sent packets, ms.
+    pub delay_ms_mean: f64,
+    /// Largest queueing delay, ms.
+    pub delay_ms_max: f64,
+    /// Service rate of the current busy period, Mbit/s.
+    pub service_rate_mbit: f64,
+    /// Packets queued now.
+    pub backlog: u32,
+    /// Packets sent later than the class's delay bound.
+    pub delay_bound_violations: u64,
+    /// Drops that took the busy period's loss rate above the class's loss bound.
+    pub loss_bound_violations: u64,
+}
+
+impl QosShaper {
+    /// A shaper for `config` on a bond of `bond_rate_bps` on the wire, carrying packets of up
+    /// to `mtu` bytes.
+    pub fn new(
+        config: &QosConfig,
+        bond_rate_bps: u64,
+        mtu: u32,
+        now: Instant,
+    ) -> Result<Self, braid_qos::config::QosConfigError> {
+        let rate_bps = config
+            .rate_mbit
+            .map_or((bond_rate_bps as f64 * SHAPE_FRACTION) as u64, |m| {
+                (m * 1e6) as u64
+            });
+        // JoBS reasons about the inner packets: its capacity is the shaping rate less braid's
+        // share of a full-size packet.
+        let inner_bps = rate_bps * u64::from(mtu) / u64::from(mtu + WIRE_OVERHEAD_BYTES);
+        let mut jobs_config = config.jobs_config(inner_bps.max(1))?;
+        jobs_config.capacity_bps = inner_bps.max(1);
+        let jobs = Jobs::new(&jobs_config).map_err(|e| braid_qos::config::QosConfigError {
+            key: "qos".into(),
+            message: e.to_string(),
+        })?;
+        let burst = (rate_bps as f64 / 8.0 * BURST.as_secs_f64())
+            .max(2.0 * f64::from(mtu + WIRE_OVERHEAD_BYTES));
+        Ok(QosShaper {
+            names: config.class_names().into_iter().map(String::from).collect(),
+            classifier: config.classifier()?,
+            jobs,
+            rate_bps: rate_bps.max(1),
+            tokens: burst,
+            burst,
+            last: now,
+        })
+    }
+
+    /// Classify and queue an IP packet; JoBS may drop it or another packet.
+    pub fn enqueue(&mut self, now: Instant, packet: &[u8]) {
+        let class = self.classifier.classify(packet);
+        let _ = self
+            .jobs
+            .enqueue(now, class, packet.len() as u32, packet.to_vec());
+        // Drops are counted by JoBS per class; the buffers are simply freed.
+        while self.jobs.poll_dropped().is_some() {}
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + dt * self.rate_bps as f64 / 8.0).min(self.burst);
+    }
+
+    /// The next packet to stripe, if the bucket and the striper (`room`) allow.
+    pub fn poll(&mut self, now: Instant, room: impl Fn(u32) -> bool) -> Option<Vec<u8>> {
+        self.refill(now);
+        let (_, len) = self.jobs.peek(now)?;
+        let cost = f64::from(len + WIRE_OVERHEAD_BYTES);
+        if self.tokens < cost || !room(len) {
+            return None;
+        }
+        let d = self.jobs.dequeue(now)?;
+        self.tokens -= cost;
+        Some(d.payload)
+    }
+
+    /// When the bucket will have room for the packet JoBS would send next.
+    pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+        let (_, len) = self.jobs.peek(now)?;
+        let missing = f64::from(len + WIRE_OVERHEAD_BYTES) - self.tokens;
+        if missing <= 0.0 {
+            return None;
+        }
+        let secs = missing * 8.0 / self.rate_bps as f64;
+        Some(now + Duration::from_secs_f64(secs).max(Duration::from_micros(50)))
+    }
+
+    /// Per-class counters for `braid status`.
+    pub fn report(&self, now: Instant) -> Vec<ClassReport> {
+        (0..self.jobs.classes())
+            .map(|i| {
+                let c = ClassId(i as u8);
+                let st = self.jobs.class_stats(c);
+                let busy = self.jobs.class_status(c, now);
+                ClassReport {
+                    name: self.names.get(i).cloned().unwrap_or_default(),
+                    arrivals: st.arrivals,
+                    sent: st.xmit,
+                    drops: st.drops(),
+                    loss_pct: st.loss_rate() * 100.0,
+                    delay_ms_mean: st.delay_mean().as_secs_f64() * 1e3,
+                    delay_ms_max: st.delay_max.as_secs_f64() * 1e3,
+                    service_rate_mbit: busy.service_rate_bps / 1e6,
+                    backlog: busy.backlog,
+                    delay_bound_violations: st.delay_bound_violations,
+                    loss_bound_violations: st.loss_bound_violations,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ipv4_with_dscp(dscp: u8, len: usize) -> Vec<u8> {
+        let mut p = vec![0u8; len];
+        p[0] = 0x45;
+        p[1] = dscp << 2;
+        p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p
+    }
+
+    #[test]
+    fn shapes_to_the_rate_and_serves_the_classes_by_jobs() {
+        let cfg: QosConfig = toml::from_str(
+            r#"
+            buffer_packets = 2000
+            [[class]]
+            name = "voice"
+            dscp = [46]
+            delay_bound_ms = 5.0
+            [[class]]
+            name = "bulk"
+            default = true
+            "#,
+        )
+        .unwrap();
+        let mut now = Instant::ZERO;
+        // 10 Mbit/s on the wire.
+        let mut s = QosShaper::new(&cfg, 10_000_000, 1400, now).unwrap();
+        for _ in 0..900 {
+            s.enqueue(now, &ipv4_with_dscp(0, 1400));
+        }
+        let mut sent_bytes = 0u64;
+        let mut voice_sent = 0;
+        let step = Duration::from_millis(1);
+        for ms in 0..1000 {
+            if ms % 20 == 0 {
+                s.enqueue(now, &ipv4_with_dscp(46, 200));
+            }
+            while let Some(p) = s.poll(now, |_| true) {
+                sent_bytes += p.len() as u64 + u64::from(WIRE_OVERHEAD_BYTES);
+                voice_sent += usize::from(p[1] >> 2 == 46);
+            }
+            if let Some(t) = s.poll_timeout(now) {
+                assert!(t > now);
+            }
+            now = now + step;
+        }
+        // About 0.97 x 10 Mbit/s for one second, plus the initial burst.
+        let mbit = sent_bytes as f64 * 8.0 / 1e6;
+        assert!((9.4..=9.9).contains(&mbit), "{mbit} Mbit");
+        assert_eq!(
+            voice_sent, 50,
+            "every voice packet went, ahead of the bulk backlog"
+        );
+        let r = s.report(now);
+        assert_eq!(r[0].name, "voice");
+        assert_eq!(r[0].drops, 0);
+        assert!(r[0].delay_ms_max < 5.0, "{r:?}");
+        assert!(r[1].backlog > 0);
+        // Nothing leaves while the striper has no room.
+        s.enqueue(now, &ipv4_with_dscp(46, 200));
+        assert!(s.poll(now + Duration::from_secs(1), |_| false).is_none());
+    }
+}
