@@ -13,7 +13,7 @@
 //! enqueue and `time / 16` for dequeue. `braid bench jobs` prints these per-call figures.
 //!
 //! Run with `cargo bench -p braid-qos --bench jobs [-- FILTER]`; figures are in
-//! `docs/benchmarks-qos.md`.
+//! `docs/benchmarks.md`.
 
 use braid_qos::workload::{Workload, DEQUEUE_BATCH, ENQUEUE_BATCH};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
