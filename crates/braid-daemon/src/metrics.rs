@@ -15,6 +15,11 @@ struct PathLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabels {
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: String,
 }
@@ -113,6 +118,78 @@ pub fn render(st: &Status) -> String {
         "send_dropped_packets",
         "Packets from the TUN the bond could not take",
         st.session.send_dropped as f64,
+    );
+    scalar(
+        &mut reg,
+        "nacks_sent",
+        "NACKs sent for gaps in the peer's per-path counters",
+        st.session.nacks_sent as f64,
+    );
+    scalar(
+        &mut reg,
+        "retransmitted_packets",
+        "Data packets resent on the peer's NACKs",
+        st.session.retransmitted_packets as f64,
+    );
+    // Per-class service (JoBS), when [qos] is on.
+    let classes = &st.session.classes;
+    let per_class = |reg: &mut Registry,
+                     name: &str,
+                     help: &str,
+                     value: &dyn Fn(&braid_session::qos::ClassReport) -> f64| {
+        if classes.is_empty() {
+            return;
+        }
+        let fam = Family::<ClassLabels, F64Gauge>::default();
+        for c in classes {
+            fam.get_or_create(&ClassLabels {
+                class: c.name.clone(),
+            })
+            .set(value(c));
+        }
+        reg.register(name, help, fam);
+    };
+    per_class(
+        &mut reg,
+        "class_arrivals",
+        "Packets offered to the class",
+        &|c| c.arrivals as f64,
+    );
+    per_class(
+        &mut reg,
+        "class_drops",
+        "Packets the class lost in JoBS",
+        &|c| c.drops as f64,
+    );
+    per_class(
+        &mut reg,
+        "class_loss_ratio",
+        "Dropped over offered bytes since start",
+        &|c| c.loss_pct / 100.0,
+    );
+    per_class(
+        &mut reg,
+        "class_delay_mean_seconds",
+        "Mean queueing delay in JoBS",
+        &|c| c.delay_ms_mean / 1e3,
+    );
+    per_class(
+        &mut reg,
+        "class_service_rate_bits_per_second",
+        "Service rate of the current busy period",
+        &|c| c.service_rate_mbit * 1e6,
+    );
+    per_class(
+        &mut reg,
+        "class_delay_bound_violations",
+        "Packets sent later than the delay bound",
+        &|c| c.delay_bound_violations as f64,
+    );
+    per_class(
+        &mut reg,
+        "class_loss_bound_violations",
+        "Drops that broke the loss bound",
+        &|c| c.loss_bound_violations as f64,
     );
     let mut out = String::new();
     let _ = encode(&mut out, &reg);

@@ -53,10 +53,25 @@ enum Command {
         #[command(subcommand)]
         command: SimCommand,
     },
+    /// Per-class service (JoBS) tools.
+    Qos {
+        #[command(subcommand)]
+        command: QosCommand,
+    },
     /// Per-packet costs of the protocol cores, measured on this machine.
     Bench {
         #[command(subcommand)]
         command: bench_cmd::BenchCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum QosCommand {
+    /// Turn a QoSbox/ALTQ JoBS configuration (the QoSbox paper's Figure 1 syntax) into the
+    /// `[qos]` table of braid.toml, printed on stdout.
+    Import {
+        /// The ALTQ configuration file (`-` for stdin).
+        file: PathBuf,
     },
 }
 
@@ -160,6 +175,31 @@ struct RunArgs {
     json: bool,
 }
 
+fn qos_import(file: &std::path::Path) -> Result<()> {
+    let text = if file == std::path::Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("reading stdin")?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let imported =
+        braid_qos::altq::import(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let mut t = toml::Table::new();
+    t.insert(
+        "qos".into(),
+        toml::Value::try_from(&imported.config).context("encoding the [qos] table")?,
+    );
+    println!(
+        "# imported from {} (ALTQ interface {}); paste into braid.toml",
+        file.display(),
+        imported.interface
+    );
+    print!(
+        "{}",
+        toml::to_string(&t).context("encoding the [qos] table")?
+    );
+    Ok(())
+}
+
 fn main() {
     // Exit quietly when stdout is closed early (`braid status | head`), like other CLI tools.
     // SAFETY: restoring the default disposition of SIGPIPE at start-up, before any threads.
@@ -170,6 +210,9 @@ fn main() {
     let result = match cli.command {
         Command::Sim { command } => sim(command),
         Command::Bench { command } => bench_cmd::run(command),
+        Command::Qos {
+            command: QosCommand::Import { file },
+        } => qos_import(&file),
         Command::Up(args) => daemon_cmd::up(&args),
         Command::Status(args) => daemon_cmd::status(&args),
         Command::Genkey => daemon_cmd::genkey(),
