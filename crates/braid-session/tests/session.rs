@@ -454,3 +454,53 @@ fn what_a_lossy_path_loses_is_resent_and_nothing_is_lost() {
         }
     }
 }
+
+#[test]
+fn with_qos_the_bond_is_shaped_and_served_by_class() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    let qos: braid_qos::QosConfig = toml::from_str(
+        "buffer_packets = 400\n[[class]]\nname = \"voice\"\ndscp = [46]\n[[class]]\nname = \"bulk\"\ndefault = true\n",
+    )
+    .unwrap();
+    let mut cfg = SessionConfig::new(
+        Role::Initiator,
+        PrivateKey::from_random([1; 32]),
+        PrivateKey::from_random([2; 32]).public_key(),
+        Some(params(2, ResequenceMode::Sequence)),
+    );
+    cfg.qos = Some(qos);
+    net.client = Session::new(cfg, Instant::ZERO, [3; 32], 1_700_000_000_000_000_000);
+    net.established();
+    // The bond is 10 + 20 Mbit/s. Offer 1000 bulk packets at once and a voice packet every ms.
+    let ip = |dscp: u8, i: u32, len: usize| {
+        let mut p = packet(i, len);
+        p[0] = 0x45;
+        p[1] = dscp << 2;
+        p
+    };
+    for i in 0..1000 {
+        assert!(net.client.send(net.now, &ip(0, i, 1200)));
+    }
+    // Shaped at 0.97 x 30 Mbit/s (plus a 5 ms burst): in 30 ms at most about 127 kB get
+    // through, where the in-memory paths alone would have carried all 480 kB queued.
+    net.step(Duration::from_millis(30));
+    let early: usize = net.to_server.iter().map(Vec::len).sum();
+    assert!(early > 0 && early <= 130_000, "{early} bytes in 30 ms");
+    for i in 0..200 {
+        net.client.send(net.now, &ip(46, 10_000 + i, 200));
+        net.step(Duration::from_millis(1));
+    }
+    net.step(Duration::from_millis(1000));
+    let st = net.client.status();
+    let (voice, bulk) = (&st.classes[0], &st.classes[1]);
+    assert_eq!((voice.name.as_str(), bulk.name.as_str()), ("voice", "bulk"));
+    assert_eq!(voice.arrivals, 200);
+    assert_eq!(voice.drops, 0);
+    // The shared 400-packet buffer cannot hold the bulk burst: JoBS dropped the excess.
+    assert!(bulk.drops >= 550, "{bulk:?}");
+    assert_eq!(
+        net.to_server.len() as u64,
+        voice.sent + bulk.sent,
+        "what JoBS sent arrived"
+    );
+}
