@@ -14,7 +14,7 @@
 //!   (`braid_wire::Repr::Nack`) on its fastest path. Longer runs are congestion (a drop-tail
 //!   queue overflowing) and are left for the transport to see.
 //! - The sender keeps the plaintext of the last data packets of each path by counter
-//!   ([`RetransmitRing`]) and resends what the NACK names, once, on the fastest path other than
+//!   ([`RetransmitRing`]: up to [`RING_PACKETS`] per path and about [`RING_BYTES`] in all) and resends what the NACK names, once, on the fastest path other than
 //!   the lossy one, with its original sequence number.
 //! - The sequence receiver waits a grace period of about one fastest-path RTT before it
 //!   declares a gap lost, and a resent packet is never held longer than what follows it; delay
@@ -26,8 +26,12 @@
 
 use std::collections::VecDeque;
 
-/// Data packets kept per path for resending.
+/// Data packets kept per path for resending, at most.
 pub const RING_PACKETS: usize = 4096;
+
+/// Bytes the copies of all paths together may take (about; a packet counted at 1500 bytes):
+/// a bond of many paths keeps fewer packets per path, never fewer than 256.
+pub const RING_BYTES: usize = 16 << 20;
 
 /// Gaps of at most this many datagrams are repaired; longer runs are left to the transport.
 /// Random loss (a radio link's) mostly takes one datagram at a time; a drop-tail queue that
@@ -44,6 +48,7 @@ pub const MAX_NACK_COUNT: u32 = 256;
 pub struct RetransmitRing {
     paths: Vec<VecDeque<(u64, Vec<u8>)>>,
     spare: Vec<Vec<u8>>,
+    per_path: usize,
 }
 
 impl RetransmitRing {
@@ -52,6 +57,7 @@ impl RetransmitRing {
         RetransmitRing {
             paths: (0..paths).map(|_| VecDeque::new()).collect(),
             spare: Vec::new(),
+            per_path: (RING_BYTES / 1500 / paths.max(1)).clamp(256, RING_PACKETS),
         }
     }
 
@@ -61,7 +67,7 @@ impl RetransmitRing {
         let Some(q) = self.paths.get_mut(path) else {
             return;
         };
-        let mut buf = if q.len() >= RING_PACKETS {
+        let mut buf = if q.len() >= self.per_path {
             q.pop_front().map(|(_, b)| b).unwrap_or_default()
         } else {
             self.spare.pop().unwrap_or_default()
