@@ -104,6 +104,10 @@ pub struct Status {
     pub udp_send_errors: u64,
     /// Seconds since start.
     pub uptime_s: f64,
+    /// CPU time the daemon has used since start, in user space (all threads).
+    pub cpu_user_s: f64,
+    /// CPU time the daemon has used since start, in the kernel on its behalf.
+    pub cpu_system_s: f64,
 }
 
 /// A path's identity in `status`.
@@ -515,6 +519,7 @@ impl Daemon {
     }
 
     fn status(&self) -> Status {
+        let cpu = net::cpu_time_s();
         let n = self.session.paths().max(self.names.len());
         Status {
             interface: self.cfg.ifname.clone(),
@@ -535,6 +540,8 @@ impl Daemon {
             tun_tx_packets: self.tun_tx,
             udp_send_errors: self.send_errors,
             uptime_s: self.clock.elapsed().as_secs_f64(),
+            cpu_user_s: cpu.0,
+            cpu_system_s: cpu.1,
         }
     }
 }

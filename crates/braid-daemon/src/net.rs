@@ -145,3 +145,15 @@ pub fn open_sockets(cfg: &Config) -> Result<Sockets, DaemonError> {
         }
     }
 }
+
+/// CPU time this process has used so far: (user, system) seconds.
+pub fn cpu_time_s() -> (f64, f64) {
+    // SAFETY: an all-zero `rusage` is a valid value; getrusage only writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a pointer to a live, writable `rusage`.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return (0.0, 0.0);
+    }
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (s(usage.ru_utime), s(usage.ru_stime))
+}
