@@ -427,10 +427,11 @@ impl Daemon {
             let m = meta[0];
             let stride = if m.stride == 0 { m.len } else { m.stride };
             let arrived_on = (self.cfg.role == Role::Initiator).then_some(PathId(i as u8));
+            // The datagrams of one receive arrived together: one clock reading for all.
+            let now = self.now();
             let mut at = 0;
             while at < m.len {
                 let end = (at + stride).min(m.len);
-                let now = self.now();
                 let datagram = &self.rx[at..end];
                 if let Ok(path) = self.session.handle_datagram(now, arrived_on, datagram) {
                     if self.cfg.role == Role::Responder {
@@ -458,6 +459,7 @@ impl Daemon {
             if let Some(b) = self.tun.queue() {
                 b.extend_from_slice(&p);
             }
+            self.session.recycle(p);
         }
     }
 
