@@ -76,8 +76,13 @@ const PRIVILEGE_HINT: &str = " (braid needs CAP_NET_ADMIN: run it as root, or gi
 
 /// Room for one datagram in the send buffer (the TUN MTU plus braid's overhead fits).
 const DATAGRAM_ROOM: usize = 2048;
-/// Datagrams per GSO send at most.
-const MAX_BATCH: usize = 32;
+/// Datagrams per GSO send at most (the kernel's UDP_MAX_SEGMENTS).
+const MAX_BATCH: usize = 64;
+/// Bytes per GSO send at most: the segments together must fit one IP packet's length field.
+const MAX_BATCH_BYTES: usize = 65_000;
+/// Receive buffers per `recvmmsg`, each for one GRO-coalesced datagram of up to 64 KiB.
+const RX_BUFFERS: usize = 4;
+const RX_BUFFER_BYTES: usize = 65_536;
 /// TUN reads (each up to [`net::TUN_BATCH`] packets) per wake-up at most.
 const MAX_TUN_READS: usize = 64;
 
@@ -243,7 +248,7 @@ impl Daemon {
             tun_tx_errors: 0,
             send_errors: 0,
             tun_readable: true,
-            rx: vec![0u8; 65_536],
+            rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
             out: vec![0u8; (MAX_BATCH + 1) * DATAGRAM_ROOM],
         })
     }
@@ -415,35 +420,42 @@ impl Daemon {
             let (Some(sock), Some(state)) = (self.sockets.get(i), self.gso.get(i)) else {
                 return;
             };
-            // One call may return several datagrams coalesced by GRO, `stride` bytes apart.
-            let mut meta = [quinn_udp::RecvMeta::default()];
+            // One call fills up to RX_BUFFERS buffers, each with one datagram or several
+            // coalesced by GRO, `stride` bytes apart.
+            let mut meta = [quinn_udp::RecvMeta::default(); RX_BUFFERS];
             let got = {
-                let mut bufs = [io::IoSliceMut::new(&mut self.rx)];
+                let mut chunks = self.rx.chunks_mut(RX_BUFFER_BYTES).map(io::IoSliceMut::new);
+                let mut bufs: [io::IoSliceMut<'_>; RX_BUFFERS] =
+                    std::array::from_fn(|_| chunks.next().expect("RX_BUFFERS chunks"));
                 state.recv(quinn_udp::UdpSockRef::from(sock), &mut bufs, &mut meta)
             };
-            if got.map_or(true, |n| n == 0) {
-                return;
-            }
-            let m = meta[0];
-            let stride = if m.stride == 0 { m.len } else { m.stride };
+            let got = match got {
+                Ok(n) if n > 0 => n.min(RX_BUFFERS),
+                _ => return,
+            };
             let arrived_on = (self.cfg.role == Role::Initiator).then_some(PathId(i as u8));
             // The datagrams of one receive arrived together: one clock reading for all.
             let now = self.now();
-            let mut at = 0;
-            while at < m.len {
-                let end = (at + stride).min(m.len);
-                let datagram = &self.rx[at..end];
-                if let Ok(path) = self.session.handle_datagram(now, arrived_on, datagram) {
-                    if self.cfg.role == Role::Responder {
-                        let p = path.index();
-                        if self.peers.len() <= p {
-                            self.peers.resize(p + 1, None);
+            for (k, m) in meta[..got].iter().enumerate() {
+                let stride = if m.stride == 0 { m.len } else { m.stride };
+                let base = k * RX_BUFFER_BYTES;
+                let mut at = 0;
+                while at < m.len.min(RX_BUFFER_BYTES) {
+                    let end = (at + stride).min(m.len).min(RX_BUFFER_BYTES);
+                    let datagram = &self.rx[base + at..base + end];
+                    if let Ok(path) = self.session.handle_datagram(now, arrived_on, datagram) {
+                        if self.cfg.role == Role::Responder {
+                            let p = path.index();
+                            if self.peers.len() <= p {
+                                self.peers.resize(p + 1, None);
+                            }
+                            // Authenticated: learn (or follow) the client's address for this
+                            // path.
+                            self.peers[p] = Some(m.addr);
                         }
-                        // Authenticated: learn (or follow) the client's address for this path.
-                        self.peers[p] = Some(m.addr);
                     }
+                    at = end;
                 }
-                at = end;
             }
             self.deliver();
         }
@@ -506,7 +518,7 @@ impl Daemon {
                 }
                 used += n;
                 count += 1;
-                if n < segment || count >= max_segments {
+                if n < segment || count >= max_segments || used + segment > MAX_BATCH_BYTES {
                     self.send_batch(sock_index, peer, used, segment, count);
                     used = 0;
                     count = 0;

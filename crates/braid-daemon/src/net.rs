@@ -266,10 +266,49 @@ fn udp_socket(family_v6: bool) -> io::Result<Socket> {
     };
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     s.set_nonblocking(true)?;
-    // Room for bursts at high rates; the kernel caps these at net.core.*mem_max.
-    let _ = s.set_recv_buffer_size(4 << 20);
-    let _ = s.set_send_buffer_size(4 << 20);
+    grow_buffers(&s);
     Ok(s)
+}
+
+/// Socket buffer bytes asked for on each UDP socket: room for bursts at high rates.
+const SOCKET_BUFFER: usize = 4 << 20;
+
+/// Ask for [`SOCKET_BUFFER`] within `net.core.{r,w}mem_max`; if that caps it, past the cap
+/// with `SO_{RCV,SND}BUFFORCE` (root or CAP_NET_ADMIN), and quietly keep what there is if that
+/// is refused too.
+fn grow_buffers(s: &Socket) {
+    // The kernel reports twice what was asked for (its bookkeeping), capped at twice the max.
+    if s.set_recv_buffer_size(SOCKET_BUFFER).is_err()
+        || s.recv_buffer_size().unwrap_or(0) < SOCKET_BUFFER
+    {
+        let _ = set_int_option(s, libc::SO_RCVBUFFORCE, SOCKET_BUFFER);
+    }
+    if s.set_send_buffer_size(SOCKET_BUFFER).is_err()
+        || s.send_buffer_size().unwrap_or(0) < SOCKET_BUFFER
+    {
+        let _ = set_int_option(s, libc::SO_SNDBUFFORCE, SOCKET_BUFFER);
+    }
+}
+
+/// `setsockopt(SOL_SOCKET, name, value)` for an integer option.
+fn set_int_option(s: &Socket, name: libc::c_int, value: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a live socket descriptor, and a pointer to a c_int with its exact size.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 type Sockets = (Vec<UdpSocket>, Vec<Option<SocketAddr>>, Vec<String>);
