@@ -365,19 +365,13 @@ impl Daemon {
         let now = self.now();
         if !self.session.is_established() {
             // Nowhere to send: drain so the kernel queue holds nothing stale (counted as dropped).
-            while let Some(p) = self.tun.pending() {
-                let _ = self.session.send(now, p);
-                self.tun.advance();
-            }
             for _ in 0..MAX_TUN_READS {
+                while let Some(p) = self.tun.pending() {
+                    let _ = self.session.send(now, p);
+                    self.tun.advance();
+                }
                 match self.tun.read() {
-                    Ok(n) => {
-                        self.tun_rx += n as u64;
-                        while let Some(p) = self.tun.pending() {
-                            let _ = self.session.send(now, p);
-                            self.tun.advance();
-                        }
-                    }
+                    Ok(n) => self.tun_rx += n as u64,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(_) => self.tun_rx_errors += 1,
                 }

@@ -94,7 +94,10 @@ impl Tun {
 
     /// The next packet of the last read that the bond has not taken, if any.
     pub fn pending(&self) -> Option<&[u8]> {
-        (self.next < self.count).then(|| &self.segs[self.next][..self.sizes[self.next]])
+        if self.next >= self.count {
+            return None;
+        }
+        self.segs.get(self.next)?.get(..*self.sizes.get(self.next)?)
     }
 
     /// The bond took [`Tun::pending`]'s packet.
