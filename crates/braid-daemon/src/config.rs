@@ -171,6 +171,12 @@ struct RawInterface {
     mtu: Option<u16>,
     #[serde(default, deserialize_with = "from_str_vec")]
     routes: Vec<Cidr>,
+    #[serde(default = "default_offload")]
+    offload: bool,
+}
+
+fn default_offload() -> bool {
+    true
 }
 
 fn default_ifname() -> String {
@@ -300,6 +306,8 @@ pub struct Config {
     pub mtu_configured: bool,
     /// Routes through the TUN.
     pub routes: Vec<Cidr>,
+    /// Ask for the TUN's offloads (TSO/USO super-packets, GRO-coalesced writes).
+    pub offload: bool,
     /// Client: the paths.
     pub paths: Vec<PathConfig>,
     /// Client: the bond parameters (with `max_packet` = the TUN MTU).
@@ -548,6 +556,7 @@ impl Config {
             mtu,
             mtu_configured: raw.interface.mtu.is_some(),
             routes: raw.interface.routes,
+            offload: raw.interface.offload,
             paths,
             bond,
             probe_interval: Duration::from_millis(l.probe_interval_ms),

@@ -24,7 +24,6 @@ use mio::{Events, Interest, Poll, Token};
 use serde::Serialize;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
@@ -77,8 +76,15 @@ const PRIVILEGE_HINT: &str = " (braid needs CAP_NET_ADMIN: run it as root, or gi
 
 /// Room for one datagram in the send buffer (the TUN MTU plus braid's overhead fits).
 const DATAGRAM_ROOM: usize = 2048;
-/// Datagrams per GSO send at most.
-const MAX_BATCH: usize = 32;
+/// Datagrams per GSO send at most (the kernel's UDP_MAX_SEGMENTS).
+const MAX_BATCH: usize = 64;
+/// Bytes per GSO send at most: the segments together must fit one IP packet's length field.
+const MAX_BATCH_BYTES: usize = 65_000;
+/// Receive buffers per `recvmmsg`, each for one GRO-coalesced datagram of up to 64 KiB.
+const RX_BUFFERS: usize = 4;
+const RX_BUFFER_BYTES: usize = 65_536;
+/// TUN reads (each up to [`net::TUN_BATCH`] packets) per wake-up at most.
+const MAX_TUN_READS: usize = 64;
 
 const TUN: Token = Token(0);
 const UDP_BASE: usize = 16;
@@ -96,14 +102,25 @@ pub struct Status {
     pub paths: Vec<PathInfo>,
     /// The session's own status.
     pub session: braid_session::SessionStatus,
-    /// Packets read from the TUN device.
+    /// Whether the TUN device runs with the kernel's offloads (TSO/USO super-packets read and
+    /// GRO-coalesced writes), or moves one packet per system call.
+    pub tun_offload: bool,
+    /// Packets read from the TUN device (segments of super-packets counted one by one).
     pub tun_rx_packets: u64,
-    /// Packets written to the TUN device.
+    /// Reads from the TUN device that failed (e.g. a super-packet that would not split).
+    pub tun_rx_errors: u64,
+    /// Packets written to the TUN device (before coalescing).
     pub tun_tx_packets: u64,
+    /// Packets in TUN write batches the kernel refused.
+    pub tun_tx_errors: u64,
     /// Datagrams the kernel would not take (sendto errors).
     pub udp_send_errors: u64,
     /// Seconds since start.
     pub uptime_s: f64,
+    /// CPU time the daemon has used since start, in user space (all threads).
+    pub cpu_user_s: f64,
+    /// CPU time the daemon has used since start, in the kernel on its behalf.
+    pub cpu_system_s: f64,
 }
 
 /// A path's identity in `status`.
@@ -118,7 +135,7 @@ pub struct PathInfo {
 struct Daemon {
     cfg: Config,
     session: Session,
-    tun: tun_rs::SyncDevice,
+    tun: net::Tun,
     mtu: u16,
     mtu_source: String,
     sockets: Vec<UdpSocket>,
@@ -131,14 +148,13 @@ struct Daemon {
     /// The metrics text the metrics thread serves, if there is a metrics endpoint.
     metrics_text: Option<Arc<Mutex<String>>>,
     next_publish: Instant,
-    /// A packet read from the TUN that the bond could not take yet.
-    held: Option<Vec<u8>>,
     clock: std::time::Instant,
     tun_rx: u64,
+    tun_rx_errors: u64,
     tun_tx: u64,
+    tun_tx_errors: u64,
     send_errors: u64,
     tun_readable: bool,
-    buf: Vec<u8>,
     /// Receive buffer for (possibly GRO-coalesced) datagrams.
     rx: Vec<u8>,
     out: Vec<u8>,
@@ -226,14 +242,14 @@ impl Daemon {
             snapshot,
             metrics_text,
             next_publish: Instant::ZERO,
-            held: None,
             clock,
             tun_rx: 0,
+            tun_rx_errors: 0,
             tun_tx: 0,
+            tun_tx_errors: 0,
             send_errors: 0,
             tun_readable: true,
-            buf: vec![0u8; 65_536],
-            rx: vec![0u8; 65_536],
+            rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
             out: vec![0u8; (MAX_BATCH + 1) * DATAGRAM_ROOM],
         })
     }
@@ -262,12 +278,14 @@ impl Daemon {
                 )
                 .unwrap_or(StdDuration::from_millis(100))
                 .min(StdDuration::from_millis(100));
-            let timeout =
-                if self.tun_readable && self.held.is_none() && self.session.is_established() {
-                    StdDuration::ZERO
-                } else {
-                    timeout
-                };
+            let timeout = if self.tun_readable
+                && self.tun.pending().is_none()
+                && self.session.is_established()
+            {
+                StdDuration::ZERO
+            } else {
+                timeout
+            };
             match poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -319,6 +337,7 @@ impl Daemon {
                 .is_ok_and(|s| s.success());
             if ok {
                 self.mtu = max;
+                self.tun.set_mtu(max);
                 self.mtu_source = "the client's, from the handshake".to_owned();
             }
         }
@@ -340,52 +359,53 @@ impl Daemon {
         }
     }
 
-    /// Read from the TUN while the bond can take packets. A packet the bond cannot take yet is
-    /// held, and reading stops until it goes, so backpressure reaches the sender through the
-    /// kernel's TUN queue.
+    /// Read from the TUN while the bond can take packets. A packet the bond cannot take yet
+    /// stays pending in the read batch with the rest of its batch behind it, and reading stops
+    /// until it goes, so backpressure reaches the sender through the kernel's TUN queue.
     fn read_tun(&mut self) {
         let now = self.now();
         if !self.session.is_established() {
             // Nowhere to send: drain so the kernel queue holds nothing stale (counted as dropped).
-            while let Ok(n) = self.tun.recv(&mut self.buf) {
-                self.tun_rx += 1;
-                let _ = self.session.send(now, &self.buf[..n]);
+            for _ in 0..MAX_TUN_READS {
+                while let Some(p) = self.tun.pending() {
+                    let _ = self.session.send(now, p);
+                    self.tun.advance();
+                }
+                match self.tun.read() {
+                    Ok(n) => self.tun_rx += n as u64,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => self.tun_rx_errors += 1,
+                }
             }
-            self.held = None;
             self.tun_readable = false;
             return;
         }
-        if let Some(p) = self.held.take() {
-            if self.session.can_send(p.len()) {
-                self.session.send(now, &p);
-            } else if p.len() > usize::from(self.mtu) {
-                // Larger than the bond carries: drop (counted by send).
-                self.session.send(now, &p);
-            } else {
-                self.held = Some(p);
-                return;
-            }
-        }
-        for _ in 0..256 {
-            match self.tun.recv(&mut self.buf) {
-                Ok(n) => {
-                    self.tun_rx += 1;
-                    if self.session.can_send(n) {
-                        self.session.send(now, &self.buf[..n]);
-                    } else {
-                        self.flush();
-                        if self.session.can_send(n) {
-                            self.session.send(now, &self.buf[..n]);
-                        } else {
-                            self.held = Some(self.buf[..n].to_vec());
-                            return;
-                        }
+        for _ in 0..MAX_TUN_READS {
+            while let Some(len) = self.tun.pending().map(<[u8]>::len) {
+                // Larger than the bond carries: send drops it (and counts it).
+                if !self.session.can_send(len) && len <= usize::from(self.mtu) {
+                    self.flush();
+                    if !self.session.can_send(len) {
+                        return;
                     }
                 }
-                Err(_) => {
+                if let Some(p) = self.tun.pending() {
+                    self.session.send(now, p);
+                }
+                self.tun.advance();
+            }
+            if !self.tun_readable {
+                return;
+            }
+            match self.tun.read() {
+                Ok(n) => self.tun_rx += n as u64,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.tun_readable = false;
                     return;
                 }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A super-packet that would not split: dropped, counted, read on.
+                Err(_) => self.tun_rx_errors += 1,
             }
         }
     }
@@ -395,50 +415,70 @@ impl Daemon {
             let (Some(sock), Some(state)) = (self.sockets.get(i), self.gso.get(i)) else {
                 return;
             };
-            // One call may return several datagrams coalesced by GRO, `stride` bytes apart.
-            let mut meta = [quinn_udp::RecvMeta::default()];
+            // One call fills up to RX_BUFFERS buffers, each with one datagram or several
+            // coalesced by GRO, `stride` bytes apart.
+            let mut meta = [quinn_udp::RecvMeta::default(); RX_BUFFERS];
             let got = {
-                let mut bufs = [io::IoSliceMut::new(&mut self.rx)];
+                let mut chunks = self.rx.chunks_mut(RX_BUFFER_BYTES).map(io::IoSliceMut::new);
+                let mut bufs: [io::IoSliceMut<'_>; RX_BUFFERS] =
+                    std::array::from_fn(|_| chunks.next().expect("RX_BUFFERS chunks"));
                 state.recv(quinn_udp::UdpSockRef::from(sock), &mut bufs, &mut meta)
             };
-            if got.map_or(true, |n| n == 0) {
-                return;
-            }
-            let m = meta[0];
-            let stride = if m.stride == 0 { m.len } else { m.stride };
+            let got = match got {
+                Ok(n) if n > 0 => n.min(RX_BUFFERS),
+                _ => return,
+            };
             let arrived_on = (self.cfg.role == Role::Initiator).then_some(PathId(i as u8));
-            let mut at = 0;
-            while at < m.len {
-                let end = (at + stride).min(m.len);
-                let now = self.now();
-                let datagram = &self.rx[at..end];
-                if let Ok(path) = self.session.handle_datagram(now, arrived_on, datagram) {
-                    if self.cfg.role == Role::Responder {
-                        let p = path.index();
-                        if self.peers.len() <= p {
-                            self.peers.resize(p + 1, None);
+            // The datagrams of one receive arrived together: one clock reading for all.
+            let now = self.now();
+            for (k, m) in meta[..got].iter().enumerate() {
+                let stride = if m.stride == 0 { m.len } else { m.stride };
+                let base = k * RX_BUFFER_BYTES;
+                let mut at = 0;
+                while at < m.len.min(RX_BUFFER_BYTES) {
+                    let end = (at + stride).min(m.len).min(RX_BUFFER_BYTES);
+                    let datagram = &self.rx[base + at..base + end];
+                    if let Ok(path) = self.session.handle_datagram(now, arrived_on, datagram) {
+                        if self.cfg.role == Role::Responder {
+                            let p = path.index();
+                            if self.peers.len() <= p {
+                                self.peers.resize(p + 1, None);
+                            }
+                            // Authenticated: learn (or follow) the client's address for this
+                            // path.
+                            self.peers[p] = Some(m.addr);
                         }
-                        // Authenticated: learn (or follow) the client's address for this path.
-                        self.peers[p] = Some(m.addr);
                     }
+                    at = end;
                 }
-                at = end;
             }
             self.deliver();
         }
     }
 
+    /// Queue what the session delivers for the TUN, writing whenever a batch is full.
     fn deliver(&mut self) {
         let now = self.now();
         while let Some(p) = self.session.poll_deliver(now) {
-            if self.tun.send(&p).is_ok() {
-                self.tun_tx += 1;
+            if self.tun.queue_full() {
+                self.write_tun();
             }
+            if let Some(b) = self.tun.queue() {
+                b.extend_from_slice(&p);
+            }
+            self.session.recycle(p);
         }
+    }
+
+    fn write_tun(&mut self) {
+        let w = self.tun.write();
+        self.tun_tx += w.packets;
+        self.tun_tx_errors += w.failed;
     }
 
     fn flush(&mut self) {
         self.deliver();
+        self.write_tun();
         let now = self.now();
         for p in 0..self.session.paths() {
             let path = PathId(p as u8);
@@ -473,7 +513,7 @@ impl Daemon {
                 }
                 used += n;
                 count += 1;
-                if n < segment || count >= max_segments {
+                if n < segment || count >= max_segments || used + segment > MAX_BATCH_BYTES {
                     self.send_batch(sock_index, peer, used, segment, count);
                     used = 0;
                     count = 0;
@@ -516,6 +556,7 @@ impl Daemon {
     }
 
     fn status(&self) -> Status {
+        let cpu = net::cpu_time_s();
         let n = self.session.paths().max(self.names.len());
         Status {
             interface: self.cfg.ifname.clone(),
@@ -532,10 +573,15 @@ impl Daemon {
                 })
                 .collect(),
             session: self.session.status(),
+            tun_offload: self.tun.offload(),
             tun_rx_packets: self.tun_rx,
+            tun_rx_errors: self.tun_rx_errors,
             tun_tx_packets: self.tun_tx,
+            tun_tx_errors: self.tun_tx_errors,
             udp_send_errors: self.send_errors,
             uptime_s: self.clock.elapsed().as_secs_f64(),
+            cpu_user_s: cpu.0,
+            cpu_system_s: cpu.1,
         }
     }
 }

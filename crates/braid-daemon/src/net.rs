@@ -32,8 +32,150 @@ fn ip(args: &[&str], what: String) -> Result<(), DaemonError> {
     }
 }
 
-/// Create the TUN device with its MTU, addresses and routes, up and non-blocking.
-pub fn open_tun(cfg: &Config, mtu: u16) -> Result<tun_rs::SyncDevice, DaemonError> {
+/// Packets per TUN batch: segments of one TSO super-packet read, and packets per write batch.
+pub const TUN_BATCH: usize = tun_rs::IDEAL_BATCH_SIZE;
+
+/// Room of one write buffer: the virtio header twice (tun-rs's rule) and a 64 KiB super-packet.
+const GRO_ROOM: usize = 2 * tun_rs::VIRTIO_NET_HDR_LEN + 65_536;
+
+/// The TUN device with batch buffers on both sides.
+///
+/// With offload (`IFF_VNET_HDR`, TSO and USO) the kernel hands over TCP and UDP super-packets
+/// of up to 64 KiB, which [`Tun::read`] splits into MTU-sized segments (one system call for up
+/// to [`TUN_BATCH`] packets), and [`Tun::write`] coalesces delivered segments of a flow back
+/// into super-packets with a reused GRO table. Without offload the same calls move one packet
+/// per system call (tun-rs handles both).
+pub struct Tun {
+    dev: tun_rs::SyncDevice,
+    offload: bool,
+    /// Raw read buffer: virtio header plus a super-packet.
+    raw: Vec<u8>,
+    /// Segments of the last read; `segs[next..count]` are not yet taken by the bond.
+    segs: Vec<Vec<u8>>,
+    sizes: Vec<usize>,
+    next: usize,
+    count: usize,
+    /// Packets waiting to be written, each after [`tun_rs::VIRTIO_NET_HDR_LEN`] bytes of room
+    /// for the virtio header; `out[..queued]` are in use, the rest kept for their capacity.
+    out: Vec<Vec<u8>>,
+    queued: usize,
+    gro: tun_rs::GROTable,
+}
+
+/// What [`Tun::write`] did.
+pub struct Written {
+    /// Packets handed to the kernel.
+    pub packets: u64,
+    /// Packets in batches the kernel refused at least in part.
+    pub failed: u64,
+}
+
+impl Tun {
+    /// Whether the kernel's offloads are on.
+    pub fn offload(&self) -> bool {
+        self.offload
+    }
+
+    /// The descriptor to poll.
+    pub fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.dev.as_raw_fd()
+    }
+
+    /// Make room for packets of up to `mtu` bytes (the MTU may grow at run time).
+    pub fn set_mtu(&mut self, mtu: u16) {
+        let room = usize::from(mtu).max(1500);
+        for s in &mut self.segs {
+            if s.len() < room {
+                s.resize(room, 0);
+            }
+        }
+    }
+
+    /// The next packet of the last read that the bond has not taken, if any.
+    pub fn pending(&self) -> Option<&[u8]> {
+        if self.next >= self.count {
+            return None;
+        }
+        self.segs.get(self.next)?.get(..*self.sizes.get(self.next)?)
+    }
+
+    /// The bond took [`Tun::pending`]'s packet.
+    pub fn advance(&mut self) {
+        self.next = (self.next + 1).min(self.count);
+    }
+
+    /// Read one batch once everything pending is taken: the number of packets read. A
+    /// super-packet that does not split (malformed, or more segments than [`TUN_BATCH`]) is an
+    /// error of kind `InvalidInput` or `Other` and is dropped; `WouldBlock` means nothing is
+    /// waiting.
+    ///
+    /// # Panics
+    ///
+    /// If packets of the previous batch are still pending.
+    pub fn read(&mut self) -> io::Result<usize> {
+        assert!(self.pending().is_none(), "Tun::read with packets pending");
+        self.next = 0;
+        self.count = 0;
+        let n = self
+            .dev
+            .recv_multiple(&mut self.raw, &mut self.segs, &mut self.sizes, 0)?;
+        self.count = n.min(self.segs.len());
+        Ok(self.count)
+    }
+
+    /// A buffer to fill with the next packet for the kernel: `extend_from_slice` the packet
+    /// onto it (it holds the virtio header's room already). `None` when the batch is full:
+    /// [`Tun::write`] first.
+    pub fn queue(&mut self) -> Option<&mut Vec<u8>> {
+        let b = self.out.get_mut(self.queued)?;
+        self.queued += 1;
+        b.clear();
+        b.resize(tun_rs::VIRTIO_NET_HDR_LEN, 0);
+        Some(b)
+    }
+
+    /// Whether the write batch is full.
+    pub fn queue_full(&self) -> bool {
+        self.queued >= self.out.len()
+    }
+
+    /// Write the queued packets, coalescing them where offload allows.
+    pub fn write(&mut self) -> Written {
+        let n = std::mem::take(&mut self.queued);
+        if n == 0 {
+            return Written {
+                packets: 0,
+                failed: 0,
+            };
+        }
+        let ok = self
+            .dev
+            .send_multiple(
+                &mut self.gro,
+                &mut self.out[..n],
+                tun_rs::VIRTIO_NET_HDR_LEN,
+            )
+            .is_ok();
+        let n = n as u64;
+        if ok {
+            Written {
+                packets: n,
+                failed: 0,
+            }
+        } else {
+            Written {
+                packets: 0,
+                failed: n,
+            }
+        }
+    }
+}
+
+/// Create the TUN device with its MTU, addresses and routes, up and non-blocking. With
+/// `offload`, ask for the kernel's TSO/USO offloads; if the kernel refuses, say so once and
+/// fall back to one packet per system call.
+pub fn open_tun(cfg: &Config, mtu: u16) -> Result<Tun, DaemonError> {
     let tun_err = |e: io::Error| {
         let hint = match e.kind() {
             io::ErrorKind::PermissionDenied => PRIVILEGE_HINT,
@@ -50,12 +192,30 @@ pub fn open_tun(cfg: &Config, mtu: u16) -> Result<tun_rs::SyncDevice, DaemonErro
             hint,
         }
     };
-    let dev = tun_rs::DeviceBuilder::new()
-        .name(&cfg.ifname)
-        .mtu(mtu)
-        .build_sync()
-        .map_err(tun_err)?;
+    let build = |offload: bool| {
+        tun_rs::DeviceBuilder::new()
+            .name(&cfg.ifname)
+            .mtu(mtu)
+            .offload(offload)
+            .build_sync()
+    };
+    let dev = if cfg.offload {
+        match build(true) {
+            Ok(d) => d,
+            Err(e) if e.kind() != io::ErrorKind::PermissionDenied => {
+                eprintln!(
+                    "braid: TUN offload unavailable on {} ({e}): one packet per system call",
+                    cfg.ifname
+                );
+                build(false).map_err(tun_err)?
+            }
+            Err(e) => return Err(tun_err(e)),
+        }
+    } else {
+        build(false).map_err(tun_err)?
+    };
     dev.set_nonblocking(true).map_err(tun_err)?;
+    let offload = dev.tcp_gso();
     let name = &cfg.ifname;
     for a in &cfg.addresses {
         ip(
@@ -70,7 +230,35 @@ pub fn open_tun(cfg: &Config, mtu: u16) -> Result<tun_rs::SyncDevice, DaemonErro
             format!("route {r} via {name}"),
         )?;
     }
-    Ok(dev)
+    let room = usize::from(mtu).max(1500);
+    Ok(Tun {
+        dev,
+        offload,
+        raw: vec![0u8; tun_rs::VIRTIO_NET_HDR_LEN + 65_536],
+        segs: vec![vec![0u8; room]; TUN_BATCH],
+        sizes: vec![0; TUN_BATCH],
+        next: 0,
+        count: 0,
+        // tun-rs coalesces only into a buffer that has the room for the whole super-packet
+        // already (it never reallocates); the pages are touched only as they fill.
+        out: (0..TUN_BATCH)
+            .map(|_| Vec::with_capacity(GRO_ROOM))
+            .collect(),
+        queued: 0,
+        gro: tun_rs::GROTable::default(),
+    })
+}
+
+/// CPU time this process has used so far: (user, system) seconds.
+pub fn cpu_time_s() -> (f64, f64) {
+    // SAFETY: an all-zero `rusage` is a valid value; getrusage only writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a pointer to a live, writable `rusage`.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return (0.0, 0.0);
+    }
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (s(usage.ru_utime), s(usage.ru_stime))
 }
 
 fn udp_socket(family_v6: bool) -> io::Result<Socket> {
@@ -81,10 +269,49 @@ fn udp_socket(family_v6: bool) -> io::Result<Socket> {
     };
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     s.set_nonblocking(true)?;
-    // Room for bursts at high rates; the kernel caps these at net.core.*mem_max.
-    let _ = s.set_recv_buffer_size(4 << 20);
-    let _ = s.set_send_buffer_size(4 << 20);
+    grow_buffers(&s);
     Ok(s)
+}
+
+/// Socket buffer bytes asked for on each UDP socket: room for bursts at high rates.
+const SOCKET_BUFFER: usize = 4 << 20;
+
+/// Ask for [`SOCKET_BUFFER`] within `net.core.{r,w}mem_max`; if that caps it, past the cap
+/// with `SO_{RCV,SND}BUFFORCE` (root or CAP_NET_ADMIN), and quietly keep what there is if that
+/// is refused too.
+fn grow_buffers(s: &Socket) {
+    // The kernel reports twice what was asked for (its bookkeeping), capped at twice the max.
+    if s.set_recv_buffer_size(SOCKET_BUFFER).is_err()
+        || s.recv_buffer_size().unwrap_or(0) < SOCKET_BUFFER
+    {
+        let _ = set_int_option(s, libc::SO_RCVBUFFORCE, SOCKET_BUFFER);
+    }
+    if s.set_send_buffer_size(SOCKET_BUFFER).is_err()
+        || s.send_buffer_size().unwrap_or(0) < SOCKET_BUFFER
+    {
+        let _ = set_int_option(s, libc::SO_SNDBUFFORCE, SOCKET_BUFFER);
+    }
+}
+
+/// `setsockopt(SOL_SOCKET, name, value)` for an integer option.
+fn set_int_option(s: &Socket, name: libc::c_int, value: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a live socket descriptor, and a pointer to a c_int with its exact size.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 type Sockets = (Vec<UdpSocket>, Vec<Option<SocketAddr>>, Vec<String>);

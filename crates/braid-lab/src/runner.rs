@@ -5,7 +5,7 @@ use crate::error::LabError;
 use crate::scenario::{Mode, Scenario, Variant};
 use crate::sys::StreamProto;
 use crate::testbed::{Links, Testbed};
-use crate::traffic::{self, BulkResult, FlowSpec, TcpStats};
+use crate::traffic::{self, BulkResult, CpuUse, FlowSpec, TcpStats};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -126,6 +126,9 @@ pub struct VariantReport {
     pub series_mbit: Vec<f64>,
     /// The flows (one per path for `sum` and `best_single`, one for `mptcp` and `braid`).
     pub flows: Vec<FlowReport>,
+    /// CPU use during the transfer (for `best_single`: the best path's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUse>,
     /// Emulator counters of every path during this variant (empty in direct mode).
     pub emulator: Vec<PathCounters>,
     /// `braid`: both daemons' status after the transfer (`{"client": ..., "server": ...}`,
@@ -487,6 +490,7 @@ fn from_bulk(r: &BulkResult, paths: &[usize]) -> VariantReport {
         notes,
         series_mbit: r.series_mbit.clone(),
         flows,
+        cpu: r.cpu.clone(),
         ..VariantReport::default()
     }
 }

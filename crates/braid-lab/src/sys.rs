@@ -57,6 +57,18 @@ fn cvt_size(ret: libc::ssize_t) -> io::Result<usize> {
     }
 }
 
+/// CPU time this process (all its threads) has used so far, user plus system.
+pub fn process_cpu_time() -> io::Result<Duration> {
+    // SAFETY: an all-zero `rusage` is a valid value; getrusage only writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a pointer to a live, writable `rusage`.
+    cvt(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) })?;
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    Ok(tv(usage.ru_utime) + tv(usage.ru_stime))
+}
+
 /// Move the calling thread into the network namespace `ns` (an open `/run/netns/NAME`).
 pub fn setns_net(ns: &File) -> io::Result<()> {
     // SAFETY: `ns` is an open file descriptor for the duration of the call; setns only reads it.

@@ -97,6 +97,62 @@ pub struct BulkResult {
     pub max_stall_ms: f64,
     /// Sum of the flows' series.
     pub series_mbit: Vec<f64>,
+    /// CPU use over the window, if it could be read.
+    pub cpu: Option<CpuUse>,
+}
+
+/// CPU use over a transfer's window, in cores (CPU-seconds per second): 1.0 is one core busy.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CpuUse {
+    /// The lab's own process: the TCP senders and receivers (and the kernel work done in their
+    /// system calls), plus the link emulator in emulated mode.
+    pub lab_cores: f64,
+    /// The whole machine (`/proc/stat`): every process and interrupt, other work included.
+    pub machine_cores: f64,
+}
+
+/// Busy and total jiffies of all CPUs together, from `/proc/stat`'s `cpu` line.
+fn machine_jiffies() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3)? + v.get(4).unwrap_or(&0);
+    Some((total - idle, total))
+}
+
+/// A CPU reading at the start of a window.
+struct CpuMeter {
+    at: Instant,
+    process: Option<Duration>,
+    machine: Option<(u64, u64)>,
+}
+
+impl CpuMeter {
+    fn start() -> Self {
+        CpuMeter {
+            at: Instant::now(),
+            process: sys::process_cpu_time().ok(),
+            machine: machine_jiffies(),
+        }
+    }
+
+    fn finish(&self) -> Option<CpuUse> {
+        let wall = self.at.elapsed().as_secs_f64();
+        let process = sys::process_cpu_time().ok()?.checked_sub(self.process?)?;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let (busy0, total0) = self.machine?;
+        let (busy1, total1) = machine_jiffies()?;
+        let total = total1.checked_sub(total0)?;
+        (wall > 0.0 && total > 0).then(|| CpuUse {
+            lab_cores: process.as_secs_f64() / wall,
+            machine_cores: busy1.saturating_sub(busy0) as f64 / total as f64 * cpus,
+        })
+    }
 }
 
 #[derive(Default)]
@@ -218,6 +274,7 @@ pub fn run_bulk(
         );
     }
 
+    let meter = CpuMeter::start();
     loop {
         let now = Instant::now();
         if now >= end {
@@ -226,6 +283,7 @@ pub fn run_bulk(
         std::thread::sleep(INTERVAL.min(end - now));
         tick(t0.elapsed().min(duration), total.load(Ordering::Relaxed));
     }
+    let cpu = meter.finish();
     stop.store(true, Ordering::Relaxed);
 
     let received: Vec<Result<Received, String>> = receivers
@@ -291,6 +349,7 @@ pub fn run_bulk(
         flows: results,
         max_stall_ms,
         series_mbit: series,
+        cpu,
     })
 }
 

@@ -12,6 +12,11 @@ use braid_proto::{Credit, PathId};
 use braid_wire::{Credits, Repr};
 use std::collections::VecDeque;
 
+/// Spare payload buffers kept for reuse at most (enough for a few batches of a driver).
+const SPARE_BUFFERS: usize = 256;
+/// A buffer that grew past this is not kept.
+const SPARE_CAPACITY: usize = 64 * 1024;
+
 /// Settings of one endpoint. Both ends need matching scheduler configs for each direction.
 #[derive(Clone, Debug)]
 pub struct EndpointConfig {
@@ -46,6 +51,9 @@ pub struct Endpoint {
     feedback: VecDeque<Vec<Credit>>,
     credit_buf: Vec<Credit>,
     stats: EndpointStats,
+    /// Payload buffers of packets sent or delivered, for the next ones (see
+    /// [`Endpoint::recycle`]): steady traffic stops allocating per packet.
+    spare: Vec<Vec<u8>>,
 }
 
 impl Endpoint {
@@ -58,6 +66,7 @@ impl Endpoint {
             feedback: VecDeque::new(),
             credit_buf: Vec::new(),
             stats: EndpointStats::default(),
+            spare: Vec::new(),
         })
     }
 
@@ -87,6 +96,38 @@ impl Endpoint {
         self.striper.send(now, len, payload)
     }
 
+    /// Queue a copy of `packet` for sending, in a spare buffer if there is one; a refused
+    /// packet's buffer goes back to the spares.
+    pub fn send_copy(&mut self, now: Instant, packet: &[u8]) -> Result<PathId, SendError<()>> {
+        let payload = self.buffer(packet);
+        self.send(now, payload).map_err(|e| match e {
+            SendError::Full(p) => {
+                self.recycle(p);
+                SendError::Full(())
+            }
+            SendError::TooLarge(p) => {
+                self.recycle(p);
+                SendError::TooLarge(())
+            }
+        })
+    }
+
+    /// Give back a payload buffer (one [`Endpoint::poll_deliver`] returned, once the driver is
+    /// done with it) for later packets. Optional: a buffer not given back is simply freed.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS && buf.capacity() <= SPARE_CAPACITY {
+            buf.clear();
+            self.spare.push(buf);
+        }
+    }
+
+    /// A copy of `bytes`, in a spare buffer if there is one.
+    fn buffer(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.extend_from_slice(bytes);
+        b
+    }
+
     /// The next datagram for `path`, encoded into `buf` (cleared first). Feedback goes first,
     /// on whichever path polls.
     pub fn poll_transmit(&mut self, now: Instant, path: PathId, buf: &mut Vec<u8>) -> bool {
@@ -111,7 +152,11 @@ impl Endpoint {
             Outgoing::Marker(m) => Repr::Marker(*m),
         };
         buf.resize(repr.buffer_len(), 0);
-        repr.emit_into(buf).is_ok()
+        let ok = repr.emit_into(buf).is_ok();
+        if let Outgoing::Data { payload, .. } = t.message {
+            self.recycle(payload);
+        }
+        ok
     }
 
     /// A datagram arrived on `path`. Anything malformed is dropped and counted.
@@ -139,12 +184,11 @@ impl Endpoint {
                 if let Some(g) = &mut self.grantor {
                     g.on_data(path, len);
                 }
+                let copy = self.buffer(payload);
                 if is_untimed_tcp(payload) {
-                    self.receiver
-                        .handle_data_unheld(now, path, seq, len, payload.to_vec());
+                    self.receiver.handle_data_unheld(now, path, seq, len, copy);
                 } else {
-                    self.receiver
-                        .handle_data(now, path, seq, len, payload.to_vec());
+                    self.receiver.handle_data(now, path, seq, len, copy);
                 }
             }
             Repr::Marker(m) => {
@@ -263,7 +307,69 @@ pub fn is_untimed_tcp(packet: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::is_untimed_tcp;
+    use super::*;
+    use crate::BondParams;
+    use braid_proto::resequence::ResequenceMode;
+    use braid_proto::scheduler::SchedulerKind;
+    use braid_proto::striper::MarkerPosition;
+
+    fn endpoint() -> Endpoint {
+        let p = BondParams {
+            scheduler: SchedulerKind::Srr,
+            rates_bps: vec![10_000_000],
+            max_packet: 1400,
+            seed: 1,
+            resequence: ResequenceMode::Sequence,
+            marker_interval_rounds: 0,
+            marker_position: MarkerPosition::End,
+            hold_ms: 100,
+            credit_buffer_bytes: 0,
+            queue_limit_bytes: 64 * 1024,
+            equalize_delay: false,
+            retransmit: false,
+        };
+        Endpoint::new(&EndpointConfig {
+            striper: p.striper_config(),
+            receiver: p.resequencer_config(),
+            credits: p.credits(),
+        })
+        .unwrap()
+    }
+
+    /// Buffers go round (sent, delivered, recycled, filled again) without a stale byte: long
+    /// and short packets alternate, so a reused buffer is always a different length.
+    #[test]
+    fn recycled_buffers_carry_exactly_the_new_packet() {
+        let (mut a, mut b) = (endpoint(), endpoint());
+        let now = Instant::ZERO;
+        let mut wire = Vec::new();
+        for round in 0..20u32 {
+            let sent: Vec<Vec<u8>> = (0..8u32)
+                .map(|k| {
+                    let len = if (round + k) % 2 == 0 {
+                        1400
+                    } else {
+                        40 + k as usize
+                    };
+                    vec![(round * 8 + k) as u8; len]
+                })
+                .collect();
+            for p in &sent {
+                a.send_copy(now, p).unwrap();
+            }
+            while a.poll_transmit(now, PathId(0), &mut wire) {
+                b.handle_datagram(now, PathId(0), &wire);
+            }
+            let mut got = Vec::new();
+            while let Some(p) = b.poll_deliver(now) {
+                got.push(p.clone());
+                b.recycle(p);
+            }
+            assert_eq!(got, sent, "round {round}");
+        }
+        assert!(!a.spare.is_empty() && !b.spare.is_empty());
+        assert!(a.spare.len() <= SPARE_BUFFERS);
+    }
 
     /// An IPv4 TCP segment with the given flags byte and payload (checksums left zero).
     fn tcp4(flags: u8, payload: &[u8]) -> Vec<u8> {

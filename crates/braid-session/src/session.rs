@@ -788,7 +788,7 @@ impl Session {
             self.send_dropped += 1;
             return false;
         };
-        if self.current.is_none() || e.send(now, packet.to_vec()).is_err() {
+        if self.current.is_none() || e.send_copy(now, packet).is_err() {
             self.send_dropped += 1;
             return false;
         }
@@ -1030,9 +1030,17 @@ impl Session {
                 || self.endpoint.as_ref().is_some_and(|e| e.has_transmit(path)))
     }
 
-    /// The next IP packet for the application, in order.
+    /// The next IP packet for the application, in order. Hand the buffer back with
+    /// [`Session::recycle`] once done with it, and the session reuses it for a later packet.
     pub fn poll_deliver(&mut self, now: Instant) -> Option<Vec<u8>> {
         self.endpoint.as_mut()?.poll_deliver(now)
+    }
+
+    /// Give back a buffer [`Session::poll_deliver`] returned, for reuse (optional).
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if let Some(e) = &mut self.endpoint {
+            e.recycle(buf);
+        }
     }
 
     /// When [`Session::handle_timeout`] should next be called.

@@ -472,10 +472,11 @@ impl Observer for Live {
         match (&r.error, r.goodput_mbit) {
             (Some(e), _) => eprintln!("{}: {e}", r.name),
             (None, Some(g)) => eprintln!(
-                "{}: {g:.2} Mbit/s, {} retransmits, longest stall {:.0} ms",
+                "{}: {g:.2} Mbit/s, {} retransmits, longest stall {:.0} ms{}",
                 r.name,
                 r.retransmits.map_or_else(|| "?".into(), |x| x.to_string()),
-                r.max_stall_ms.unwrap_or(0.0)
+                r.max_stall_ms.unwrap_or(0.0),
+                cpu_note(r)
             ),
             _ => {}
         }
@@ -486,6 +487,28 @@ impl Observer for Live {
             eprintln!("{msg}");
         }
     }
+}
+
+/// CPU use of a finished variant: the lab process (the TCP ends) and the machine in cores over
+/// the transfer, and for `braid` the daemons' CPU time since they started.
+fn cpu_note(r: &VariantReport) -> String {
+    let mut note = String::new();
+    if let Some(c) = &r.cpu {
+        note = format!(
+            "; CPU: TCP ends {:.2} cores, machine {:.2} cores",
+            c.lab_cores, c.machine_cores
+        );
+    }
+    if let Some(st) = &r.tunnel_status {
+        let cpu = |end: &str| {
+            let v = &st[end];
+            Some(v["cpu_user_s"].as_f64()? + v["cpu_system_s"].as_f64()?)
+        };
+        if let (Some(c), Some(s)) = (cpu("client"), cpu("server")) {
+            note.push_str(&format!(", daemons {c:.2} + {s:.2} CPU-s"));
+        }
+    }
+    note
 }
 
 fn up(a: &UpArgs) -> Result<()> {

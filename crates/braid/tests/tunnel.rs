@@ -62,6 +62,8 @@ struct Bed {
     dir: PathBuf,
     children: Vec<Child>,
     stop: Arc<AtomicBool>,
+    /// `[interface] offload` of both daemons.
+    offload: bool,
 }
 
 impl Bed {
@@ -80,6 +82,7 @@ impl Bed {
             dir,
             children: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
+            offload: true,
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -145,17 +148,19 @@ impl Bed {
         let (sk, sp) = Bed::key();
         let server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:7000\"\n\
-             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"]\n[control]\nsocket = \"{}/s.sock\"\n",
-            self.dir.display()
+             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"]\noffload = {offload}\n[control]\nsocket = \"{}/s.sock\"\n",
+            self.dir.display(),
+            offload = self.offload
         );
         let remote2 = remote2.map_or("10.62.2.2:7000".to_owned(), |a| a.to_string());
         let client = format!(
             "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
-             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"]\n[control]\nsocket = \"{dir}/c.sock\"\n\
+             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"]\noffload = {offload}\n[control]\nsocket = \"{dir}/c.sock\"\n\
              [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n\
              [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\nrate_mbit = 20\n\
              [[path]]\nname = \"two\"\nlocal = \"10.62.2.1\"\nremote = \"{remote2}\"\nrate_mbit = 10\n",
-            dir = self.dir.display()
+            dir = self.dir.display(),
+            offload = self.offload
         );
         std::fs::write(self.dir.join("s.toml"), server).unwrap();
         std::fs::write(self.dir.join("c.toml"), client).unwrap();
@@ -342,6 +347,21 @@ fn relay(
     count
 }
 
+/// Both daemons ran the TUN the way the bed asked for, and no TUN read or write failed.
+fn assert_tun(bed: &Bed) {
+    for side in ["c", "s"] {
+        let st = bed.status(side).unwrap();
+        assert_eq!(
+            st["tun_offload"],
+            bed.offload,
+            "{side}: TUN offload; logs: {}",
+            bed.logs()
+        );
+        assert_eq!(st["tun_rx_errors"], 0, "{side}: TUN read errors");
+        assert_eq!(st["tun_tx_errors"], 0, "{side}: TUN write errors");
+    }
+}
+
 #[test]
 fn transfer_both_ways_with_loss_on_a_path() {
     need_root!();
@@ -384,6 +404,30 @@ fn transfer_both_ways_with_loss_on_a_path() {
         "longest read gaps: up {up:?}, down {down:?}; declared lost: server {}, client {}",
         s["session"]["lost_packets"], c["session"]["lost_packets"]
     );
+    // TSO super-packets split into the bond, GRO-coalesced writes out of it.
+    assert_tun(&bed);
+}
+
+#[test]
+fn transfer_both_ways_without_offload() {
+    need_root!();
+    let mut bed = Bed::new(4);
+    bed.offload = false;
+    bed.up(None);
+    transfer(
+        bed.ns("c"),
+        bed.ns("s"),
+        "10.77.0.1:5001".parse().unwrap(),
+        4 << 20,
+    );
+    transfer(
+        bed.ns("s"),
+        bed.ns("c"),
+        "10.77.0.2:5002".parse().unwrap(),
+        4 << 20,
+    );
+    // One packet per system call on the TUN, both ways.
+    assert_tun(&bed);
 }
 
 #[test]
