@@ -284,6 +284,14 @@ impl<P> Striper<P> {
         }
     }
 
+    /// EDPF: set the bottleneck rate `B_l` of `path` in bit/s (a measured or estimated rate).
+    /// Ignored by the causal schedulers.
+    pub fn set_path_rate(&mut self, path: PathId, rate_bps: u64) {
+        if let Scheduler::Edpf(e) = &mut self.sched {
+            e.set_rate(path, rate_bps);
+        }
+    }
+
     /// In mode `sequence`, the path for a small packet: the active one with the least delay
     /// among those whose delay is known (zero means not measured yet).
     fn small_packet_path(&self, len: u32) -> Option<PathId> {

@@ -70,14 +70,20 @@ pub struct PetConfig {
     pub probe_interval: Duration,
     /// A path is out when its oldest unreported packet is this late.
     pub blackout_after: Duration,
-    /// One-way delay samples are the smallest over a window of this length (two half windows).
-    pub delay_window: Duration,
+    /// One-way delay samples are the smallest over a window of this length (two half windows);
+    /// `None`, the default, keeps the smallest ever. A window lets `D_l` follow a route that
+    /// got longer, but a bottleneck whose queue never drains for a whole window then inflates
+    /// the samples by the queue, and `A_l`, anchored on them, falls short of the real queue
+    /// (the blackout check then fires on a healthy path). Clock drift between the two ends
+    /// also moves the samples; over a transfer of minutes it is a few milliseconds.
+    pub delay_window: Option<Duration>,
     /// The most packets remembered for matching SIG-ACKs; older ones are forgotten.
     pub max_records: usize,
 }
 
 impl PetConfig {
-    /// Defaults: probe every 1 s, blackout after 1 s, delay window 30 s, 4096 records.
+    /// Defaults: probe every 1 s, blackout after 1 s, the smallest delay sample ever, 4096
+    /// records.
     pub fn new(prior_rates_bps: Vec<u64>) -> Self {
         PetConfig {
             paths: prior_rates_bps.len(),
@@ -85,7 +91,7 @@ impl PetConfig {
             overhead_bytes: 0,
             probe_interval: Duration::from_secs(1),
             blackout_after: Duration::from_secs(1),
-            delay_window: Duration::from_secs(30),
+            delay_window: None,
             max_records: 4096,
         }
     }
@@ -159,8 +165,8 @@ struct WindowedMin {
 }
 
 impl WindowedMin {
-    fn update(&mut self, now: Instant, value: i128, half: Duration) {
-        if now.saturating_duration_since(self.started) >= half {
+    fn update(&mut self, now: Instant, value: i128, half: Option<Duration>) {
+        if half.is_some_and(|h| now.saturating_duration_since(self.started) >= h) {
             self.previous = self.current;
             self.current = None;
             self.started = now;
@@ -532,7 +538,7 @@ impl Pet {
         self.records[i].arrival = Some(e.arrival);
         let wire = u64::from(len) + u64::from(self.config.overhead_bytes);
         let air = transmission_time(wire, self.edpf.rate(path));
-        let half_window = self.config.delay_window / 2;
+        let half_window = self.config.delay_window.map(|w| w / 2);
         let p = &mut self.paths[path.index()];
         // The path answers: it is up, and everything sent on it before this packet has either
         // been reported or was lost (paths are FIFO).
