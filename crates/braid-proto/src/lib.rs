@@ -10,11 +10,16 @@
 //! - [`striper`]: the sender: striping, per-path transmit queues, markers, credits.
 //! - [`resequence`]: the receiver: logical reception with markers, sequence numbers, or none.
 //! - [`credit`]: the receiver's credit grants (section 6.3.1).
+//!
+//! From the BAG paper ("Bandwidth Aggregation for TCP applications"): [`scheduler::Edpf`]
+//! (section III-B) and [`pet`], EDPF on packet-pair estimates with its SIG-ACK receiver
+//! (section V-A).
 
 #![warn(missing_docs)]
 
 pub mod credit;
 pub mod path;
+pub mod pet;
 pub mod resequence;
 pub mod scheduler;
 pub mod striper;

@@ -284,6 +284,14 @@ impl<P> Striper<P> {
         }
     }
 
+    /// EDPF: set the bottleneck rate `B_l` of `path` in bit/s (a measured or estimated rate).
+    /// Ignored by the causal schedulers.
+    pub fn set_path_rate(&mut self, path: PathId, rate_bps: u64) {
+        if let Scheduler::Edpf(e) = &mut self.sched {
+            e.set_rate(path, rate_bps);
+        }
+    }
+
     /// In mode `sequence`, the path for a small packet: the active one with the least delay
     /// among those whose delay is known (zero means not measured yet).
     fn small_packet_path(&self, len: u32) -> Option<PathId> {
@@ -356,6 +364,48 @@ impl<P> Striper<P> {
             _ => {}
         }
         Ok(path)
+    }
+
+    /// Queue a data packet on `path`, chosen by the driver rather than the scheduler (PET,
+    /// [`crate::pet::Pet::schedule`], decides outside the striper). Only in mode `sequence`:
+    /// a causal receiver could not follow. The scheduler's state is left alone (an EDPF
+    /// scheduler is told, so its `A_l` stays right); no markers are queued.
+    pub fn send_on(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        len: u32,
+        payload: P,
+    ) -> Result<PathId, SendError<P>> {
+        if len > self.max_packet || !self.sequence_numbers || path.index() >= self.paths.len() {
+            self.stats.too_large += u64::from(len > self.max_packet);
+            return Err(SendError::TooLarge(payload));
+        }
+        let i = path.index();
+        if self.paths[i].queued_bytes + u64::from(len) > self.queue_limit_bytes {
+            self.stats.full += 1;
+            return Err(SendError::Full(payload));
+        }
+        if let Scheduler::Edpf(e) = &mut self.sched {
+            e.account(path, now, len);
+        }
+        self.enqueue_data(i, len, payload);
+        Ok(path)
+    }
+
+    /// Adaptive SRR (beyond the stripe paper): give SRR new quanta, e.g. from PET's bandwidth
+    /// estimates ([`crate::pet::Pet::srr_quanta`]). Only in mode `sequence`, where the
+    /// receiver does not replay the schedule; ignored by the other schedulers, and quanta
+    /// below the largest packet are raised to it (`q_i >= Max`, section 5).
+    pub fn set_quanta(&mut self, quanta: &[u32]) {
+        if !self.sequence_numbers {
+            return;
+        }
+        if let Scheduler::Srr(s) = &mut self.sched {
+            for (i, &q) in quanta.iter().enumerate() {
+                s.set_quantum(PathId(i as u8), q.max(self.max_packet));
+            }
+        }
     }
 
     /// Queue a data packet on path `i`, numbered in mode `sequence`.
@@ -584,6 +634,26 @@ mod tests {
         let q1 = drain(&mut s, PathId(1));
         assert!(matches!(q1[0], Outgoing::Data { seq: Some(1), .. }));
         assert!(matches!(q1[1], Outgoing::Data { seq: Some(2), .. }));
+    }
+
+    #[test]
+    fn send_on_places_packets_where_told_in_sequence_mode_only() {
+        let mut c = config(MarkerPosition::End, 1);
+        assert!(matches!(
+            Striper::new(&c)
+                .unwrap()
+                .send_on(Instant::ZERO, PathId(1), 100, 0),
+            Err(SendError::TooLarge(0))
+        ));
+        c.sequence_numbers = true;
+        let mut s = Striper::new(&c).unwrap();
+        assert_eq!(s.send_on(Instant::ZERO, PathId(1), 100, 0), Ok(PathId(1)));
+        assert_eq!(s.send_on(Instant::ZERO, PathId(1), 100, 1), Ok(PathId(1)));
+        assert!(s.send_on(Instant::ZERO, PathId(9), 100, 2).is_err());
+        let q1 = drain(&mut s, PathId(1));
+        assert!(matches!(q1[0], Outgoing::Data { seq: Some(0), .. }));
+        assert!(matches!(q1[1], Outgoing::Data { seq: Some(1), .. }));
+        assert_eq!(s.stats().markers, 0);
     }
 
     #[test]

@@ -208,7 +208,7 @@ impl Endpoint {
                 }
             }
             // Liveness and retransmission are the session's job.
-            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) => {}
+            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) | Repr::SigAck(_) => {}
         }
     }
 

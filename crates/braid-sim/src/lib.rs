@@ -12,5 +12,6 @@ pub mod link;
 pub mod pair;
 pub mod report;
 pub mod source;
+pub mod tcp;
 
 pub use engine::{run, RunResult, Scenario, SimError};

@@ -96,6 +96,24 @@ pub struct Row {
     /// `marker_crossing_ms`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub within_bound: Option<bool>,
+    /// BAG: which scenario of the experiment (`base`, `slow-1s`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_case: Option<String>,
+    /// TCP goodput, kbit/s (BAG Table I's "Thr").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput_kbit: Option<f64>,
+    /// Duplicate ACKs the TCP sender received.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dup_acks: Option<u64>,
+    /// Segments the TCP sender retransmitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retransmits: Option<u64>,
+    /// TCP retransmission timeouts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<u64>,
+    /// Time from a path's rate change until PET's estimate is within 10% of the new rate, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate_follow_ms: Option<f64>,
     /// Simulator events processed for the row.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<u64>,
@@ -198,6 +216,12 @@ impl Row {
             bound_ms: Some(0.0),
             marker_crossing_ms: Some(0.0),
             within_bound: Some(false),
+            delay_case: Some(String::new()),
+            goodput_kbit: Some(0.0),
+            dup_acks: Some(0),
+            retransmits: Some(0),
+            timeouts: Some(0),
+            estimate_follow_ms: Some(0.0),
             events: Some(0),
         }
     }

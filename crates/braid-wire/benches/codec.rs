@@ -76,6 +76,9 @@ fn digest(repr: Result<Repr<'_>, braid_wire::Error>) -> u64 {
         Ok(Repr::Probe(p) | Repr::ProbeAck(p)) => {
             u64::from(p.path.0) ^ u64::from(p.id) ^ p.timestamp
         }
+        Ok(Repr::SigAck(entries)) => entries.iter().fold(0, |acc, e| {
+            acc ^ u64::from(e.path.0) ^ e.seq ^ e.arrival.as_nanos()
+        }),
         Err(_) => u64::MAX,
     }
 }

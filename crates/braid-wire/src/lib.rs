@@ -60,6 +60,8 @@
 //! transport counters) at offset 4 and a u64 (the prober's timestamp; for a NACK the first
 //! missing counter) at offset 8.
 //!
+//! SIG-ACK (kind 7, PET's arrival report) is laid out in [`sigack`]: `4 + 20 x count` bytes.
+//!
 //! Flag bits and reserved bytes that this version does not define must be zero; a parser
 //! rejects anything else with [`Error::Reserved`] so that a later version can give them a meaning
 //! without being misread.
@@ -75,6 +77,9 @@
 #![forbid(unsafe_code)]
 
 pub mod outer;
+pub mod sigack;
+
+pub use sigack::{SigAcks, MAX_SIGACK_LEN, SIGACK_ENTRY_LEN, SIGACK_HEADER_LEN};
 
 use core::cmp::Ordering;
 use core::fmt;
@@ -186,6 +191,8 @@ pub enum Kind {
     ProbeAck = 5,
     /// A negative acknowledgement: transport counters of a path that never arrived.
     Nack = 6,
+    /// PET's arrival report ([`sigack`]).
+    SigAck = 7,
 }
 
 impl From<Kind> for u8 {
@@ -205,6 +212,7 @@ impl TryFrom<u8> for Kind {
             4 => Ok(Kind::Probe),
             5 => Ok(Kind::ProbeAck),
             6 => Ok(Kind::Nack),
+            7 => Ok(Kind::SigAck),
             other => Err(Error::UnknownKind(other)),
         }
     }
@@ -300,6 +308,13 @@ impl<T: AsRef<[u8]>> Packet<T> {
                     return Err(Error::BadLength);
                 }
                 FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * count
+            }
+            Kind::SigAck => {
+                let count = usize::from(self.count()?);
+                if count == 0 || count > braid_proto::pet::MAX_SIGACK_ENTRIES {
+                    return Err(Error::BadLength);
+                }
+                SIGACK_HEADER_LEN + SIGACK_ENTRY_LEN * count
             }
         };
         match len.cmp(&expected) {
@@ -455,6 +470,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
             .as_mut()
             .get_mut(start..)
             .ok_or(Error::BufferTooSmall)
+    }
+
+    /// The bytes from `start` on (a SIG-ACK's entries), if the buffer is that long.
+    fn payload_mut_from(&mut self, start: usize) -> Option<&mut [u8]> {
+        self.buffer.as_mut().get_mut(start..)
     }
 
     /// Sets the round number `R` of a marker packet.
@@ -688,6 +708,8 @@ pub enum Repr<'a> {
     /// sender can resend the data they carried on another path. Same layout as a probe: the
     /// count where a probe has its id, the first counter where it has its timestamp.
     Nack(Nack),
+    /// PET's SIG-ACK: when data packets arrived, receiver clock (BAG paper section V-A).
+    SigAck(SigAcks<'a>),
 }
 
 /// A negative acknowledgement: `count` transport counters from `first` on `path` are missing.
@@ -781,6 +803,14 @@ impl<'a> Repr<'a> {
                     Repr::ProbeAck(probe)
                 })
             }
+            Kind::SigAck => {
+                if packet.flags()? != 0 {
+                    return Err(Error::Reserved);
+                }
+                let entries = bytes.get(SIGACK_HEADER_LEN..).ok_or(Error::Truncated)?;
+                sigack::validate(entries)?;
+                Ok(Repr::SigAck(SigAcks::from_wire(entries)))
+            }
             Kind::Nack => {
                 if packet.flags()? != 0 {
                     return Err(Error::Reserved);
@@ -810,6 +840,7 @@ impl<'a> Repr<'a> {
             Repr::Probe(_) => Kind::Probe,
             Repr::ProbeAck(_) => Kind::ProbeAck,
             Repr::Nack(_) => Kind::Nack,
+            Repr::SigAck(_) => Kind::SigAck,
         }
     }
 
@@ -820,6 +851,7 @@ impl<'a> Repr<'a> {
             Repr::Marker(_) => MARKER_LEN,
             Repr::Feedback(credits) => FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * credits.len(),
             Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) => PROBE_LEN,
+            Repr::SigAck(entries) => SIGACK_HEADER_LEN + SIGACK_ENTRY_LEN * entries.len(),
         }
     }
 
@@ -831,6 +863,7 @@ impl<'a> Repr<'a> {
             Repr::Marker(marker) => check_path(marker.path),
             Repr::Probe(probe) | Repr::ProbeAck(probe) => check_path(probe.path),
             Repr::Nack(nack) => check_path(nack.path),
+            Repr::SigAck(entries) => entries.check(),
             Repr::Feedback(credits) => {
                 if credits.len() > MAX_PATHS {
                     return Err(Error::BadLength);
@@ -889,6 +922,14 @@ impl<'a> Repr<'a> {
                 packet.set_flags(0)?;
                 packet.set_probe_id(nack.count)?;
                 packet.set_probe_timestamp(nack.first)?;
+            }
+            Repr::SigAck(entries) => {
+                packet.set_count(u8::try_from(entries.len()).map_err(|_| Error::BadLength)?)?;
+                packet.set_flags(0)?;
+                let out = packet
+                    .payload_mut_from(SIGACK_HEADER_LEN)
+                    .ok_or(Error::BufferTooSmall)?;
+                entries.write(out)?;
             }
             Repr::Feedback(credits) => {
                 packet.set_count(u8::try_from(credits.len()).map_err(|_| Error::BadLength)?)?;
@@ -1119,14 +1160,14 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for kind in [0, 7, 0x80, 0xff] {
+        for kind in [0, 8, 0x80, 0xff] {
             assert_eq!(
                 parse(&[0x01, kind, 0x00, 0x00]),
                 Err(Error::UnknownKind(kind))
             );
         }
         assert_eq!(parse(&[0x01, 0x00]), Err(Error::UnknownKind(0)));
-        assert_eq!(Kind::try_from(7), Err(Error::UnknownKind(7)));
+        assert_eq!(Kind::try_from(8), Err(Error::UnknownKind(8)));
         for kind in [
             Kind::Data,
             Kind::Marker,
@@ -1134,6 +1175,7 @@ mod tests {
             Kind::Probe,
             Kind::ProbeAck,
             Kind::Nack,
+            Kind::SigAck,
         ] {
             assert_eq!(Kind::try_from(u8::from(kind)), Ok(kind));
         }

@@ -89,6 +89,9 @@ enum SimCommand {
     /// QoSbox paper Table 1 / Figs. 8-9: JoBS on a 100 Mbit/s bottleneck, four classes with
     /// delay, loss and rate bounds and proportional differentiation.
     Qosbox(QosboxArgs),
+    /// BAG paper Table I: TCP over 50/100/200 kbit/s paths with MTCP, ASI, EDPF, WRR, WRR with
+    /// a buffer and PET-BMP; 1 s on the slow path; cross traffic and 1% loss; a halved path.
+    Bag(ExperimentArgs),
     /// All the experiments, one subdirectory of --out each.
     All(ExperimentArgs),
     /// List the experiments.
@@ -268,6 +271,7 @@ fn sim(command: SimCommand) -> Result<()> {
         SimCommand::GrrWorstCase(a) => ("grr-worst-case", a),
         SimCommand::Fairness(a) => ("fairness", a),
         SimCommand::Resync(a) => ("resync", a),
+        SimCommand::Bag(a) => ("bag", a),
         SimCommand::Qosbox(a) => return qosbox(&a),
     };
     claims_held(run_one(name, &args.out, &args, &|seed, progress| {

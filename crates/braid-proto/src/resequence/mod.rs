@@ -22,6 +22,7 @@ pub use equalize::DelayEqualizer;
 pub use logical::LogicalReceiver;
 pub use none::Passthrough;
 pub use sequence::SequenceReceiver;
+// BMP's options live beside the config below: `BackupTimer`, `Pacing`.
 
 use crate::path::{Marker, PathId};
 use crate::scheduler::{ConfigError, SchedulerConfig};
@@ -82,6 +83,45 @@ pub struct ResequencerConfig {
     /// path in use ([`equalize`]). The gap hold timer is extended by the paths' delay skew
     /// either way.
     pub equalize_delay: bool,
+    /// `sequence`: BMP's backup timer from the paths' RTTs instead of the fixed `hold` (once
+    /// every path in the rotation has one, [`Resequencer::set_path_rtt`]).
+    pub backup: Option<BackupTimer>,
+    /// `sequence`: pace the release (BMP, design criterion 5 of the BAG paper).
+    pub pacing: Option<Pacing>,
+}
+
+/// BMP's backup timer (BAG paper section V-B): comparison-based loss detection misses a gap
+/// when a path carries nothing after it, so a timer backs it up. The paper fixed it at 0.5 s;
+/// here it is `rtt_multiple` times the largest RTT among the paths in the rotation (a packet
+/// still on its way is at most about one RTT behind what revealed the gap), at least `min`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackupTimer {
+    /// Multiple of the largest path RTT.
+    pub rtt_multiple: u32,
+    /// The timer is never shorter than this.
+    pub min: Duration,
+}
+
+impl Default for BackupTimer {
+    /// Twice the largest RTT, at least 50 ms.
+    fn default() -> Self {
+        BackupTimer {
+            rtt_multiple: 2,
+            min: Duration::from_millis(50),
+        }
+    }
+}
+
+/// Release pacing (BAG paper section IV, criterion 5, and V-B): packets released from the
+/// buffer leave no faster than `rate_bps`, with bursts of at most `burst_bytes`, so a hole
+/// that fills does not hand TCP its whole backlog at once (which would come back as a burst
+/// of ACKs and then of data). The paper paced the ACKs; pacing the release does the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pacing {
+    /// Release rate in bit/s (e.g. the sum of the path rates); zero turns pacing off.
+    pub rate_bps: u64,
+    /// Bytes that may leave back to back.
+    pub burst_bytes: u64,
 }
 
 impl ResequencerConfig {
@@ -94,6 +134,8 @@ impl ResequencerConfig {
             hold: Some(Duration::from_millis(100)),
             buffer_limit_bytes: 4 << 20,
             equalize_delay: false,
+            backup: None,
+            pacing: None,
         }
     }
 }
@@ -230,6 +272,22 @@ impl<P> Resequencer<P> {
     pub fn set_path_delay(&mut self, path: PathId, delay: Option<Duration>) {
         if let Resequencer::Sequence(r) = self {
             r.set_path_delay(path, delay);
+        }
+    }
+
+    /// The RTT of `path` (e.g. from probes), for the backup timer of `sequence` mode;
+    /// ignored by the other modes.
+    pub fn set_path_rtt(&mut self, path: PathId, rtt: Option<Duration>) {
+        if let Resequencer::Sequence(r) = self {
+            r.set_path_rtt(path, rtt);
+        }
+    }
+
+    /// Change the release rate of `sequence` mode's pacing (e.g. to the sum of the current
+    /// bandwidth estimates); ignored without pacing or in the other modes.
+    pub fn set_release_rate(&mut self, rate_bps: u64) {
+        if let Resequencer::Sequence(r) = self {
+            r.set_release_rate(rate_bps);
         }
     }
 

@@ -1,8 +1,13 @@
 //! Resequencing mode `sequence`: guaranteed FIFO with sequence numbers (stripe paper section 4,
 //! "logical reception can help simplify the resequencing implementation"; loss detection as the
 //! BAG paper's BMP).
+//!
+//! BMP (BAG paper section V-B) is this receiver with: comparison-based loss detection (a gap is
+//! lost once every path has delivered a later packet, always on), a backup timer derived from
+//! the paths' RTTs ([`BackupTimer`], instead of the paper's fixed 0.5 s), release pacing
+//! ([`Pacing`]) and the byte limit of the buffer.
 
-use super::{DelayEqualizer, Delivery, ResequencerConfig, ResequencerStats};
+use super::{BackupTimer, DelayEqualizer, Delivery, Pacing, ResequencerConfig, ResequencerStats};
 use crate::path::{Marker, PathId};
 use crate::scheduler::{CausalScheduler, ConfigError, Scheduler};
 use crate::time::{Duration, Instant};
@@ -29,6 +34,8 @@ struct RxPath<P> {
     buffered: u64,
     /// Highest sequence number that arrived on this path.
     highest: Option<u64>,
+    /// RTT of the path, for the backup timer.
+    rtt: Option<Duration>,
     /// In the rotation; an inactive path is not waited for.
     active: bool,
 }
@@ -72,6 +79,10 @@ pub struct SequenceReceiver<P> {
     /// When `poll_deliver` last said to come back: the packet `next`, already here, may go
     /// (delay equalisation), or the open gap's hold timer expires.
     wake: Option<Instant>,
+    backup: Option<BackupTimer>,
+    pacing: Option<Pacing>,
+    /// Pacing: the token bucket is full at this instant (it fills at the release rate).
+    paced_until: Instant,
     stats: ResequencerStats,
 }
 
@@ -84,6 +95,7 @@ impl<P> SequenceReceiver<P> {
                 queue: VecDeque::new(),
                 buffered: 0,
                 highest: None,
+                rtt: None,
                 active: true,
             })
             .collect();
@@ -101,6 +113,9 @@ impl<P> SequenceReceiver<P> {
             retransmit_grace: None,
             equalizer,
             wake: None,
+            backup: config.backup,
+            pacing: config.pacing.filter(|p| p.rate_bps > 0),
+            paced_until: Instant::ZERO,
             stats: ResequencerStats::default(),
         })
     }
@@ -208,6 +223,43 @@ impl<P> SequenceReceiver<P> {
         self.equalizer.set_path_delay(path, delay);
     }
 
+    /// The RTT of `path`, for the backup timer ([`BackupTimer`]); `None` if unknown.
+    pub fn set_path_rtt(&mut self, path: PathId, rtt: Option<Duration>) {
+        if let Some(rx) = self.paths.get_mut(path.index()) {
+            rx.rtt = rtt;
+        }
+    }
+
+    /// The release rate of the pacing; ignored without pacing, zero ignored.
+    pub fn set_release_rate(&mut self, rate_bps: u64) {
+        if let (Some(p), true) = (&mut self.pacing, rate_bps > 0) {
+            p.rate_bps = rate_bps;
+        }
+    }
+
+    /// With pacing: when a packet may leave. A generic cell rate algorithm: `paced_until`
+    /// is the theoretical release time of the next byte; a packet conforms once `now` is at
+    /// most the burst ahead of it.
+    fn paced_at(&self, now: Instant) -> Instant {
+        let Some(p) = self.pacing else {
+            return now;
+        };
+        let burst = crate::time::transmission_time(p.burst_bytes, p.rate_bps);
+        let due = Instant::from_nanos(
+            self.paced_until
+                .as_nanos()
+                .saturating_sub(u64::try_from(burst.as_nanos()).unwrap_or(u64::MAX)),
+        );
+        due.max(now)
+    }
+
+    fn pace(&mut self, now: Instant, len: u32) {
+        if let Some(p) = self.pacing {
+            let need = crate::time::transmission_time(u64::from(len), p.rate_bps);
+            self.paced_until = self.paced_until.max(now) + need;
+        }
+    }
+
     /// A marker: used to resynchronise the fast-path prediction when the receiver is at its path.
     pub fn handle_marker(&mut self, _now: Instant, path: PathId, marker: Marker) {
         if marker.path != path || path.index() >= self.paths.len() {
@@ -252,12 +304,14 @@ impl<P> SequenceReceiver<P> {
             // Fast path: the path logical reception predicts.
             let p = self.sched.select().index();
             if let Some(head) = self.paths[p].queue.front().filter(|x| x.seq == self.next) {
-                if head.ready > now {
-                    self.wake = Some(head.ready);
+                let ready = head.ready.max(self.paced_at(now));
+                if ready > now {
+                    self.wake = Some(ready);
                     return None;
                 }
                 let len = head.len;
                 self.sched.update(len);
+                self.pace(now, len);
                 return Some(self.pop(p));
             }
             // Slow path: look at every head (FIFO paths put `next` at a head if it arrived).
@@ -267,11 +321,16 @@ impl<P> SequenceReceiver<P> {
                     .front()
                     .is_some_and(|x| x.seq == self.next)
             }) {
-                let ready = self.paths[i].queue.front().map_or(now, |x| x.ready);
+                let (ready, len) = self.paths[i]
+                    .queue
+                    .front()
+                    .map_or((now, 0), |x| (x.ready, x.len));
+                let ready = ready.max(self.paced_at(now));
                 if ready > now {
                     self.wake = Some(ready);
                     return None;
                 }
+                self.pace(now, len);
                 return Some(self.pop(i));
             }
             if self.total_buffered == 0 {
@@ -336,9 +395,22 @@ impl<P> SequenceReceiver<P> {
         }
     }
 
-    /// The gap hold timer: the configured hold plus the delay skew of the paths in use
-    /// ([`equalize::UNKNOWN_SKEW`](super::equalize::UNKNOWN_SKEW) until they are measured).
+    /// The gap hold timer: with a [`BackupTimer`] and every path in the rotation's RTT known,
+    /// that multiple of the largest RTT; otherwise the configured hold plus the delay skew of
+    /// the paths in use ([`equalize::UNKNOWN_SKEW`](super::equalize::UNKNOWN_SKEW) until they
+    /// are measured).
     fn gap_hold(&self) -> Option<Duration> {
+        if let Some(b) = self.backup {
+            let rtts: Option<Vec<Duration>> = self
+                .paths
+                .iter()
+                .filter(|rx| rx.active)
+                .map(|rx| rx.rtt)
+                .collect();
+            if let Some(max) = rtts.and_then(|r| r.into_iter().max()) {
+                return Some(max.saturating_mul(b.rtt_multiple).max(b.min));
+            }
+        }
         self.hold.map(|h| {
             h + self
                 .equalizer
@@ -373,6 +445,7 @@ impl<P> SequenceReceiver<P> {
 mod tests {
     use super::*;
     use crate::resequence::ResequenceMode;
+    use crate::resequence::{BackupTimer, Pacing};
     use crate::scheduler::{SchedulerConfig, SchedulerKind};
 
     fn receiver(hold: Option<Duration>) -> SequenceReceiver<u64> {
@@ -513,6 +586,54 @@ mod tests {
         r.handle_data(ms(0), PathId(1), Some(0), 100, 0);
         r.handle_data(ms(1), PathId(0), Some(1), 100, 1);
         assert_eq!(deliver_all(&mut r, ms(1)), vec![0, 1]);
+    }
+
+    #[test]
+    fn the_backup_timer_follows_the_rtts() {
+        let mut c = ResequencerConfig::new(
+            ResequenceMode::Sequence,
+            SchedulerConfig::new(SchedulerKind::Rr, vec![1, 1]),
+        );
+        c.hold = Some(Duration::from_millis(500));
+        c.backup = Some(BackupTimer::default());
+        let mut r = SequenceReceiver::new(&c).unwrap();
+        // Until every path's RTT is known, the fixed hold.
+        r.set_path_rtt(PathId(0), Some(Duration::from_millis(30)));
+        r.handle_data(ms(0), PathId(0), Some(1), 100, 1);
+        assert!(deliver_all(&mut r, ms(0)).is_empty());
+        assert_eq!(r.poll_timeout(), Some(ms(500)));
+        // Then twice the largest RTT.
+        r.set_path_rtt(PathId(1), Some(Duration::from_millis(80)));
+        assert!(deliver_all(&mut r, ms(1)).is_empty());
+        assert_eq!(r.poll_timeout(), Some(ms(160)));
+        assert_eq!(deliver_all(&mut r, ms(160)), vec![1]);
+        // Never below the minimum.
+        r.set_path_rtt(PathId(1), Some(Duration::from_millis(1)));
+        r.handle_data(ms(200), PathId(0), Some(3), 100, 3);
+        assert!(deliver_all(&mut r, ms(200)).is_empty());
+        assert_eq!(r.poll_timeout(), Some(ms(260)));
+    }
+
+    #[test]
+    fn release_is_paced_after_a_hole_fills() {
+        let mut c = ResequencerConfig::new(
+            ResequenceMode::Sequence,
+            SchedulerConfig::new(SchedulerKind::Rr, vec![1, 1]),
+        );
+        // 1000 bytes per ms, two packets back to back.
+        c.pacing = Some(Pacing {
+            rate_bps: 8_000_000,
+            burst_bytes: 2000,
+        });
+        let mut r = SequenceReceiver::new(&c).unwrap();
+        for s in 1..6 {
+            r.handle_data(ms(0), PathId(1), Some(s), 1000, s);
+        }
+        r.handle_data(ms(0), PathId(0), Some(0), 1000, 0);
+        assert_eq!(deliver_all(&mut r, ms(0)), vec![0, 1, 2]);
+        assert_eq!(r.poll_timeout(), Some(ms(1)));
+        assert_eq!(deliver_all(&mut r, ms(1)), vec![3]);
+        assert_eq!(deliver_all(&mut r, ms(3)), vec![4, 5]);
     }
 
     #[test]

@@ -1,4 +1,11 @@
-//! Earliest Delivery Path First (BAG paper, section III-B).
+//! Earliest Delivery Path First (BAG paper, section III-B, Equation 1).
+//!
+//! The paper's network between the proxy and the mobile host (its Fig. 3): path `l` is a wired
+//! stretch of one-way delay `D_l` up to a base station, whose queue feeds a wireless bottleneck
+//! of bandwidth `B_l`; `A_l` is when that bottleneck is next free. EDPF tracks every base
+//! station's queue through `A_l` and sends each packet where it is delivered first. With exact
+//! `D_l` and `B_l` and packets of one size it causes no reordering at all (section III-B); PET
+//! ([`crate::pet::Pet`]) runs the same rule on estimates.
 
 use super::CausalScheduler;
 use crate::path::{PacketNumber, PathId};
@@ -62,11 +69,50 @@ impl Edpf {
         self.paths.len()
     }
 
-    /// Set `D_l` for `path` (one-way delay).
+    /// Set `D_l` for `path` (one-way delay up to the bottleneck).
     pub fn set_delay(&mut self, path: PathId, delay: Duration) {
         if let Some(p) = self.paths.get_mut(path.index()) {
             p.delay = delay;
         }
+    }
+
+    /// `D_l` of `path` (zero for a path that does not exist).
+    pub fn delay(&self, path: PathId) -> Duration {
+        self.paths
+            .get(path.index())
+            .map_or(Duration::ZERO, |p| p.delay)
+    }
+
+    /// Set `B_l` for `path` in bit/s (a measured or estimated bottleneck rate). A rate of zero
+    /// is ignored.
+    pub fn set_rate(&mut self, path: PathId, rate_bps: u64) {
+        if let (Some(p), true) = (self.paths.get_mut(path.index()), rate_bps > 0) {
+            p.rate_bps = rate_bps;
+        }
+    }
+
+    /// `B_l` of `path` in bit/s (zero for a path that does not exist).
+    pub fn rate(&self, path: PathId) -> u64 {
+        self.paths.get(path.index()).map_or(0, |p| p.rate_bps)
+    }
+
+    /// `A_l`: when `path`'s bottleneck is next free, as far as EDPF knows.
+    pub fn free_at(&self, path: PathId) -> Instant {
+        self.paths
+            .get(path.index())
+            .map_or(Instant::ZERO, |p| p.free_at)
+    }
+
+    /// Overwrite `A_l` (a driver that learnt from feedback when the bottleneck really frees).
+    pub fn set_free_at(&mut self, path: PathId, at: Instant) {
+        if let Some(p) = self.paths.get_mut(path.index()) {
+            p.free_at = at;
+        }
+    }
+
+    /// Bytes each packet costs beyond its payload.
+    pub fn overhead_bytes(&self) -> u32 {
+        self.overhead_bytes
     }
 
     /// Take `path` out of the choice or put it back.
@@ -76,30 +122,41 @@ impl Edpf {
         }
     }
 
-    /// The predicted delivery time of a packet of `len` bytes arriving now on path `i`.
-    fn delivery(&self, i: usize, now: Instant, len: u32) -> Instant {
-        let p = &self.paths[i];
+    /// Equation 1: `d_l = max(a_i + D_l, A_l) + L_i / B_l`, the predicted delivery of a packet
+    /// of `len` payload bytes (plus the overhead) that reaches the scheduler at `now` and goes
+    /// on `path`. `Instant::MAX` for a path that does not exist.
+    pub fn delivery(&self, path: PathId, now: Instant, len: u32) -> Instant {
+        let Some(p) = self.paths.get(path.index()) else {
+            return Instant::MAX;
+        };
         let start = (now + p.delay).max(p.free_at);
-        start + transmission_time(u64::from(len + self.overhead_bytes), p.rate_bps)
+        let wire = u64::from(len).saturating_add(u64::from(self.overhead_bytes));
+        start + transmission_time(wire, p.rate_bps)
+    }
+
+    /// Account a packet of `len` bytes sent on `path` at `now` without choosing it (a packet
+    /// some other rule placed there, such as the second of PET's pairs): `A_l = d_l`.
+    pub fn account(&mut self, path: PathId, now: Instant, len: u32) {
+        let d = self.delivery(path, now, len);
+        if let Some(p) = self.paths.get_mut(path.index()) {
+            p.free_at = d;
+            self.last = path;
+        }
     }
 
     /// The path EDPF would choose now, without committing to it.
     pub fn peek(&self, now: Instant, len: u32) -> PathId {
         let best = (0..self.paths.len())
             .filter(|&i| self.paths[i].active)
-            .min_by_key(|&i| self.delivery(i, now, len));
+            .min_by_key(|&i| self.delivery(PathId(i as u8), now, len));
         PathId(best.unwrap_or(self.last.index()) as u8)
     }
 
-    /// Choose the path for a packet of `len` bytes arriving at `now`, and account for it there.
+    /// Choose the path `p` with the smallest `d_l` for a packet of `len` bytes arriving at
+    /// `now` (ties to the lower index), and set `A_p = d_p` (section III-B).
     pub fn choose(&mut self, now: Instant, len: u32) -> PathId {
         let path = self.peek(now, len);
-        let d = self.delivery(path.index(), now, len);
-        // A_l is when the bottleneck is free again: the delivery time minus the propagation
-        // delay still to come after it.
-        let p = &mut self.paths[path.index()];
-        p.free_at = d.max(now + p.delay);
-        self.last = path;
+        self.account(path, now, len);
         path
     }
 }
@@ -182,6 +239,29 @@ mod tests {
         e.set_delay(PathId(0), ms(10));
         e.set_delay(PathId(1), ms(60));
         assert_eq!(e.choose(Instant::ZERO, 60), PathId(0));
+    }
+
+    /// Equation 1 by hand, on Table I's three paths (50, 100, 200 kbit/s, 50 ms each) with
+    /// 1500-byte packets: 240, 120 and 60 ms on the air.
+    #[test]
+    fn equation_1_on_table_i_paths() {
+        let mut e = Edpf::new(&[50_000, 100_000, 200_000], 0);
+        for i in 0..3 {
+            e.set_delay(PathId(i), ms(50));
+        }
+        let t0 = Instant::ZERO;
+        assert_eq!(e.delivery(PathId(0), t0, 1500), Instant::ZERO + ms(290));
+        assert_eq!(e.delivery(PathId(2), t0, 1500), Instant::ZERO + ms(110));
+        // Seven packets at once, in delivery order: 200k at 110 ms; 100k at 170 ms (a tie
+        // with 200k's second, to the lower index); 200k at 170 and 230; then a three-way tie
+        // at 290 ms taken 50k, 100k, 200k.
+        let got: Vec<u8> = (0..7).map(|_| e.choose(t0, 1500).0).collect();
+        assert_eq!(got, vec![2, 1, 2, 2, 0, 1, 2]);
+        assert_eq!(e.free_at(PathId(0)), Instant::ZERO + ms(290));
+        assert_eq!(e.free_at(PathId(2)), Instant::ZERO + ms(290));
+        // A packet arriving later starts at a + D when the bottleneck has gone idle.
+        let later = Instant::ZERO + ms(1000);
+        assert_eq!(e.delivery(PathId(1), later, 1500), later + ms(170));
     }
 
     #[test]

@@ -104,6 +104,16 @@ impl Srr {
         self.skip_inactive();
     }
 
+    /// Adaptive SRR (beyond the paper): a new quantum for `path`, taking effect from its next
+    /// round; the deficit it has now is kept, at most the new quantum. Only for a sender whose
+    /// receiver does not replay the schedule (mode `sequence`). A zero quantum is ignored.
+    pub fn set_quantum(&mut self, path: PathId, quantum: u32) {
+        if let (Some(l), true) = (self.lines.get_mut(path.index()), quantum > 0) {
+            l.quantum = i64::from(quantum);
+            l.deficit = l.deficit.min(l.quantum);
+        }
+    }
+
     /// `g(s, p)` with a cost in the deficit counter's units.
     #[inline]
     pub(crate) fn charge(&mut self, cost: i64) -> bool {

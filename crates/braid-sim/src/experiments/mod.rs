@@ -7,7 +7,9 @@
 //! | `fairness` | Lemma 3.4 | `max |bytes_i - K q_i|` against the largest packet, for SRR and RFQ |
 //! | `resync` | Theorem 5.1, conference paper 6.3 | time to FIFO after loss stops, against the bound; misordering against marker interval and position |
 //! | `qosbox` | QoSbox paper Table 1, Figs. 8-9 | JoBS on a 100 Mbit/s bottleneck: delay and loss ratios, class-1 delay and loss bounds, class-2 minimum rate |
+//! | `bag` | BAG paper Table I | TCP over three paths with MTCP, ASI, EDPF, WRR, WRR with a buffer and PET-BMP; cross traffic, loss, a halved path |
 
+pub mod bag;
 pub mod fairness;
 pub mod grr_worst_case;
 pub mod qosbox;
@@ -37,12 +39,13 @@ pub struct Output {
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 /// The experiment names.
-pub const NAMES: [&str; 5] = [
+pub const NAMES: [&str; 6] = [
     "stripe-throughput",
     "grr-worst-case",
     "fairness",
     "resync",
     "qosbox",
+    "bag",
 ];
 
 /// Run an experiment by name.
@@ -53,6 +56,7 @@ pub fn run(name: &str, seed: u64, progress: Progress<'_>) -> Option<Output> {
         "fairness" => fairness::run(seed, progress),
         "resync" => resync::run(seed, progress),
         "qosbox" => qosbox::run(seed, progress),
+        "bag" => bag::run(seed, progress),
         _ => return None,
     })
 }

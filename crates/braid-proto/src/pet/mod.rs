@@ -1,0 +1,666 @@
+//! PET: Packet-pair based Earliest-Delivery-Path-First scheduling for TCP applications (BAG
+//! paper section V-A).
+//!
+//! PET is EDPF ([`Edpf`], section III-B) with the perfect knowledge replaced by estimates:
+//!
+//! - **Bandwidth `B_l` from packet pairs.** Every packet is treated as part of a pair; EDPF
+//!   picks the path of a pair's first packet and the second always follows it there. The
+//!   receiver reports each packet's arrival time in SIG-ACKs ([`PetReceiver`]), and the pair's
+//!   dispersion gives a sample of the path's bottleneck rate ([`PacketPair`]: 0.8 new, 0.2 old).
+//! - **Start-up.** Until every path has an estimate, pairs go round robin over the paths.
+//! - **Retransmissions are not paired** ("the bandwidth estimate can be ambiguous"): the driver
+//!   says which packets are TCP retransmissions; they go by EDPF alone.
+//! - **Idle paths are probed.** A path that has not carried a pair for `probe_interval` gets the
+//!   next pair whatever EDPF says, so an estimate that once fell low can recover ("there is a
+//!   danger of getting stuck to a single interface").
+//! - **Delay `D_l`** from probes at the start ([`Pet::set_probe_rtt`]: half the RTT), then from
+//!   the SIG-ACKs: each entry gives `arrival - sent - L / B_l`, a one-way delay plus the offset
+//!   between the two clocks. The offset is the same for every path, and "only the relative
+//!   delay between the different paths matters" (section V-A), so `D_l` is the probe floor
+//!   plus how much longer path `l`'s smallest such sample is than the smallest path's.
+//! - **Blackouts** (section VII-C): "they can be detected if no SIG-ACKs arrive from MH in
+//!   response to packets sent on it in a long while". A path whose oldest unreported packet is
+//!   `blackout_after` past its predicted delivery leaves EDPF's choice
+//!   ([`PetEvent::PathDown`]) and comes back with the next SIG-ACK from it. A path that is down
+//!   is still probed with a pair every `probe_interval`.
+//!
+//! Departures, each documented where it is coded: a pair whose second packet would reach the
+//! bottleneck after the first had left it (by the estimates) is no pair, the packet starts a
+//! new one; the RTT of each path is also kept (SIG-ACK arrival minus send time), for the
+//! driver's timers; SIG-ACKs are batched.
+//!
+//! Beyond the paper, [`Pet::srr_quanta`] turns the estimates into SRR quanta (adaptive SRR:
+//! `Srr::set_quanta`), for a bond that wants SRR's causal striping with rates that follow the
+//! paths.
+
+mod pair;
+mod receiver;
+
+pub use pair::{PacketPair, NEW_SAMPLE_WEIGHT_PCT};
+pub use receiver::{PetReceiver, PetReceiverConfig, MAX_SIGACK_ENTRIES};
+
+use crate::path::{PathId, MAX_PATHS};
+use crate::scheduler::Edpf;
+use crate::time::{transmission_time, Duration, Instant};
+use std::collections::VecDeque;
+
+/// One entry of a SIG-ACK: data packet `seq` arrived on `path` at `arrival`, on the receiver's
+/// clock (which need not agree with the sender's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SigAckEntry {
+    /// The path it arrived on.
+    pub path: PathId,
+    /// Its sequence number (the striper's, mode `sequence`).
+    pub seq: u64,
+    /// When it arrived, receiver clock.
+    pub arrival: Instant,
+}
+
+/// PET settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PetConfig {
+    /// Number of paths (1 to [`MAX_PATHS`]).
+    pub paths: usize,
+    /// A prior rate per path in bit/s, used only to account packets sent before the path has
+    /// an estimate (the start-up round robin); the configured rates, or any guess.
+    pub prior_rates_bps: Vec<u64>,
+    /// Bytes each packet costs on a path beyond its payload (`L` includes them).
+    pub overhead_bytes: u32,
+    /// A path that has not carried a pair for this long gets the next one.
+    pub probe_interval: Duration,
+    /// A path is out when its oldest unreported packet is this late.
+    pub blackout_after: Duration,
+    /// One-way delay samples are the smallest over a window of this length (two half windows);
+    /// `None`, the default, keeps the smallest ever. A window lets `D_l` follow a route that
+    /// got longer, but a bottleneck whose queue never drains for a whole window then inflates
+    /// the samples by the queue, and `A_l`, anchored on them, falls short of the real queue
+    /// (the blackout check then fires on a healthy path). Clock drift between the two ends
+    /// also moves the samples; over a transfer of minutes it is a few milliseconds.
+    pub delay_window: Option<Duration>,
+    /// The most packets remembered for matching SIG-ACKs; older ones are forgotten.
+    pub max_records: usize,
+}
+
+impl PetConfig {
+    /// Defaults: probe every 1 s, blackout after 1 s, the smallest delay sample ever, 4096
+    /// records.
+    pub fn new(prior_rates_bps: Vec<u64>) -> Self {
+        PetConfig {
+            paths: prior_rates_bps.len(),
+            prior_rates_bps,
+            overhead_bytes: 0,
+            probe_interval: Duration::from_secs(1),
+            blackout_after: Duration::from_secs(1),
+            delay_window: None,
+            max_records: 4096,
+        }
+    }
+}
+
+/// A PET config that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PetConfigError {
+    /// No paths or too many.
+    #[error("{0} paths configured: PET needs between 1 and 64 paths")]
+    PathCount(usize),
+    /// `prior_rates_bps` does not have one entry per path.
+    #[error("{rates} prior rates for {paths} paths: give one rate per path")]
+    RateCount {
+        /// Rates given.
+        rates: usize,
+        /// Paths.
+        paths: usize,
+    },
+    /// A zero prior rate.
+    #[error("path {0} has a prior rate of 0 bit/s: give a positive guess")]
+    ZeroRate(usize),
+    /// `max_records` of zero.
+    #[error("max_records is 0: PET must remember at least one packet")]
+    NoRecords,
+}
+
+/// What PET tells the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PetEvent {
+    /// A new bandwidth estimate for `path`.
+    Estimate {
+        /// The path.
+        path: PathId,
+        /// The estimate, bit/s.
+        rate_bps: u64,
+    },
+    /// No SIG-ACK from `path` in a long while: it is out of EDPF's choice.
+    PathDown(PathId),
+    /// A SIG-ACK came from a path that was down: it is back.
+    PathUp(PathId),
+}
+
+/// How a packet was placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// First of a pair.
+    First,
+    /// Second of a pair whose first is `first`.
+    Second { first: u64 },
+    /// Not part of a pair (a retransmission, or a pair's first whose second never came).
+    Single,
+}
+
+#[derive(Clone, Debug)]
+struct Record {
+    seq: u64,
+    path: PathId,
+    len: u32,
+    sent: Instant,
+    role: Role,
+    arrival: Option<Instant>,
+}
+
+/// The smallest value over a sliding window, kept as two half windows.
+#[derive(Clone, Copy, Debug, Default)]
+struct WindowedMin {
+    current: Option<i128>,
+    previous: Option<i128>,
+    started: Instant,
+}
+
+impl WindowedMin {
+    fn update(&mut self, now: Instant, value: i128, half: Option<Duration>) {
+        if half.is_some_and(|h| now.saturating_duration_since(self.started) >= h) {
+            self.previous = self.current;
+            self.current = None;
+            self.started = now;
+        }
+        self.current = Some(self.current.map_or(value, |c| c.min(value)));
+    }
+    fn get(&self) -> Option<i128> {
+        match (self.current, self.previous) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct PetPath {
+    pair: PacketPair,
+    /// Smallest `arrival - sent - L / B` (ns, receiver clock minus sender clock).
+    owd: WindowedMin,
+    /// Half the probe RTT, from the driver.
+    probe_delay: Option<Duration>,
+    /// Smoothed RTT from SIG-ACKs (RFC 6298 gains).
+    srtt: Option<Duration>,
+    last_pair: Option<Instant>,
+    down: bool,
+    /// Unreported packets sent on this path: (seq, expected delivery), in sending order.
+    unreported: VecDeque<(u64, Instant)>,
+}
+
+/// PET counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PetStats {
+    /// Pairs started.
+    pub pairs: u64,
+    /// Pair samples taken.
+    pub samples: u64,
+    /// Packets sent unpaired (retransmissions, and firsts whose pair expired).
+    pub singles: u64,
+    /// Pairs started on a path because it had been idle for `probe_interval`.
+    pub probes: u64,
+    /// Pairs started round robin before every path had an estimate.
+    pub startup_pairs: u64,
+    /// SIG-ACK entries for packets PET does not remember, or on the wrong path.
+    pub unknown_feedback: u64,
+    /// Blackouts declared.
+    pub blackouts: u64,
+    /// Records forgotten because `max_records` was reached.
+    pub records_evicted: u64,
+}
+
+/// The PET scheduler (BAG paper section V-A): EDPF on packet-pair estimates.
+///
+/// # Polling
+/// For every data packet, in FIFO order: [`schedule`](Self::schedule) with the sequence number
+/// the striper will give it (`Striper::next_seq`) and whether it is a TCP retransmission, then
+/// queue it on the returned path (`Striper::send_on`). Feed every SIG-ACK to
+/// [`handle_sig_ack`](Self::handle_sig_ack). Call [`handle_timeout`](Self::handle_timeout) at
+/// [`poll_timeout`](Self::poll_timeout), and drain [`poll_event`](Self::poll_event) after any of
+/// these. Probe RTTs (from the session's probes) go to [`set_probe_rtt`](Self::set_probe_rtt).
+/// `now` must never go backwards. Nothing here panics on any feedback a peer can send.
+#[derive(Clone, Debug)]
+pub struct Pet {
+    config: PetConfig,
+    edpf: Edpf,
+    paths: Vec<PetPath>,
+    /// The first packet of the open pair: (path, seq).
+    open: Option<(PathId, u64)>,
+    /// Next path of the start-up round robin.
+    rr_next: usize,
+    records: VecDeque<Record>,
+    events: VecDeque<PetEvent>,
+    stats: PetStats,
+}
+
+impl Pet {
+    /// PET for `config`.
+    pub fn new(config: PetConfig) -> Result<Self, PetConfigError> {
+        let n = config.paths;
+        if n == 0 || n > MAX_PATHS {
+            return Err(PetConfigError::PathCount(n));
+        }
+        if config.prior_rates_bps.len() != n {
+            return Err(PetConfigError::RateCount {
+                rates: config.prior_rates_bps.len(),
+                paths: n,
+            });
+        }
+        if let Some(i) = config.prior_rates_bps.iter().position(|&r| r == 0) {
+            return Err(PetConfigError::ZeroRate(i));
+        }
+        if config.max_records == 0 {
+            return Err(PetConfigError::NoRecords);
+        }
+        let edpf = Edpf::new(&config.prior_rates_bps, config.overhead_bytes);
+        let paths = (0..n)
+            .map(|_| PetPath {
+                pair: PacketPair::new(),
+                owd: WindowedMin::default(),
+                probe_delay: None,
+                srtt: None,
+                last_pair: None,
+                down: false,
+                unreported: VecDeque::new(),
+            })
+            .collect();
+        Ok(Pet {
+            config,
+            edpf,
+            paths,
+            open: None,
+            rr_next: 0,
+            records: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: PetStats::default(),
+        })
+    }
+
+    /// Number of paths.
+    pub fn paths(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// The EDPF state PET schedules with (its `B_l`, `D_l`, `A_l`).
+    pub fn edpf(&self) -> &Edpf {
+        &self.edpf
+    }
+
+    /// The bandwidth estimate of `path` in bit/s, once a pair has been measured on it.
+    pub fn estimate_bps(&self, path: PathId) -> Option<u64> {
+        self.paths.get(path.index())?.pair.estimate_bps()
+    }
+
+    /// The one-way delay `D_l` PET uses for `path`, once known.
+    pub fn delay(&self, path: PathId) -> Option<Duration> {
+        let p = self.paths.get(path.index())?;
+        (p.probe_delay.is_some() || p.owd.get().is_some()).then(|| self.edpf.delay(path))
+    }
+
+    /// The smoothed RTT of `path` from SIG-ACKs (data out, SIG-ACK back, batching included).
+    pub fn rtt(&self, path: PathId) -> Option<Duration> {
+        self.paths.get(path.index())?.srtt
+    }
+
+    /// Whether `path` is in EDPF's choice (not blacked out).
+    pub fn is_active(&self, path: PathId) -> bool {
+        self.paths.get(path.index()).is_some_and(|p| !p.down)
+    }
+
+    /// Whether every path has a bandwidth estimate (the start-up phase is over).
+    pub fn estimated(&self) -> bool {
+        self.paths.iter().all(|p| p.pair.estimate_bps().is_some())
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &PetStats {
+        &self.stats
+    }
+
+    /// A probe RTT of `path` (e.g. from the session's probes at start-up): `D_l` is half of it
+    /// until SIG-ACKs give relative one-way delays.
+    pub fn set_probe_rtt(&mut self, path: PathId, rtt: Duration) {
+        let Some(p) = self.paths.get_mut(path.index()) else {
+            return;
+        };
+        let half = rtt / 2;
+        p.probe_delay = Some(p.probe_delay.map_or(half, |d| d.min(half)));
+        self.refresh_delays();
+    }
+
+    /// Adaptive SRR (beyond the paper): SRR quanta in bytes proportional to the estimates, the
+    /// slowest path getting `max_packet` (the `q_i >= Max` rule of the stripe paper's section
+    /// 5), or `None` until every path has an estimate.
+    pub fn srr_quanta(&self, max_packet: u32) -> Option<Vec<u32>> {
+        let rates: Option<Vec<u64>> = self.paths.iter().map(|p| p.pair.estimate_bps()).collect();
+        let rates = rates?;
+        let min = *rates.iter().min()?;
+        Some(
+            rates
+                .iter()
+                .map(|&r| {
+                    let q = (u128::from(max_packet) * u128::from(r)).div_ceil(u128::from(min));
+                    u32::try_from(q).unwrap_or(u32::MAX).max(max_packet)
+                })
+                .collect(),
+        )
+    }
+
+    /// The path for data packet `seq` of `len` payload bytes, arriving at `now`; `retransmit`
+    /// for a TCP retransmission (never paired). PET accounts the packet on that path (EDPF's
+    /// `A_l = d_l`) and remembers it for the SIG-ACKs.
+    pub fn schedule(&mut self, now: Instant, seq: u64, len: u32, retransmit: bool) -> PathId {
+        self.check_blackouts(now);
+        if retransmit {
+            self.close_open_pair();
+            let path = self.choose_path(now, len);
+            self.edpf.account(path, now, len);
+            self.stats.singles += 1;
+            self.remember(now, seq, len, path, Role::Single);
+            return path;
+        }
+        if let Some((path, first)) = self.open.take() {
+            // The second of a pair follows the first (section V-A), if it reaches the
+            // bottleneck while the first is still there (by the estimates): otherwise the two
+            // are no pair, and the spacing would measure the gap between them, not the path.
+            let p = &self.paths[path.index()];
+            // During start-up the prior rates say nothing, so every pair counts.
+            let in_time =
+                !self.estimated() || now + self.edpf.delay(path) < self.edpf.free_at(path);
+            if !p.down && in_time {
+                self.edpf.account(path, now, len);
+                self.remember(now, seq, len, path, Role::Second { first });
+                return path;
+            }
+            self.mark_single(first);
+        }
+        let path = self.pair_path(now, len);
+        self.edpf.account(path, now, len);
+        self.paths[path.index()].last_pair = Some(now);
+        self.stats.pairs += 1;
+        self.open = Some((path, seq));
+        self.remember(now, seq, len, path, Role::First);
+        path
+    }
+
+    /// The path for a new pair's first packet.
+    fn pair_path(&mut self, now: Instant, len: u32) -> PathId {
+        let n = self.paths.len();
+        if !self.estimated() {
+            // Start-up: pairs round robin until every path has an estimate.
+            let path = PathId(self.rr_next as u8);
+            self.rr_next = (self.rr_next + 1) % n;
+            self.stats.startup_pairs += 1;
+            return path;
+        }
+        // A path idle for probe_interval (or down) gets this pair.
+        let due = (0..n).find(|&i| {
+            self.paths[i]
+                .last_pair
+                .is_none_or(|t| now.saturating_duration_since(t) >= self.config.probe_interval)
+        });
+        if let Some(i) = due {
+            self.stats.probes += 1;
+            return PathId(i as u8);
+        }
+        self.choose_path(now, len)
+    }
+
+    /// EDPF over the paths that are up; any path if all are down.
+    fn choose_path(&self, now: Instant, len: u32) -> PathId {
+        if !self.estimated() {
+            return PathId(self.rr_next.min(self.paths.len() - 1) as u8);
+        }
+        let up = (0..self.paths.len()).filter(|&i| !self.paths[i].down);
+        let best = up.min_by_key(|&i| self.edpf.delivery(PathId(i as u8), now, len));
+        PathId(best.unwrap_or(0) as u8)
+    }
+
+    fn close_open_pair(&mut self) {
+        if let Some((_, first)) = self.open.take() {
+            self.mark_single(first);
+        }
+    }
+
+    fn mark_single(&mut self, seq: u64) {
+        if let Some(r) = self.record_mut(seq) {
+            r.role = Role::Single;
+            self.stats.singles += 1;
+        }
+    }
+
+    fn remember(&mut self, now: Instant, seq: u64, len: u32, path: PathId, role: Role) {
+        if self.records.back().is_some_and(|r| r.seq >= seq) {
+            // Sequence numbers must grow; a driver that reuses one gets no feedback for it.
+            self.stats.unknown_feedback += 1;
+            return;
+        }
+        while self.records.len() >= self.config.max_records {
+            self.records.pop_front();
+            self.stats.records_evicted += 1;
+        }
+        let expected = self.edpf.free_at(path);
+        self.records.push_back(Record {
+            seq,
+            path,
+            len,
+            sent: now,
+            role,
+            arrival: None,
+        });
+        let p = &mut self.paths[path.index()];
+        if p.unreported.len() >= self.config.max_records {
+            p.unreported.pop_front();
+        }
+        p.unreported.push_back((seq, expected));
+    }
+
+    fn record_index(&self, seq: u64) -> Option<usize> {
+        let i = self.records.partition_point(|r| r.seq < seq);
+        self.records.get(i).filter(|r| r.seq == seq).map(|_| i)
+    }
+
+    fn record_mut(&mut self, seq: u64) -> Option<&mut Record> {
+        let i = self.record_index(seq)?;
+        self.records.get_mut(i)
+    }
+
+    /// A SIG-ACK arrived at `now`: the arrival times of the packets it lists.
+    pub fn handle_sig_ack(&mut self, now: Instant, entries: impl IntoIterator<Item = SigAckEntry>) {
+        let mut latest: Vec<Option<(u64, Instant)>> = vec![None; self.paths.len()];
+        for e in entries {
+            if self.handle_entry(now, e) {
+                let l = &mut latest[e.path.index()];
+                if l.is_none_or(|(s, _)| s < e.seq) {
+                    *l = Some((e.seq, e.arrival));
+                }
+            }
+        }
+        self.refresh_delays();
+        for (i, l) in latest.into_iter().enumerate() {
+            if let Some((seq, arrival)) = l {
+                self.reanchor(PathId(i as u8), seq, arrival);
+            }
+        }
+    }
+
+    /// Re-anchor `A_l` on what the receiver saw (a departure from the paper, whose `A_l` only
+    /// ever follows its own predictions): packet `seq` left `path`'s bottleneck at `arrival`
+    /// (receiver clock, moved to the sender's by the offset the one-way delays show); replaying
+    /// Equation 1 over the packets sent on the path after it gives when the bottleneck frees
+    /// now. Without this, the packets sent at start-up on prior rates, or any error of an
+    /// estimate, would stay in `A_l` for good.
+    fn reanchor(&mut self, path: PathId, seq: u64, arrival: Instant) {
+        let (floor, Some(base), Some(_)) =
+            (self.delay_floor(), self.owd_base(), self.estimate_bps(path))
+        else {
+            return;
+        };
+        // Receiver clock minus sender clock.
+        let offset = base - i128::from(floor.as_nanos() as u64);
+        let Ok(left) = u64::try_from(i128::from(arrival.as_nanos()) - offset) else {
+            return;
+        };
+        let Some(i) = self.record_index(seq) else {
+            return;
+        };
+        let delay = self.edpf.delay(path);
+        let rate = self.edpf.rate(path);
+        let overhead = u64::from(self.config.overhead_bytes);
+        let mut free = Instant::from_nanos(left);
+        for r in self.records.range(i + 1..).filter(|r| r.path == path) {
+            let air = transmission_time(u64::from(r.len) + overhead, rate);
+            free = (r.sent + delay).max(free) + air;
+        }
+        self.edpf.set_free_at(path, free);
+    }
+
+    /// One entry; `false` if it was refused.
+    fn handle_entry(&mut self, now: Instant, e: SigAckEntry) -> bool {
+        let Some(i) = self.record_index(e.seq) else {
+            self.stats.unknown_feedback += 1;
+            return false;
+        };
+        let r = &self.records[i];
+        if r.path != e.path || r.arrival.is_some() {
+            self.stats.unknown_feedback += 1;
+            return false;
+        }
+        let (path, len, sent, role) = (r.path, r.len, r.sent, r.role);
+        self.records[i].arrival = Some(e.arrival);
+        let wire = u64::from(len) + u64::from(self.config.overhead_bytes);
+        let air = transmission_time(wire, self.edpf.rate(path));
+        let half_window = self.config.delay_window.map(|w| w / 2);
+        let p = &mut self.paths[path.index()];
+        // The path answers: it is up, and everything sent on it before this packet has either
+        // been reported or was lost (paths are FIFO).
+        if p.down {
+            p.down = false;
+            self.edpf.set_active(path, true);
+            self.events.push_back(PetEvent::PathUp(path));
+        }
+        while p.unreported.front().is_some_and(|&(s, _)| s <= e.seq) {
+            p.unreported.pop_front();
+        }
+        let owd = i128::from(e.arrival.as_nanos())
+            - i128::from(sent.as_nanos())
+            - i128::from(air.as_nanos() as u64);
+        p.owd.update(now, owd, half_window);
+        let rtt = now.saturating_duration_since(sent);
+        p.srtt = Some(match p.srtt {
+            None => rtt,
+            Some(s) => (s * 7 + rtt) / 8,
+        });
+        // A pair is complete when both halves have arrived, whichever is reported last.
+        let pair = match role {
+            Role::Second { first } => self
+                .record_index(first)
+                .and_then(|f| self.records[f].arrival)
+                .map(|a1| (a1, e.arrival, len)),
+            Role::First => self
+                .records
+                .range(i + 1..)
+                .find(|r| r.role == Role::Second { first: e.seq })
+                .and_then(|r2| r2.arrival.map(|a2| (e.arrival, a2, r2.len))),
+            Role::Single => None,
+        };
+        if let Some((a1, a2, len2)) = pair {
+            let wire2 = u64::from(len2) + u64::from(self.config.overhead_bytes);
+            let p = &mut self.paths[path.index()];
+            if let Some(rate) = p.pair.sample(wire2, a2.saturating_duration_since(a1)) {
+                self.stats.samples += 1;
+                self.edpf.set_rate(path, rate);
+                self.events.push_back(PetEvent::Estimate {
+                    path,
+                    rate_bps: rate,
+                });
+            }
+        }
+        true
+    }
+
+    /// The smallest probe delay (zero without probes): the `D_l` of the shortest path.
+    fn delay_floor(&self) -> Duration {
+        self.paths
+            .iter()
+            .filter_map(|p| p.probe_delay)
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// The smallest one-way sample over the paths (receiver clock minus sender clock).
+    fn owd_base(&self) -> Option<i128> {
+        self.paths.iter().filter_map(|p| p.owd.get()).min()
+    }
+
+    /// `D_l` = the smallest probe delay, plus how much longer path `l`'s one-way samples are
+    /// than the smallest path's (the clock offset cancels); half the probe RTT where there are
+    /// no samples.
+    fn refresh_delays(&mut self) {
+        let floor = self.delay_floor();
+        let base = self.owd_base();
+        for (i, p) in self.paths.iter().enumerate() {
+            let d = match (p.owd.get(), base) {
+                (Some(o), Some(b)) => {
+                    let extra = u64::try_from(o - b).unwrap_or(u64::MAX);
+                    floor.saturating_add(Duration::from_nanos(extra))
+                }
+                _ => match p.probe_delay {
+                    Some(d) => d,
+                    None => continue,
+                },
+            };
+            self.edpf.set_delay(PathId(i as u8), d);
+        }
+    }
+
+    /// When a blackout check is due: the earliest `expected + blackout_after` of an
+    /// unreported packet on a path that is up.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.paths
+            .iter()
+            .filter(|p| !p.down)
+            .filter_map(|p| p.unreported.front())
+            .map(|&(_, expected)| expected.saturating_add(self.config.blackout_after))
+            .min()
+    }
+
+    /// Run the blackout check.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.check_blackouts(now);
+    }
+
+    fn check_blackouts(&mut self, now: Instant) {
+        let after = self.config.blackout_after;
+        for (i, p) in self.paths.iter_mut().enumerate() {
+            let late = p
+                .unreported
+                .front()
+                .is_some_and(|&(_, expected)| now >= expected.saturating_add(after));
+            if late && !p.down {
+                p.down = true;
+                // What was sent into the dark is not waited for again.
+                p.unreported.clear();
+                self.edpf.set_active(PathId(i as u8), false);
+                self.stats.blackouts += 1;
+                self.events.push_back(PetEvent::PathDown(PathId(i as u8)));
+            }
+        }
+    }
+
+    /// The next event for the driver.
+    pub fn poll_event(&mut self) -> Option<PetEvent> {
+        self.events.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests;

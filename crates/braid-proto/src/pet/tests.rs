@@ -1,0 +1,277 @@
+use super::*;
+use proptest::prelude::*;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+fn ms(x: u64) -> Duration {
+    Duration::from_millis(x)
+}
+
+fn at(x: u64) -> Instant {
+    Instant::ZERO + ms(x)
+}
+
+/// A tiny model of the paper's Fig. 3: per path a delay `D_l` up to a FIFO bottleneck of
+/// rate `B_l(t)`; the receiver's clock runs 5 s ahead of the sender's; every arrival is
+/// reported at once and the report takes `reverse` to come back.
+struct Model {
+    pet: Pet,
+    delay: Vec<Duration>,
+    rate: Vec<u64>,
+    free: Vec<Instant>,
+    reverse: Duration,
+    feedback: BinaryHeap<Reverse<(Instant, u64, u8, u64)>>,
+    seq: u64,
+    /// Arrival order of the packets (sender clock), for reordering counts.
+    arrivals: Vec<(Instant, u64)>,
+}
+
+const OFFSET: Duration = Duration::from_secs(5);
+
+impl Model {
+    fn new(rates: &[u64], delays_ms: &[u64]) -> Model {
+        let mut config = PetConfig::new(vec![1_000_000; rates.len()]);
+        config.overhead_bytes = 12;
+        let mut pet = Pet::new(config).unwrap();
+        for (i, &d) in delays_ms.iter().enumerate() {
+            pet.set_probe_rtt(PathId(i as u8), ms(2 * d));
+        }
+        Model {
+            pet,
+            delay: delays_ms.iter().map(|&d| ms(d)).collect(),
+            rate: rates.to_vec(),
+            free: vec![Instant::ZERO; rates.len()],
+            reverse: ms(20),
+            feedback: BinaryHeap::new(),
+            seq: 0,
+            arrivals: Vec::new(),
+        }
+    }
+
+    /// Deliver the feedback due by `now`, then send one 1500-byte packet.
+    fn send(&mut self, now: Instant, retransmit: bool) -> PathId {
+        while let Some(&Reverse((t, seq, path, arrival))) = self.feedback.peek() {
+            if t > now {
+                break;
+            }
+            self.feedback.pop();
+            let entry = SigAckEntry {
+                path: PathId(path),
+                seq,
+                arrival: Instant::from_nanos(arrival),
+            };
+            self.pet.handle_sig_ack(t, [entry]);
+        }
+        self.pet.handle_timeout(now);
+        let seq = self.seq;
+        self.seq += 1;
+        let path = self.pet.schedule(now, seq, 1500, retransmit);
+        let i = path.index();
+        let start = (now + self.delay[i]).max(self.free[i]);
+        let done = start + transmission_time(1512, self.rate[i]);
+        self.free[i] = done;
+        let rx = done + OFFSET;
+        self.feedback
+            .push(Reverse((done + self.reverse, seq, path.0, rx.as_nanos())));
+        self.arrivals.push((done, seq));
+        path
+    }
+
+    /// Offer packets at `rate_bps` from `from` for `length`.
+    fn offer(&mut self, from: Instant, length: Duration, rate_bps: u64) {
+        let gap = transmission_time(1512, rate_bps);
+        let mut now = from;
+        while now < from + length {
+            self.send(now, false);
+            now = now + gap;
+        }
+    }
+
+    fn reordered(&self) -> usize {
+        let mut a = self.arrivals.clone();
+        a.sort();
+        let mut highest = None;
+        let mut late = 0;
+        for (_, s) in a {
+            if highest.is_some_and(|h| s < h) {
+                late += 1;
+            }
+            highest = Some(highest.map_or(s, |h: u64| h.max(s)));
+        }
+        late
+    }
+}
+
+#[test]
+fn start_up_pairs_go_round_robin_and_seconds_follow_firsts() {
+    let mut pet = Pet::new(PetConfig::new(vec![1_000_000; 3])).unwrap();
+    let paths: Vec<u8> = (0..8)
+        .map(|s| pet.schedule(at(0), s, 1500, false).0)
+        .collect();
+    assert_eq!(paths, vec![0, 0, 1, 1, 2, 2, 0, 0]);
+    assert_eq!(pet.stats().startup_pairs, 4);
+    // A retransmission is never paired and does not break the rotation.
+    assert_eq!(pet.schedule(at(0), 8, 1500, true), PathId(1));
+    assert_eq!(pet.schedule(at(0), 9, 1500, false), PathId(1));
+    assert_eq!(pet.schedule(at(0), 10, 1500, false), PathId(1));
+    assert_eq!(pet.schedule(at(0), 11, 1500, false), PathId(2));
+    assert_eq!(pet.stats().singles, 1);
+}
+
+#[test]
+fn estimates_converge_and_pet_then_predicts_every_delivery() {
+    // Table I's paths: 50, 100 and 200 kbit/s behind 50 ms each, offered their sum.
+    let mut m = Model::new(&[50_000, 100_000, 200_000], &[50, 50, 50]);
+    let gap = transmission_time(1512, 350_000);
+    let mut now = at(0);
+    let mut worst = Duration::ZERO;
+    while now < at(20_000) {
+        let p = m.send(now, false);
+        let (real, predicted) = (m.free[p.index()], m.pet.edpf().free_at(p));
+        if now >= at(5_000) {
+            worst = worst.max(real.saturating_duration_since(predicted));
+            worst = worst.max(predicted.saturating_duration_since(real));
+        }
+        now = now + gap;
+    }
+    for (i, &r) in [50_000u64, 100_000, 200_000].iter().enumerate() {
+        let e = m.pet.estimate_bps(PathId(i as u8)).unwrap();
+        assert!(e.abs_diff(r) * 100 <= r, "path {i}: {e} vs {r}");
+    }
+    // From 5 s on, PET's A_l is the real bottleneck's: EDPF on estimates is EDPF. What
+    // reordering is left comes from the pairs (a second follows its first), at most one
+    // packet per pair.
+    assert!(worst < ms(1), "{worst:?}");
+    assert!(
+        m.reordered() as u64 <= m.pet.stats().pairs,
+        "{}",
+        m.reordered()
+    );
+    assert!(m.pet.stats().samples > 100);
+}
+
+#[test]
+fn the_estimate_follows_a_halved_rate_within_two_seconds() {
+    let mut m = Model::new(&[50_000, 100_000, 200_000], &[50, 50, 50]);
+    m.offer(at(0), Duration::from_secs(10), 350_000);
+    // Path 2 drops to 100 kbit/s at 10 s (its queue drains at the new rate from then on).
+    m.rate[2] = 100_000;
+    m.offer(at(10_000), Duration::from_secs(2), 250_000);
+    let e = m.pet.estimate_bps(PathId(2)).unwrap();
+    assert!(
+        e.abs_diff(100_000) <= 10_000,
+        "estimate {e} two seconds later"
+    );
+}
+
+#[test]
+fn a_silent_path_is_blacked_out_and_comes_back() {
+    let mut pet = Pet::new(PetConfig::new(vec![100_000; 2])).unwrap();
+    for s in 0..4 {
+        pet.schedule(at(0), s, 1500, false);
+    }
+    // Only path 1 answers.
+    let entries = [2u64, 3].map(|seq| SigAckEntry {
+        path: PathId(1),
+        seq,
+        arrival: at(300),
+    });
+    pet.handle_sig_ack(at(400), entries);
+    let t = pet.poll_timeout().unwrap();
+    pet.handle_timeout(t);
+    assert_eq!(pet.poll_event(), Some(PetEvent::PathDown(PathId(0))));
+    assert!(!pet.is_active(PathId(0)));
+    let late = SigAckEntry {
+        path: PathId(0),
+        seq: 1,
+        arrival: at(5000),
+    };
+    pet.handle_sig_ack(t + ms(10), [late]);
+    assert_eq!(pet.poll_event(), Some(PetEvent::PathUp(PathId(0))));
+    assert!(pet.is_active(PathId(0)));
+}
+
+#[test]
+fn an_idle_path_is_probed() {
+    // 1 s of extra delay on path 0 keeps EDPF off it; the probe rule still sends a pair there
+    // every probe_interval.
+    let mut m = Model::new(&[200_000, 200_000], &[1000, 50]);
+    m.offer(at(0), Duration::from_secs(10), 150_000);
+    assert!(m.pet.stats().probes >= 5, "{:?}", m.pet.stats());
+}
+
+#[test]
+fn adaptive_srr_quanta_follow_the_estimates() {
+    let mut m = Model::new(&[50_000, 100_000, 200_000], &[50, 50, 50]);
+    assert_eq!(m.pet.srr_quanta(1500), None);
+    m.offer(at(0), Duration::from_secs(10), 350_000);
+    let q = m.pet.srr_quanta(1500).unwrap();
+    assert_eq!(q[0], 1500);
+    assert!(
+        q[1].abs_diff(3000) < 60 && q[2].abs_diff(6000) < 120,
+        "{q:?}"
+    );
+}
+
+#[test]
+fn bad_configs_are_refused() {
+    assert_eq!(
+        Pet::new(PetConfig::new(vec![])).err(),
+        Some(PetConfigError::PathCount(0))
+    );
+    assert_eq!(
+        Pet::new(PetConfig::new(vec![1, 0])).err(),
+        Some(PetConfigError::ZeroRate(1))
+    );
+    let mut c = PetConfig::new(vec![1]);
+    c.paths = 2;
+    assert!(matches!(Pet::new(c), Err(PetConfigError::RateCount { .. })));
+}
+
+proptest! {
+    /// Whatever a peer reports, PET neither panics nor picks a path that does not exist.
+    #[test]
+    fn any_feedback_is_survived(
+        ops in proptest::collection::vec((any::<bool>(), any::<u8>(), 0u64..64, any::<u64>(), 0u64..50), 1..300),
+    ) {
+        let mut config = PetConfig::new(vec![50_000, 1_000_000, 7]);
+        config.max_records = 16;
+        let mut pet = Pet::new(config).unwrap();
+        let mut now = Instant::ZERO;
+        let mut seq = 0;
+        for (send, path, s, arrival, dt) in ops {
+            now = now + ms(dt);
+            if send {
+                let p = pet.schedule(now, seq, 1500, path % 5 == 0);
+                prop_assert!(p.index() < 3);
+                seq += 1;
+            } else {
+                let e = SigAckEntry { path: PathId(path), seq: s, arrival: Instant::from_nanos(arrival) };
+                pet.handle_sig_ack(now, [e]);
+            }
+            if let Some(t) = pet.poll_timeout() {
+                prop_assert!(t >= Instant::ZERO);
+            }
+            pet.handle_timeout(now);
+            while pet.poll_event().is_some() {}
+        }
+    }
+
+    /// With exact reports from FIFO bottlenecks, every estimate ends within 2% of its path's
+    /// rate, whatever the rates and delays.
+    #[test]
+    fn estimates_find_the_rates(
+        rates in proptest::collection::vec(20_000u64..2_000_000, 2..4),
+        delays in proptest::collection::vec(5u64..300, 4),
+    ) {
+        let mut m = Model::new(&rates, &delays[..rates.len()]);
+        let sum: u64 = rates.iter().sum();
+        // Enough packets for many pairs on the slowest path.
+        let secs = (2000 * 1512 * 8 / sum).clamp(5, 60);
+        m.offer(at(0), Duration::from_secs(secs), sum);
+        for (i, &r) in rates.iter().enumerate() {
+            let e = m.pet.estimate_bps(PathId(i as u8)).unwrap();
+            prop_assert!(e.abs_diff(r) * 50 <= r, "path {}: {} vs {}", i, e, r);
+        }
+    }
+}
