@@ -3,7 +3,7 @@
 //!
 //! One packet per iteration, reported as `Throughput::Bytes(1400)`. Run with
 //! `cargo bench -p braid-session --bench aead [-- FILTER]`; figures are in
-//! `docs/benchmarks-perf.md`.
+//! `docs/benchmarks.md`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use snow::params::CipherChoice;

@@ -4,7 +4,7 @@
 //! daemon's work minus the system calls.
 //!
 //! Reported per packet (`Throughput::Elements`). Run with
-//! `cargo bench -p braid-session --bench session`; figures are in `docs/benchmarks-perf.md`.
+//! `cargo bench -p braid-session --bench session`; figures are in `docs/benchmarks.md`.
 
 use braid_proto::resequence::ResequenceMode;
 use braid_proto::scheduler::SchedulerKind;

@@ -780,7 +780,7 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
 mod tests {
     use super::*;
 
-    /// The experiment's claims hold at seed 1 (the rows are in docs/benchmarks-bag.md).
+    /// The experiment's claims hold at seed 1 (the rows are in docs/benchmarks.md).
     #[test]
     fn table_i_claims_hold() {
         let out = run(1, &|_, _| {});
