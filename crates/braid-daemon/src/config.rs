@@ -227,10 +227,14 @@ struct RawPath {
     interface: Option<String>,
     #[serde(deserialize_with = "socket_addr")]
     remote: SocketAddr,
-    rate_mbit: f64,
+    rate_mbit: Option<f64>,
     #[serde(default = "default_path_mtu")]
     mtu: u16,
 }
+
+/// The rate PET assumes for a path without `rate_mbit` until its first packet pairs are
+/// measured (a few round trips): it only places the start-up pairs.
+pub const PET_PRIOR_RATE_BPS: u64 = 10_000_000;
 
 /// Markers every this many rounds by default when nothing needs them every round: in
 /// `sequence` mode they only resynchronise the receiver's fast-path prediction, and one per
@@ -278,8 +282,11 @@ pub struct PathConfig {
     pub interface: Option<String>,
     /// The server's address for this path.
     pub remote: SocketAddr,
-    /// Rate in bit/s (sets the scheduler's quantum).
+    /// Rate in bit/s (sets the scheduler's quantum); with scheduler `pet` and no `rate_mbit`,
+    /// [`PET_PRIOR_RATE_BPS`], a guess PET replaces with its measurement.
     pub rate_bps: u64,
+    /// Whether `rate_bps` was configured (`rate_mbit`) rather than left to PET.
+    pub rate_configured: bool,
     /// The path's MTU (IP packet size on the link).
     pub mtu: u16,
 }
@@ -451,13 +458,25 @@ impl Config {
                         raw.paths.len()
                     )));
                 }
+                let pet = raw
+                    .bond
+                    .as_ref()
+                    .is_some_and(|b| b.scheduler == SchedulerKind::Pet);
                 for (i, p) in raw.paths.iter().enumerate() {
-                    if !(p.rate_mbit.is_finite() && p.rate_mbit > 0.0 && p.rate_mbit <= 1e6) {
-                        return Err(invalid(format!(
-                            "path {i}: rate_mbit = {} must be a positive number of Mbit/s (the path's rate; it sets the striping share)",
-                            p.rate_mbit
-                        )));
-                    }
+                    let rate_bps = match p.rate_mbit {
+                        Some(r) if r.is_finite() && r > 0.0 && r <= 1e6 => (r * 1e6).round() as u64,
+                        Some(r) => {
+                            return Err(invalid(format!(
+                                "path {i}: rate_mbit = {r} must be a positive number of Mbit/s (the path's rate; it sets the striping share)"
+                            )))
+                        }
+                        None if pet => PET_PRIOR_RATE_BPS,
+                        None => {
+                            return Err(invalid(format!(
+                                "path {i}: rate_mbit is missing: give the path's rate in Mbit/s (it sets the striping share), or set [bond] scheduler = \"pet\", which measures the paths' rates"
+                            )))
+                        }
+                    };
                     if p.mtu < 576 {
                         return Err(invalid(format!("path {i}: mtu = {} is below 576", p.mtu)));
                     }
@@ -474,7 +493,8 @@ impl Config {
                         local: p.local,
                         interface: p.interface.clone(),
                         remote: p.remote,
-                        rate_bps: (p.rate_mbit * 1e6).round() as u64,
+                        rate_bps,
+                        rate_configured: p.rate_mbit.is_some(),
                         mtu: p.mtu,
                     });
                 }
@@ -530,6 +550,11 @@ impl Config {
             }
         }
         if let Some(q) = &raw.qos {
+            if q.rate_mbit.is_none() && paths.iter().any(|p| !p.rate_configured) {
+                return Err(invalid(
+                    "[qos] needs rate_mbit (the rate to shape the bond's egress at) when a path has no rate_mbit: the shaper does not follow PET's estimates yet".into(),
+                ));
+            }
             // The client checks against its bond's rate; a server learns the rate from the
             // client's handshake, so it checks against a nominal 10 Gbit/s.
             let bond_bps: u64 = paths.iter().map(|p| p.rate_bps).sum();
@@ -602,6 +627,43 @@ rate_mbit = 5
     }
 
     #[test]
+    fn scheduler_pet_measures_the_rates_nobody_gave() {
+        let no_rates = client("")
+            .replace("rate_mbit = 20\n", "")
+            .replace("rate_mbit = 5\n", "");
+        let e = parse(&no_rates).unwrap_err();
+        assert!(
+            e.contains("path 0: rate_mbit is missing") && e.contains("scheduler = \"pet\""),
+            "{e}"
+        );
+        let c = parse(&no_rates.replace("{extra}", "").replace(
+            "[[path]]\nname = \"dsl\"",
+            "[bond]\nscheduler = \"pet\"\n[[path]]\nname = \"dsl\"",
+        ))
+        .unwrap();
+        let b = c.bond.unwrap();
+        assert_eq!(b.scheduler, SchedulerKind::Pet);
+        assert_eq!(b.rates_bps, vec![PET_PRIOR_RATE_BPS; 2]);
+        assert!(c.paths.iter().all(|p| !p.rate_configured));
+        // A path rate may still be given: PET starts from it.
+        let c = parse(&client("[bond]\nscheduler = \"pet\"")).unwrap();
+        assert_eq!(c.bond.unwrap().rates_bps, vec![20_000_000, 5_000_000]);
+        // JoBS must be told what to shape at when no rate is configured.
+        let e = parse(&no_rates.replace(
+            "[[path]]\nname = \"dsl\"",
+            "[bond]\nscheduler = \"pet\"\n[qos]\n[[qos.class]]\nname = \"all\"\ndefault = true\n[[path]]\nname = \"dsl\"",
+        ))
+        .unwrap_err();
+        assert!(e.contains("[qos] needs rate_mbit"), "{e}");
+        // PET needs the sequence numbers of mode sequence.
+        let e = parse(&client(
+            "[bond]\nscheduler = \"pet\"\nresequence = \"logical\"",
+        ))
+        .unwrap_err();
+        assert!(e.contains("`pet` is not causal"), "{e}");
+    }
+
+    #[test]
     fn a_client_config_parses_with_defaults() {
         let c = parse(&client("")).unwrap();
         assert_eq!(c.role, Role::Initiator);
@@ -640,8 +702,11 @@ rate_mbit = 5
         );
         let e = parse(&client("").replace("role = \"client\"", "role = \"server\"")).unwrap_err();
         assert!(e.contains("listen"), "{e}");
-        let e = parse(&client("[bond]\nscheduler = \"wrr\"")).unwrap_err();
-        assert!(e.contains("unknown scheduler `wrr`"), "{e}");
+        let e = parse(&client("[bond]\nscheduler = \"fastest\"")).unwrap_err();
+        assert!(e.contains("unknown scheduler `fastest`"), "{e}");
+        // The BAG paper's WRR is GRR.
+        let c = parse(&client("[bond]\nscheduler = \"wrr\"")).unwrap();
+        assert_eq!(c.bond.unwrap().scheduler, SchedulerKind::Grr);
         let e = parse(&client("mtu = 1480")).unwrap_err();
         assert!(e.contains("larger than the paths allow (1428"), "{e}");
     }

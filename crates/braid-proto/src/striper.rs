@@ -8,7 +8,8 @@
 //! transmission per path.
 
 use crate::path::{Credit, Marker, PathId};
-use crate::scheduler::{CausalScheduler, ConfigError, Scheduler, SchedulerConfig};
+use crate::pet::{Pet, PetConfig};
+use crate::scheduler::{CausalScheduler, ConfigError, Scheduler, SchedulerConfig, SchedulerKind};
 use crate::time::Instant;
 use std::collections::VecDeque;
 
@@ -80,6 +81,8 @@ pub struct StriperConfig {
     pub queue_limit_bytes: u64,
     /// Credit flow control: the initial grant per path in bytes, or `None` for no flow control.
     pub initial_credit_bytes: Option<Vec<u64>>,
+    /// The receiver equalises the paths' delays (scheduler `pet`: [`PetConfig::equalized`]).
+    pub receiver_equalizes: bool,
 }
 
 impl StriperConfig {
@@ -92,6 +95,7 @@ impl StriperConfig {
             sequence_numbers: false,
             queue_limit_bytes: 64 * 1024,
             initial_credit_bytes: None,
+            receiver_equalizes: false,
         }
     }
 }
@@ -183,6 +187,8 @@ pub struct Striper<P> {
     max_packet: u32,
     /// One-way delay of each path, as the driver measures it (for EDPF and small packets).
     path_delay: Vec<crate::time::Duration>,
+    /// Scheduler `pet`: PET chooses every data packet's path (section V-A of the BAG paper).
+    pet: Option<Pet>,
     stats: StriperStats,
 }
 
@@ -197,6 +203,17 @@ impl<P> Striper<P> {
     pub fn new(config: &StriperConfig) -> Result<Self, ConfigError> {
         let sched = config.scheduler.build()?;
         let n = sched.paths();
+        let pet = if config.scheduler.kind == SchedulerKind::Pet {
+            if !config.sequence_numbers {
+                return Err(ConfigError::NotCausal("pet"));
+            }
+            let mut c = PetConfig::new(config.scheduler.rates_bps.clone());
+            c.overhead_bytes = config.scheduler.overhead_bytes;
+            c.equalized = config.receiver_equalizes;
+            Some(Pet::new(c).map_err(|_| ConfigError::PathCount(n))?)
+        } else {
+            None
+        };
         if let Some(c) = &config.initial_credit_bytes {
             if c.len() != n {
                 return Err(ConfigError::PathCount(c.len()));
@@ -221,6 +238,7 @@ impl<P> Striper<P> {
             queue_limit_bytes: config.queue_limit_bytes,
             max_packet: config.scheduler.max_packet,
             path_delay: vec![crate::time::Duration::ZERO; n],
+            pet,
             stats: StriperStats::default(),
         })
     }
@@ -266,6 +284,10 @@ impl<P> Striper<P> {
             return false;
         }
         let fits = |p: &TxPath<P>| p.queued_bytes + u64::from(len) <= self.queue_limit_bytes;
+        if self.pet.is_some() {
+            // PET's choice is made, and remembered, at send time: every path must have room.
+            return self.paths.iter().all(fits);
+        }
         match &self.sched {
             // EDPF chooses at send time: any path with room will do.
             Scheduler::Edpf(_) => self.paths.iter().any(fits),
@@ -316,6 +338,16 @@ impl<P> Striper<P> {
             return Err(SendError::TooLarge(payload));
         }
         let small = self.small_packet_path(len);
+        if let (None, Some(pet)) = (small, &mut self.pet) {
+            let fits = |p: &TxPath<P>| p.queued_bytes + u64::from(len) <= self.queue_limit_bytes;
+            if !self.paths.iter().all(fits) {
+                self.stats.full += 1;
+                return Err(SendError::Full(payload));
+            }
+            let path = pet.schedule(now, self.next_seq, len, false);
+            self.enqueue_data(path.index(), len, payload);
+            return Ok(path);
+        }
         let path = match (small, &self.sched) {
             (Some(p), _) => p,
             (None, Scheduler::Edpf(e)) => e.peek(now, len),
@@ -393,6 +425,17 @@ impl<P> Striper<P> {
         Ok(path)
     }
 
+    /// Scheduler `pet`: the PET that places the data packets (feed it SIG-ACKs and probe RTTs,
+    /// run its timer, drain its events).
+    pub fn pet(&self) -> Option<&Pet> {
+        self.pet.as_ref()
+    }
+
+    /// Scheduler `pet`: the PET, to drive.
+    pub fn pet_mut(&mut self) -> Option<&mut Pet> {
+        self.pet.as_mut()
+    }
+
     /// Adaptive SRR (beyond the stripe paper): give SRR new quanta, e.g. from PET's bandwidth
     /// estimates ([`crate::pet::Pet::srr_quanta`]). Only in mode `sequence`, where the
     /// receiver does not replay the schedule; ignored by the other schedulers, and quanta
@@ -445,6 +488,9 @@ impl<P> Striper<P> {
             return;
         }
         self.sched.set_active(path, active);
+        if let Some(pet) = &mut self.pet {
+            pet.set_path_enabled(path, active);
+        }
         if active {
             self.push_marker(path);
         }

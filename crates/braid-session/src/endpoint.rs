@@ -4,18 +4,23 @@
 //! simulator's in-memory `Pair` drives it bare.
 
 use braid_proto::credit::{CreditConfig, CreditGrantor};
+use braid_proto::pet::{PetEvent, PetReceiver, PetReceiverConfig, SigAckEntry};
+use braid_proto::resequence::ResequenceMode;
 use braid_proto::resequence::{Resequencer, ResequencerConfig};
 use braid_proto::scheduler::ConfigError;
+use braid_proto::scheduler::SchedulerKind;
 use braid_proto::striper::{Outgoing, SendError, Striper, StriperConfig};
 use braid_proto::time::Instant;
 use braid_proto::{Credit, PathId};
-use braid_wire::{Credits, Repr};
+use braid_wire::{Credits, Repr, SigAcks};
 use std::collections::VecDeque;
 
 /// Spare payload buffers kept for reuse at most (enough for a few batches of a driver).
 const SPARE_BUFFERS: usize = 256;
 /// A buffer that grew past this is not kept.
 const SPARE_CAPACITY: usize = 64 * 1024;
+/// SIG-ACKs waiting for a path to poll at most; older ones are dropped (and counted).
+const SIG_ACK_QUEUE: usize = 64;
 
 /// Settings of one endpoint. Both ends need matching scheduler configs for each direction.
 #[derive(Clone, Debug)]
@@ -40,6 +45,14 @@ pub struct EndpointStats {
     pub feedback_sent: u64,
     /// Feedback datagrams received.
     pub feedback_received: u64,
+    /// SIG-ACKs sent (scheduler `pet`: the arrival times of our received data).
+    pub sig_acks_sent: u64,
+    /// SIG-ACKs received and fed to PET.
+    pub sig_acks_received: u64,
+    /// SIG-ACKs not sent: the queue was full, or the receiver's batch overflowed.
+    pub sig_acks_dropped: u64,
+    /// PET blackouts: paths PET took out for lack of SIG-ACKs.
+    pub pet_blackouts: u64,
 }
 
 /// One end of a bond, without I/O.
@@ -50,6 +63,9 @@ pub struct Endpoint {
     grantor: Option<CreditGrantor>,
     feedback: VecDeque<Vec<Credit>>,
     credit_buf: Vec<Credit>,
+    /// Scheduler `pet` at the peer: the arrivals to report (BAG's SIG-ACK receiver).
+    pet_rx: Option<PetReceiver>,
+    sig_acks: VecDeque<Vec<SigAckEntry>>,
     stats: EndpointStats,
     /// Payload buffers of packets sent or delivered, for the next ones (see
     /// [`Endpoint::recycle`]): steady traffic stops allocating per packet.
@@ -65,6 +81,10 @@ impl Endpoint {
             grantor: config.credits.as_ref().map(CreditGrantor::new),
             feedback: VecDeque::new(),
             credit_buf: Vec::new(),
+            pet_rx: (config.receiver.scheduler.kind == SchedulerKind::Pet
+                && config.receiver.mode == ResequenceMode::Sequence)
+                .then(|| PetReceiver::new(PetReceiverConfig::default())),
+            sig_acks: VecDeque::new(),
             stats: EndpointStats::default(),
             spare: Vec::new(),
         })
@@ -140,6 +160,13 @@ impl Endpoint {
             self.credit_buf = credits;
             return ok;
         }
+        if let Some(entries) = self.sig_acks.pop_front() {
+            let repr = Repr::SigAck(SigAcks::from_slice(&entries));
+            buf.resize(repr.buffer_len(), 0);
+            let ok = repr.emit_into(buf).is_ok();
+            self.stats.sig_acks_sent += 1;
+            return ok;
+        }
         let Some(t) = self.striper.poll_transmit(now, path) else {
             return false;
         };
@@ -184,6 +211,10 @@ impl Endpoint {
                 if let Some(g) = &mut self.grantor {
                     g.on_data(path, len);
                 }
+                if let (Some(rx), Some(seq)) = (&mut self.pet_rx, seq) {
+                    rx.handle_data(now, path, seq);
+                    self.pump_sig_acks(now);
+                }
                 let copy = self.buffer(payload);
                 if is_untimed_tcp(payload) {
                     self.receiver.handle_data_unheld(now, path, seq, len, copy);
@@ -207,8 +238,50 @@ impl Endpoint {
                     self.striper.handle_credit(c);
                 }
             }
+            Repr::SigAck(entries) => {
+                if let Some(pet) = self.striper.pet_mut() {
+                    self.stats.sig_acks_received += 1;
+                    pet.handle_sig_ack(now, entries.iter());
+                    self.drain_pet_events();
+                }
+            }
             // Liveness and retransmission are the session's job.
-            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) | Repr::SigAck(_) => {}
+            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) => {}
+        }
+    }
+
+    /// Move the SIG-ACKs that are due from the PET receiver to the send queue.
+    fn pump_sig_acks(&mut self, now: Instant) {
+        let Some(rx) = &mut self.pet_rx else {
+            return;
+        };
+        while let Some(entries) = rx.poll_transmit(now) {
+            if self.sig_acks.len() >= SIG_ACK_QUEUE {
+                self.sig_acks.pop_front();
+                self.stats.sig_acks_dropped += 1;
+            }
+            self.sig_acks.push_back(entries);
+        }
+    }
+
+    /// PET's timer (blackouts) and its news.
+    fn pet_timeout(&mut self, now: Instant) {
+        if let Some(pet) = self.striper.pet_mut() {
+            if pet.poll_timeout().is_some_and(|t| t <= now) {
+                pet.handle_timeout(now);
+            }
+            self.drain_pet_events();
+        }
+    }
+
+    fn drain_pet_events(&mut self) {
+        let Some(pet) = self.striper.pet_mut() else {
+            return;
+        };
+        while let Some(e) = pet.poll_event() {
+            if let PetEvent::PathDown(_) = e {
+                self.stats.pet_blackouts += 1;
+            }
         }
     }
 
@@ -217,6 +290,8 @@ impl Endpoint {
         let d = self.receiver.poll_deliver(now);
         if d.is_none() {
             self.poll_credits(now);
+            self.pump_sig_acks(now);
+            self.pet_timeout(now);
         }
         d.map(|d| d.payload)
     }
@@ -258,6 +333,10 @@ impl Endpoint {
         delay: Option<braid_proto::time::Duration>,
     ) {
         self.receiver.set_path_delay(path, delay);
+        if let (Some(pet), Some(d)) = (self.striper.pet_mut(), delay) {
+            // PET's D_l until SIG-ACKs give relative one-way delays (BAG section V-A).
+            pet.set_probe_rtt(path, d * 2);
+        }
     }
 
     /// How long the receiver waits for a resend once a gap's loss is certain
@@ -268,7 +347,7 @@ impl Endpoint {
 
     /// Whether `poll_transmit(path)` would produce a datagram.
     pub fn has_transmit(&self, path: PathId) -> bool {
-        !self.feedback.is_empty() || self.striper.has_transmit(path)
+        !self.feedback.is_empty() || !self.sig_acks.is_empty() || self.striper.has_transmit(path)
     }
 
     /// When the endpoint needs to be polled even without input.
@@ -276,6 +355,8 @@ impl Endpoint {
         [
             self.receiver.poll_timeout(),
             self.grantor.as_ref().and_then(|g| g.poll_timeout()),
+            self.pet_rx.as_ref().and_then(|r| r.poll_timeout()),
+            self.striper.pet().and_then(|p| p.poll_timeout()),
         ]
         .into_iter()
         .flatten()

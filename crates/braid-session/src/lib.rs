@@ -22,4 +22,4 @@ pub mod session;
 
 pub use keys::{PrivateKey, PublicKey};
 pub use params::BondParams;
-pub use session::{DropReason, PathStatus, Role, Session, SessionConfig, SessionStatus};
+pub use session::{DropReason, PathStatus, PetStatus, Role, Session, SessionConfig, SessionStatus};

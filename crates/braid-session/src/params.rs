@@ -94,6 +94,7 @@ impl BondParams {
         c.sequence_numbers = self.resequence == ResequenceMode::Sequence;
         c.queue_limit_bytes = u64::from(self.queue_limit_bytes).max(u64::from(self.max_packet));
         c.initial_credit_bytes = self.credits().map(|c| c.share_bytes);
+        c.receiver_equalizes = self.equalize_delay;
         c
     }
 
@@ -110,6 +111,10 @@ impl BondParams {
         if self.scheduler == SchedulerKind::Edpf && self.resequence == ResequenceMode::Logical {
             return Err(ConfigError::NotCausal("edpf"));
         }
+        if self.scheduler == SchedulerKind::Pet && self.resequence != ResequenceMode::Sequence {
+            // PET's SIG-ACKs name packets by their sequence numbers.
+            return Err(ConfigError::NotCausal("pet"));
+        }
         self.scheduler_config().build().map(|_| ())
     }
 
@@ -122,6 +127,7 @@ impl BondParams {
             SchedulerKind::Grr => 2,
             SchedulerKind::Rr => 3,
             SchedulerKind::Edpf => 4,
+            SchedulerKind::Pet => 5,
         });
         v.push(match self.resequence {
             ResequenceMode::Logical => 0,
@@ -182,6 +188,7 @@ impl BondParams {
             2 => SchedulerKind::Grr,
             3 => SchedulerKind::Rr,
             4 => SchedulerKind::Edpf,
+            5 => SchedulerKind::Pet,
             _ => return Err(m()),
         };
         let resequence = match fixed[1] {
@@ -254,6 +261,18 @@ mod tests {
     fn round_trip() {
         let p = example(3);
         assert_eq!(BondParams::decode(&p.encode()), Ok(p));
+    }
+
+    #[test]
+    fn pet_round_trips_and_needs_sequence_numbers() {
+        let mut p = example(3);
+        p.scheduler = SchedulerKind::Pet;
+        assert_eq!(BondParams::decode(&p.encode()), Ok(p.clone()));
+        assert!(p.striper_config().receiver_equalizes);
+        p.resequence = ResequenceMode::Logical;
+        assert_eq!(p.validate(), Err(ConfigError::NotCausal("pet")));
+        p.resequence = ResequenceMode::None;
+        assert_eq!(p.validate(), Err(ConfigError::NotCausal("pet")));
     }
 
     #[test]

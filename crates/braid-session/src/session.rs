@@ -165,6 +165,16 @@ pub struct PathStatus {
     pub queued_bytes: u64,
     /// Times the path went down.
     pub down_events: u64,
+    /// Scheduler `pet`: the path's rate as PET estimates it from packet pairs, bit/s (as it
+    /// counts on the wire: braid's overhead included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pet_estimate_bps: Option<u64>,
+    /// Scheduler `pet`: the one-way delay PET uses for the path, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pet_delay_ms: Option<f64>,
+    /// Scheduler `pet`: whether PET has the path in its choice (not blacked out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pet_active: Option<bool>,
 }
 
 /// A snapshot of the session for `braid status`.
@@ -197,6 +207,30 @@ pub struct SessionStatus {
     /// Per-class service when `[qos]` is on (empty otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassReport>,
+    /// Scheduler `pet`: SIG-ACKs and PET's counters (absent for the other schedulers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pet: Option<PetStatus>,
+}
+
+/// What PET did (scheduler `pet`), for `braid status`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PetStatus {
+    /// SIG-ACKs this end sent (arrival reports of what it received).
+    pub sig_acks_sent: u64,
+    /// SIG-ACKs this end received and fed to PET.
+    pub sig_acks_received: u64,
+    /// SIG-ACKs not sent (queue or batch overflow).
+    pub sig_acks_dropped: u64,
+    /// Packet pairs started, and samples taken from them.
+    pub pairs: u64,
+    /// Pair samples taken (bandwidth estimates updated).
+    pub samples: u64,
+    /// Pairs sent on an idle path to probe it.
+    pub probes: u64,
+    /// Paths PET took out for lack of SIG-ACKs.
+    pub blackouts: u64,
+    /// SIG-ACK entries for packets PET did not remember.
+    pub unknown_feedback: u64,
 }
 
 struct KeySet {
@@ -1125,6 +1159,7 @@ impl Session {
     /// A snapshot for `braid status`.
     pub fn status(&self) -> SessionStatus {
         let e = self.endpoint.as_ref();
+        let pet = e.and_then(|e| e.striper().pet());
         let paths = self
             .paths
             .iter()
@@ -1149,6 +1184,11 @@ impl Session {
                     reorder_buffer_bytes: e.map_or(0, |e| e.receiver().buffered_bytes(path)),
                     queued_bytes: e.map_or(0, |e| e.striper().queued_bytes(path)),
                     down_events: p.down_events,
+                    pet_estimate_bps: pet.and_then(|t| t.estimate_bps(path)),
+                    pet_delay_ms: pet
+                        .and_then(|t| t.delay(path))
+                        .map(|d| d.as_secs_f64() * 1e3),
+                    pet_active: pet.map(|t| t.is_active(path)),
                 }
             })
             .collect();
@@ -1180,6 +1220,20 @@ impl Session {
                 .map(|&r| (r, self.dropped[drop_index(r)]))
                 .filter(|&(_, n)| n > 0)
                 .collect(),
+            pet: e.and_then(|e| {
+                let p = e.striper().pet()?.stats();
+                let s = e.stats();
+                Some(PetStatus {
+                    sig_acks_sent: s.sig_acks_sent,
+                    sig_acks_received: s.sig_acks_received,
+                    sig_acks_dropped: s.sig_acks_dropped,
+                    pairs: p.pairs,
+                    samples: p.samples,
+                    probes: p.probes,
+                    blackouts: p.blackouts,
+                    unknown_feedback: p.unknown_feedback,
+                })
+            }),
         }
     }
 }

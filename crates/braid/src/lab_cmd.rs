@@ -54,6 +54,10 @@ struct RunArgs {
     /// TCP congestion control for every flow instead of the scenario's (e.g. cubic, bbr).
     #[arg(long, value_name = "NAME")]
     congestion_control: Option<String>,
+    /// The braid variant's scheduler instead of the scenario's `[braid] scheduler` (srr,
+    /// edpf, pet, wrr...; with pet the paths' rates are not given to braid).
+    #[arg(long, value_name = "NAME")]
+    scheduler: Option<String>,
     /// No live display.
     #[arg(long)]
     quiet: bool,
@@ -174,6 +178,11 @@ fn run_file(a: &RunArgs) -> Result<()> {
     }
     if let Some(cc) = &a.congestion_control {
         scenario.congestion_control = Some(cc.clone());
+    }
+    if let Some(s) = &a.scheduler {
+        scenario
+            .braid
+            .insert("scheduler".into(), toml::Value::String(s.clone()));
     }
     need_root()?;
     let report = execute(&scenario, a.quiet)?;

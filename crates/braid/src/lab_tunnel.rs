@@ -61,14 +61,20 @@ impl TunnelLauncher for DaemonLauncher {
              [control]\nsocket = \"{}\"\n[bond]\n{bond}\n",
             dir.join("client.sock").display()
         );
+        // PET measures the paths' rates: the braid variant is then told none, as a user
+        // who does not know them would not.
+        let pet = scenario.braid.get("scheduler").and_then(|s| s.as_str()) == Some("pet");
         for (i, p) in scenario.paths.iter().enumerate() {
-            // Direct (unshaped) paths have no rate: give them equal shares.
-            let rate = p.forward.as_ref().map_or(1000.0, |f| f.rate_mbit);
             client.push_str(&format!(
-                "[[path]]\nname = \"path{i}\"\nlocal = \"{}\"\nremote = \"{}:{PORT}\"\nrate_mbit = {rate}\n",
+                "[[path]]\nname = \"path{i}\"\nlocal = \"{}\"\nremote = \"{}:{PORT}\"\n",
                 client_addr(i),
                 server_addr(i)
             ));
+            if !pet {
+                // Direct (unshaped) paths have no rate: give them equal shares.
+                let rate = p.forward.as_ref().map_or(1000.0, |f| f.rate_mbit);
+                client.push_str(&format!("rate_mbit = {rate}\n"));
+            }
         }
         // Both ends shape their egress with the scenario's [qos], if any.
         let mut server = server;

@@ -79,6 +79,13 @@ pub struct PetConfig {
     pub delay_window: Option<Duration>,
     /// The most packets remembered for matching SIG-ACKs; older ones are forgotten.
     pub max_records: usize,
+    /// The receiver holds every arrival until the slowest path's delay has passed (braid's
+    /// delay equalisation, `resequence::equalize`), so what TCP sees is a packet's *release*,
+    /// `d_l + (D_max - D_l)`, not its delivery `d_l`: EDPF then compares releases. Beyond the
+    /// paper, whose client has no such hold. Without it, EDPF keeps a long path idle until
+    /// the short paths' queues are as long as the difference in delay, which a real
+    /// drop-tail buffer seldom is.
+    pub equalized: bool,
 }
 
 impl PetConfig {
@@ -93,6 +100,7 @@ impl PetConfig {
             blackout_after: Duration::from_secs(1),
             delay_window: None,
             max_records: 4096,
+            equalized: false,
         }
     }
 }
@@ -192,6 +200,8 @@ struct PetPath {
     srtt: Option<Duration>,
     last_pair: Option<Instant>,
     down: bool,
+    /// The driver took the path out ([`Pet::set_path_enabled`]): never chosen, not probed.
+    disabled: bool,
     /// Unreported packets sent on this path: (seq, expected delivery), in sending order.
     unreported: VecDeque<(u64, Instant)>,
 }
@@ -269,6 +279,7 @@ impl Pet {
                 srtt: None,
                 last_pair: None,
                 down: false,
+                disabled: false,
                 unreported: VecDeque::new(),
             })
             .collect();
@@ -310,14 +321,45 @@ impl Pet {
         self.paths.get(path.index())?.srtt
     }
 
-    /// Whether `path` is in EDPF's choice (not blacked out).
+    /// Whether `path` is in EDPF's choice (not blacked out, not taken out by the driver).
     pub fn is_active(&self, path: PathId) -> bool {
-        self.paths.get(path.index()).is_some_and(|p| !p.down)
+        self.paths
+            .get(path.index())
+            .is_some_and(|p| !p.down && !p.disabled)
     }
 
-    /// Whether every path has a bandwidth estimate (the start-up phase is over).
+    /// Whether every path the driver has not taken out has a bandwidth estimate (the start-up
+    /// phase is over).
     pub fn estimated(&self) -> bool {
-        self.paths.iter().all(|p| p.pair.estimate_bps().is_some())
+        self.paths
+            .iter()
+            .filter(|p| !p.disabled)
+            .all(|p| p.pair.estimate_bps().is_some())
+    }
+
+    /// Take `path` out of PET's choice (`false`: the driver found it dead, e.g. its probes go
+    /// unanswered) or put it back (`true`). A path taken out gets nothing, not even probe
+    /// pairs, and does not hold up the start-up phase; PET's own blackouts are separate.
+    pub fn set_path_enabled(&mut self, path: PathId, enabled: bool) {
+        let Some(p) = self.paths.get_mut(path.index()) else {
+            return;
+        };
+        p.disabled = !enabled;
+        if !enabled {
+            p.unreported.clear();
+            if self.open.is_some_and(|(o, _)| o == path) {
+                self.close_open_pair();
+            }
+        }
+    }
+
+    /// The first enabled path at or after `from` (round robin), or path 0 if none is.
+    fn next_enabled(&self, from: usize) -> usize {
+        let n = self.paths.len();
+        (0..n)
+            .map(|k| (from + k) % n)
+            .find(|&i| !self.paths[i].disabled)
+            .unwrap_or(0)
     }
 
     /// Counters.
@@ -396,16 +438,17 @@ impl Pet {
         let n = self.paths.len();
         if !self.estimated() {
             // Start-up: pairs round robin until every path has an estimate.
-            let path = PathId(self.rr_next as u8);
-            self.rr_next = (self.rr_next + 1) % n;
+            let i = self.next_enabled(self.rr_next);
+            self.rr_next = (i + 1) % n;
             self.stats.startup_pairs += 1;
-            return path;
+            return PathId(i as u8);
         }
         // A path idle for probe_interval (or down) gets this pair.
         let due = (0..n).find(|&i| {
-            self.paths[i]
-                .last_pair
-                .is_none_or(|t| now.saturating_duration_since(t) >= self.config.probe_interval)
+            !self.paths[i].disabled
+                && self.paths[i]
+                    .last_pair
+                    .is_none_or(|t| now.saturating_duration_since(t) >= self.config.probe_interval)
         });
         if let Some(i) = due {
             self.stats.probes += 1;
@@ -414,14 +457,25 @@ impl Pet {
         self.choose_path(now, len)
     }
 
-    /// EDPF over the paths that are up; any path if all are down.
+    /// EDPF over the paths that are up; any enabled path if all are down. With
+    /// [`PetConfig::equalized`], by release time: the delivery plus the hold the receiver
+    /// adds, `D_max - D_l`.
     fn choose_path(&self, now: Instant, len: u32) -> PathId {
         if !self.estimated() {
-            return PathId(self.rr_next.min(self.paths.len() - 1) as u8);
+            return PathId(self.next_enabled(self.rr_next.min(self.paths.len() - 1)) as u8);
         }
-        let up = (0..self.paths.len()).filter(|&i| !self.paths[i].down);
-        let best = up.min_by_key(|&i| self.edpf.delivery(PathId(i as u8), now, len));
-        PathId(best.unwrap_or(0) as u8)
+        let up = || (0..self.paths.len()).filter(|&i| self.is_active(PathId(i as u8)));
+        let d_max = if self.config.equalized {
+            up().map(|i| self.edpf.delay(PathId(i as u8))).max()
+        } else {
+            None
+        };
+        let best = up().min_by_key(|&i| {
+            let path = PathId(i as u8);
+            let d = self.edpf.delivery(path, now, len);
+            d_max.map_or(d, |m| d + m.saturating_sub(self.edpf.delay(path)))
+        });
+        PathId(best.unwrap_or_else(|| self.next_enabled(0)) as u8)
     }
 
     fn close_open_pair(&mut self) {
@@ -537,9 +591,18 @@ impl Pet {
         let (path, len, sent, role) = (r.path, r.len, r.sent, r.role);
         self.records[i].arrival = Some(e.arrival);
         let wire = u64::from(len) + u64::from(self.config.overhead_bytes);
-        let air = transmission_time(wire, self.edpf.rate(path));
         let half_window = self.config.delay_window.map(|w| w / 2);
         let p = &mut self.paths[path.index()];
+        // The packet's transmission time at the path's best estimate so far, never at a rate
+        // an outlier dragged down: subtracting too long a time would give a delay sample below
+        // the truth, and the smallest sample is kept for good.
+        let air = transmission_time(
+            wire,
+            p.pair
+                .peak_bps()
+                .unwrap_or(self.edpf.rate(path))
+                .max(self.edpf.rate(path)),
+        );
         // The path answers: it is up, and everything sent on it before this packet has either
         // been reported or was lost (paths are FIFO).
         if p.down {

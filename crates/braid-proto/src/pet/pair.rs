@@ -12,10 +12,21 @@ use crate::time::Duration;
 /// The weight of a new sample, in percent (the paper's 0.8).
 pub const NEW_SAMPLE_WEIGHT_PCT: u64 = 80;
 
+/// A sample this many times below or above the estimate is an outlier: it is held back and
+/// taken only if the next sample is off the same way. Beyond the paper: on a real host one
+/// late read at the receiver (a descheduled process, a GRO batch) turns a pair's dispersion
+/// into hundreds of milliseconds, and at a weight of 0.8 a single such sample would crash the
+/// estimate. A real change of rate shows in two samples in a row and is taken one pair late.
+pub const OUTLIER_FACTOR: u64 = 4;
+
 /// One path's packet-pair estimator.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PacketPair {
     estimate_bps: Option<u64>,
+    /// The largest estimate so far.
+    peak_bps: Option<u64>,
+    /// An outlier held back: `true` if it was below the estimate.
+    suspect_low: Option<bool>,
     samples: u64,
     rejected: u64,
 }
@@ -31,12 +42,19 @@ impl PacketPair {
         self.estimate_bps
     }
 
+    /// The largest estimate so far (the path's least transmission time per byte): a safe
+    /// rate for subtracting a packet's transmission time from a delay sample.
+    pub fn peak_bps(&self) -> Option<u64> {
+        self.peak_bps
+    }
+
     /// Samples taken.
     pub fn samples(&self) -> u64 {
         self.samples
     }
 
-    /// Samples refused (a zero dispersion, or a rate above [`MAX_RATE_BPS`]).
+    /// Samples refused (a zero dispersion, a rate above [`MAX_RATE_BPS`], or an outlier held
+    /// back: see [`OUTLIER_FACTOR`]).
     pub fn rejected(&self) -> u64 {
         self.rejected
     }
@@ -61,6 +79,18 @@ impl PacketPair {
             self.rejected += 1;
             return None;
         };
+        if let Some(old) = self.estimate_bps {
+            let low = rate.saturating_mul(OUTLIER_FACTOR) < old;
+            let high = rate > old.saturating_mul(OUTLIER_FACTOR);
+            // The first sample this far off is held back; the second in a row means the
+            // path changed, and is taken.
+            if (low || high) && self.suspect_low != Some(low) {
+                self.suspect_low = Some(low);
+                self.rejected += 1;
+                return None;
+            }
+        }
+        self.suspect_low = None;
         self.samples += 1;
         let new = match self.estimate_bps {
             None => rate,
@@ -71,6 +101,7 @@ impl PacketPair {
             }
         };
         self.estimate_bps = Some(new);
+        self.peak_bps = Some(self.peak_bps.map_or(new, |p| p.max(new)));
         Some(new)
     }
 }
@@ -91,5 +122,30 @@ mod tests {
         assert_eq!(p.rejected(), 1);
         assert_eq!(p.samples(), 3);
         assert_eq!(p.sample(u64::MAX, Duration::from_nanos(1)), None);
+    }
+
+    #[test]
+    fn one_outlier_is_held_back_and_two_are_a_change() {
+        let mut p = PacketPair::new();
+        // 1500 bytes in 1.2 ms: 10 Mbit/s.
+        assert_eq!(
+            p.sample(1500, Duration::from_micros(1200)),
+            Some(10_000_000)
+        );
+        // One pair read 200 ms late: held back, the estimate stands.
+        assert_eq!(p.sample(1500, Duration::from_millis(200)), None);
+        assert_eq!(p.estimate_bps(), Some(10_000_000));
+        assert_eq!(
+            p.sample(1500, Duration::from_micros(1200)),
+            Some(10_000_000)
+        );
+        // A path that really fell to 1/10: the second such sample is taken.
+        assert_eq!(p.sample(1500, Duration::from_millis(12)), None);
+        assert_eq!(p.sample(1500, Duration::from_millis(12)), Some(2_800_000));
+        // A halving is no outlier.
+        let mut q = PacketPair::new();
+        q.sample(1500, Duration::from_micros(1200));
+        assert_eq!(q.sample(1500, Duration::from_micros(2400)), Some(6_000_000));
+        assert_eq!(q.peak_bps(), Some(10_000_000));
     }
 }

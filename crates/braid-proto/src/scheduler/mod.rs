@@ -98,6 +98,11 @@ pub enum SchedulerKind {
     /// Earliest Delivery Path First (BAG paper section III-B). Not causal: needs resequencing
     /// by sequence number (or none), never `logical`.
     Edpf,
+    /// PET (BAG paper section V-A): EDPF on packet-pair estimates of the paths' rates, reported
+    /// by the receiver's SIG-ACKs ([`crate::pet::Pet`]), so no rate need be configured. The
+    /// built scheduler is an [`Edpf`]; the [`crate::striper::Striper`] runs the `Pet` in front
+    /// of it. Not causal: mode `sequence` only.
+    Pet,
 }
 
 impl SchedulerKind {
@@ -117,6 +122,7 @@ impl SchedulerKind {
             SchedulerKind::Grr => "grr",
             SchedulerKind::Rr => "rr",
             SchedulerKind::Edpf => "edpf",
+            SchedulerKind::Pet => "pet",
         }
     }
 }
@@ -136,6 +142,9 @@ impl FromStr for SchedulerKind {
             "grr" => Ok(SchedulerKind::Grr),
             "rr" => Ok(SchedulerKind::Rr),
             "edpf" => Ok(SchedulerKind::Edpf),
+            "pet" => Ok(SchedulerKind::Pet),
+            // The BAG paper's name for weighted round robin in packet units.
+            "wrr" => Ok(SchedulerKind::Grr),
             other => Err(ConfigError::UnknownScheduler(other.to_owned())),
         }
     }
@@ -253,7 +262,9 @@ impl SchedulerConfig {
             SchedulerKind::Rfq => Scheduler::Rfq(Rfq::new(&self.rates_bps, self.seed)),
             SchedulerKind::Grr => Scheduler::Grr(Grr::from_rates(&self.rates_bps)),
             SchedulerKind::Rr => Scheduler::Rr(Rr::new(self.rates_bps.len())),
-            SchedulerKind::Edpf => Scheduler::Edpf(Edpf::new(&self.rates_bps, self.overhead_bytes)),
+            SchedulerKind::Edpf | SchedulerKind::Pet => {
+                Scheduler::Edpf(Edpf::new(&self.rates_bps, self.overhead_bytes))
+            }
         })
     }
 }
@@ -262,7 +273,7 @@ impl SchedulerConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// Unknown scheduler name.
-    #[error("unknown scheduler `{0}`: use one of srr, rfq, grr, rr, edpf")]
+    #[error("unknown scheduler `{0}`: use one of srr, rfq, grr (or wrr), rr, edpf, pet")]
     UnknownScheduler(String),
     /// No paths, or more than [`MAX_PATHS`].
     #[error("{0} paths configured: a bond needs between 1 and 64 paths")]
@@ -424,8 +435,13 @@ mod tests {
             SchedulerConfig::new(SchedulerKind::Rfq, vec![1, u64::MAX]).build(),
             Err(ConfigError::RateTooHigh(1))
         ));
-        assert!("wrr".parse::<SchedulerKind>().is_err());
-        for k in SchedulerKind::ALL {
+        assert!("fastest".parse::<SchedulerKind>().is_err());
+        // The BAG paper's WRR is GRR.
+        assert_eq!("wrr".parse::<SchedulerKind>(), Ok(SchedulerKind::Grr));
+        for k in SchedulerKind::ALL
+            .into_iter()
+            .chain([SchedulerKind::Edpf, SchedulerKind::Pet])
+        {
             assert_eq!(k.name().parse::<SchedulerKind>().unwrap(), k);
         }
     }
