@@ -246,7 +246,7 @@ impl Endpoint {
                 }
             }
             // Liveness and retransmission are the session's job.
-            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) => {}
+            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) | Repr::Abandon(_) => {}
         }
     }
 
@@ -337,6 +337,11 @@ impl Endpoint {
             // PET's D_l until SIG-ACKs give relative one-way delays (BAG section V-A).
             pet.set_probe_rtt(path, d * 2);
         }
+    }
+
+    /// The peer will not send data `first..first + count` again (`crate::retransmit`).
+    pub fn abandon(&mut self, first: u64, count: u32) {
+        self.receiver.abandon(first, count);
     }
 
     /// How long the receiver waits for a resend once a gap's loss is certain

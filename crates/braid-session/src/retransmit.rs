@@ -10,9 +10,12 @@
 //! - Every datagram on a path carries a transport counter that counts up by one (the AEAD
 //!   nonce, `braid_wire::outer`), so a gap in one path's counters is a loss on that path,
 //!   seen as soon as the next datagram of the path arrives ([`GapDetector`]).
-//! - The receiver answers a short gap ([`MAX_REPAIRABLE_GAP`]) with a NACK
-//!   (`braid_wire::Repr::Nack`) on its fastest path. Longer runs are congestion (a drop-tail
-//!   queue overflowing) and are left for the transport to see.
+//! - The receiver answers every gap with a NACK (`braid_wire::Repr::Nack`) on its fastest
+//!   path. A short gap ([`MAX_REPAIRABLE_GAP`]) is random loss and is resent (below). A longer
+//!   run is congestion (a drop-tail queue overflowing), which the transport must see to back
+//!   off: the sender answers with `braid_wire::Repr::Abandon`, the data sequence numbers the
+//!   run carried, and the receiver declares them lost as soon as it reaches them instead of
+//!   waiting for every path to pass them and a grace for a resend that will not come.
 //! - The sender keeps the plaintext of the last data packets of each path by counter
 //!   ([`RetransmitRing`]: up to [`RING_PACKETS`] per path and about [`RING_BYTES`] in all) and resends what the NACK names, once, on the fastest path other than
 //!   the lossy one, with its original sequence number.

@@ -35,7 +35,7 @@ use crate::retransmit::{GapDetector, RetransmitRing, MAX_NACK_COUNT, MAX_REPAIRA
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
 use braid_wire::outer::{self, Outer, TAG_LEN, TRANSPORT_HEADER_LEN};
-use braid_wire::{Nack, Packet, Probe, Repr};
+use braid_wire::{Abandon, Nack, Packet, Probe, Repr};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
@@ -202,6 +202,10 @@ pub struct SessionStatus {
     pub nacks_sent: u64,
     /// Data packets resent because the peer's NACK named them.
     pub retransmitted_packets: u64,
+    /// Abandon notices sent: runs of data a path lost to congestion, not resent.
+    pub abandons_sent: u64,
+    /// Packets the receiver declared lost at once because the peer abandoned them.
+    pub abandoned_packets: u64,
     /// Datagrams dropped, by reason.
     pub dropped: Vec<(DropReason, u64)>,
     /// Per-class service when `[qos]` is on (empty otherwise).
@@ -339,6 +343,9 @@ pub struct Session {
     gaps: GapDetector,
     /// NACKs waiting for the fastest path.
     nacks: VecDeque<Nack>,
+    /// Abandon notices (answers to NACKs of long runs) waiting for the fastest path.
+    abandons: VecDeque<Abandon>,
+    abandons_sent: u64,
     /// Data packets to resend: the path to resend on and the plaintext.
     resend: VecDeque<(usize, Vec<u8>)>,
     nacks_sent: u64,
@@ -379,6 +386,8 @@ impl Session {
             ring: RetransmitRing::default(),
             gaps: GapDetector::default(),
             nacks: VecDeque::new(),
+            abandons: VecDeque::new(),
+            abandons_sent: 0,
             resend: VecDeque::new(),
             nacks_sent: 0,
             retransmitted: 0,
@@ -537,6 +546,7 @@ impl Session {
         self.ring.clear();
         self.gaps.reset();
         self.nacks.clear();
+        self.abandons.clear();
         // Probe at once: it confirms the keys to the peer and measures the paths.
         for p in &mut self.paths {
             p.probe_due = true;
@@ -755,9 +765,10 @@ impl Session {
         keys.replay[i].update(counter);
         if self.retransmit && under_current {
             if let Some((first, count)) = self.gaps.on_counter(i, counter) {
-                // Repair random loss, not congestion: a drop-tail queue that overflows drops
-                // a run of a path's datagrams, and TCP must see that to back off.
-                if count <= MAX_REPAIRABLE_GAP && self.nacks.len() < 64 {
+                // Every gap is named: the sender resends a short one (random loss) and
+                // abandons a long one (congestion, which TCP must see to back off), so either
+                // way the receiver stops waiting a fastest-path round trip after the loss.
+                if self.nacks.len() < 64 {
                     self.nacks.push_back(Nack { path, first, count });
                 }
             }
@@ -795,6 +806,12 @@ impl Session {
             Ok(Repr::Probe(_) | Repr::ProbeAck(_)) => Err(DropReason::BadInner),
             Ok(Repr::Nack(n)) => {
                 self.on_nack(n);
+                Ok(())
+            }
+            Ok(Repr::Abandon(a)) => {
+                if let Some(e) = &mut self.endpoint {
+                    e.abandon(a.first, a.count);
+                }
                 Ok(())
             }
             Ok(repr) => {
@@ -949,6 +966,11 @@ impl Session {
             self.nacks_sent += 1;
             return self.seal_repr(i, Repr::Nack(n), out);
         }
+        if !self.abandons.is_empty() && self.nack_path() == Some(i) {
+            let a = self.abandons.pop_front().expect("not empty");
+            self.abandons_sent += 1;
+            return self.seal_repr(i, Repr::Abandon(a), out);
+        }
         if let Some(pos) = self.resend.iter().position(|&(p, _)| p == i) {
             let (_, plain) = self.resend.remove(pos).expect("found");
             let sealed = self.seal_recorded(i, &plain, out);
@@ -1006,16 +1028,22 @@ impl Session {
         self.fastest_path(None)
     }
 
-    /// The peer lost datagrams on one of our paths: resend the data among them, once, on the
-    /// fastest other path, relabelled for that path.
+    /// The peer lost datagrams on one of our paths. A short gap (random loss) is resent, once,
+    /// on the fastest other path, relabelled for that path; the data of a long run
+    /// (congestion) is abandoned: the peer is told its sequence numbers, so it stops waiting
+    /// for them and TCP sees the loss at once.
     fn on_nack(&mut self, n: Nack) {
         if !self.retransmit {
+            return;
+        }
+        let count = u64::from(n.count.min(MAX_NACK_COUNT));
+        if n.count > MAX_REPAIRABLE_GAP {
+            self.abandon(n.path, n.first, count);
             return;
         }
         let Some(target) = self.fastest_path(Some(n.path.index())) else {
             return;
         };
-        let count = u64::from(n.count.min(MAX_NACK_COUNT));
         for c in n.first..n.first.saturating_add(count) {
             let Some(mut plain) = self.ring.take(n.path.index(), c) else {
                 continue;
@@ -1028,6 +1056,39 @@ impl Session {
             } else {
                 self.ring.recycle(plain);
             }
+        }
+    }
+
+    /// Tell the peer the data sequence numbers that `path`'s transport counters
+    /// `first..first + count` carried will not come, as runs of consecutive numbers.
+    fn abandon(&mut self, path: PathId, first: u64, count: u64) {
+        let mut seqs = Vec::new();
+        for c in first..first.saturating_add(count) {
+            let Some(plain) = self.ring.take(path.index(), c) else {
+                continue;
+            };
+            if let Ok(Some(seq)) = Packet::new_checked(&plain[..]).and_then(|p| p.seq()) {
+                seqs.push(seq);
+            }
+            self.ring.recycle(plain);
+        }
+        seqs.sort_unstable();
+        let mut runs: Vec<Abandon> = Vec::new();
+        for seq in seqs {
+            match runs.last_mut() {
+                Some(r) if r.first + u64::from(r.count) == seq => r.count += 1,
+                _ => runs.push(Abandon {
+                    path,
+                    first: seq,
+                    count: 1,
+                }),
+            }
+        }
+        for r in runs {
+            if self.abandons.len() >= 256 {
+                self.abandons.pop_front();
+            }
+            self.abandons.push_back(r);
         }
     }
 
@@ -1055,7 +1116,8 @@ impl Session {
             return true;
         }
         self.current.is_some()
-            && ((!self.nacks.is_empty() && self.nack_path() == Some(i))
+            && ((!(self.nacks.is_empty() && self.abandons.is_empty())
+                && self.nack_path() == Some(i))
                 || self.resend.iter().any(|&(p, _)| p == i)
                 || self
                     .paths
@@ -1210,6 +1272,8 @@ impl Session {
             send_dropped: self.send_dropped,
             nacks_sent: self.nacks_sent,
             retransmitted_packets: self.retransmitted,
+            abandons_sent: self.abandons_sent,
+            abandoned_packets: rx.abandoned,
             classes: self
                 .qos
                 .as_ref()

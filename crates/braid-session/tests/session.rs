@@ -38,6 +38,11 @@ struct Net {
     dead: Vec<bool>,
     /// Client-to-server paths that drop every n-th datagram longer than 200 bytes (data).
     drop_every: Vec<Option<u64>>,
+    /// Client-to-server paths that drop every datagram sent in this window: a run, as a
+    /// drop-tail queue that overflows drops.
+    drop_run: Vec<Option<std::ops::Range<Instant>>>,
+    /// When each packet in `to_server` was delivered.
+    to_server_at: Vec<Instant>,
     sent_large: Vec<u64>,
     to_client: Vec<Vec<u8>>,
     to_server: Vec<Vec<u8>>,
@@ -80,6 +85,8 @@ impl Net {
             wires: VecDeque::new(),
             dead: vec![false; paths],
             drop_every: vec![None; paths],
+            drop_run: vec![None; paths],
+            to_server_at: Vec::new(),
             sent_large: vec![0; paths],
             to_client: Vec::new(),
             to_server: Vec::new(),
@@ -102,6 +109,12 @@ impl Net {
                 if len > 200 {
                     self.sent_large[p] += 1;
                     lost = self.drop_every[p].is_some_and(|n| self.sent_large[p] % n == 0);
+                }
+                if self.drop_run[p]
+                    .as_ref()
+                    .is_some_and(|r| r.contains(&self.now))
+                {
+                    lost = true;
                 }
                 if !self.dead[p] && !lost {
                     let mut left = self.now;
@@ -169,6 +182,7 @@ impl Net {
             }
             while let Some(p) = self.server.poll_deliver(self.now) {
                 self.to_server.push(p);
+                self.to_server_at.push(self.now);
             }
         }
     }
@@ -570,4 +584,74 @@ fn pet_learns_the_rates_it_was_not_given_and_delivers_in_order() {
             "path {i}: {share:.3} of the bytes, rate share {want:.3}"
         );
     }
+}
+
+#[test]
+fn a_congestion_run_is_abandoned_and_the_receiver_stops_waiting_at_once() {
+    let mut worst = Vec::new();
+    for retransmit in [true, false] {
+        let mut net = Net::new(2, ResequenceMode::Sequence);
+        let mut p = params(2, ResequenceMode::Sequence);
+        p.retransmit = retransmit;
+        // No markers between the data datagrams: the run is one gap of the path's counters.
+        p.marker_interval_rounds = 0;
+        net.client = Session::new(
+            SessionConfig::new(
+                Role::Initiator,
+                PrivateKey::from_random([1; 32]),
+                PrivateKey::from_random([2; 32]).public_key(),
+                Some(p),
+            ),
+            Instant::ZERO,
+            [3; 32],
+            1_700_000_000_000_000_000,
+        );
+        net.established();
+        // Path 0 (5 ms) drops everything for 8 ms: a run of data datagrams too long to be
+        // random loss.
+        net.drop_run[0] =
+            Some(net.now + Duration::from_millis(300)..net.now + Duration::from_millis(308));
+        let sent: Vec<Vec<u8>> = (0..2000).map(|i| packet(i, 1000)).collect();
+        let mut sent_at = Vec::new();
+        for pkt in &sent {
+            assert!(net.client.send(net.now, pkt));
+            sent_at.push(net.now);
+            net.step(Duration::from_micros(500));
+        }
+        net.step(Duration::from_millis(1000));
+        let server = net.server.status();
+        let client = net.client.status();
+        let lost = server.lost_packets as usize;
+        assert!(lost >= 3, "the run is lost: {lost}");
+        assert_eq!(net.to_server.len(), sent.len() - lost, "and nothing else");
+        // Delivered in order: each packet's number grows.
+        let ids: Vec<u32> = net
+            .to_server
+            .iter()
+            .map(|p| u32::from_be_bytes(p[..4].try_into().unwrap()))
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        // The longest any packet waited from send to delivery (virtual time).
+        let latency = ids
+            .iter()
+            .zip(&net.to_server_at)
+            .map(|(&id, &at)| at - sent_at[id as usize])
+            .max()
+            .unwrap();
+        worst.push(latency);
+        if retransmit {
+            assert_eq!(client.retransmitted_packets, 0, "congestion is not resent");
+            assert!(client.abandons_sent >= 1);
+            assert_eq!(server.abandoned_packets as usize, lost);
+        } else {
+            assert_eq!(server.abandoned_packets, 0);
+        }
+    }
+    // Abandoned: about the 25 ms path's delay (equalisation) plus the NACK's round trip on the
+    // 5 ms path, no hold timer.
+    assert!(
+        worst[0] < Duration::from_millis(60),
+        "with abandon: {:?}",
+        worst[0]
+    );
 }

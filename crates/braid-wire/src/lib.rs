@@ -193,6 +193,8 @@ pub enum Kind {
     Nack = 6,
     /// PET's arrival report ([`sigack`]).
     SigAck = 7,
+    /// The sender gave up on data sequence numbers a path lost in a run: resequence past them.
+    Abandon = 8,
 }
 
 impl From<Kind> for u8 {
@@ -213,6 +215,7 @@ impl TryFrom<u8> for Kind {
             5 => Ok(Kind::ProbeAck),
             6 => Ok(Kind::Nack),
             7 => Ok(Kind::SigAck),
+            8 => Ok(Kind::Abandon),
             other => Err(Error::UnknownKind(other)),
         }
     }
@@ -301,7 +304,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
                 };
             }
             Kind::Marker => MARKER_LEN,
-            Kind::Probe | Kind::ProbeAck | Kind::Nack => PROBE_LEN,
+            Kind::Probe | Kind::ProbeAck | Kind::Nack | Kind::Abandon => PROBE_LEN,
             Kind::Feedback => {
                 let count = usize::from(self.count()?);
                 if count > MAX_PATHS {
@@ -710,6 +713,23 @@ pub enum Repr<'a> {
     Nack(Nack),
     /// PET's SIG-ACK: when data packets arrived, receiver clock (BAG paper section V-A).
     SigAck(SigAcks<'a>),
+    /// The answer to a NACK of a long run (congestion, not repaired): the data sequence
+    /// numbers the run carried, so the receiver stops waiting for them and the transport sees
+    /// its loss at once. Same layout as a NACK: the count where a probe has its id, the first
+    /// sequence number where it has its timestamp.
+    Abandon(Abandon),
+}
+
+/// Data sequence numbers `first..first + count`, lost on `path`, that the sender will not
+/// resend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Abandon {
+    /// The path that lost them.
+    pub path: PathId,
+    /// The first abandoned sequence number.
+    pub first: u64,
+    /// How many from `first`.
+    pub count: u32,
 }
 
 /// A negative acknowledgement: `count` transport counters from `first` on `path` are missing.
@@ -811,17 +831,18 @@ impl<'a> Repr<'a> {
                 sigack::validate(entries)?;
                 Ok(Repr::SigAck(SigAcks::from_wire(entries)))
             }
-            Kind::Nack => {
+            kind @ (Kind::Nack | Kind::Abandon) => {
                 if packet.flags()? != 0 {
                     return Err(Error::Reserved);
                 }
                 let path = packet.path()?;
                 check_path(path)?;
-                Ok(Repr::Nack(Nack {
-                    path,
-                    count: packet.probe_id()?,
-                    first: packet.probe_timestamp()?,
-                }))
+                let (count, first) = (packet.probe_id()?, packet.probe_timestamp()?);
+                Ok(if kind == Kind::Nack {
+                    Repr::Nack(Nack { path, first, count })
+                } else {
+                    Repr::Abandon(Abandon { path, first, count })
+                })
             }
         }
     }
@@ -840,6 +861,7 @@ impl<'a> Repr<'a> {
             Repr::Probe(_) => Kind::Probe,
             Repr::ProbeAck(_) => Kind::ProbeAck,
             Repr::Nack(_) => Kind::Nack,
+            Repr::Abandon(_) => Kind::Abandon,
             Repr::SigAck(_) => Kind::SigAck,
         }
     }
@@ -850,7 +872,7 @@ impl<'a> Repr<'a> {
             Repr::Data { seq, payload, .. } => data_overhead(seq.is_some()) + payload.len(),
             Repr::Marker(_) => MARKER_LEN,
             Repr::Feedback(credits) => FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * credits.len(),
-            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) => PROBE_LEN,
+            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) | Repr::Abandon(_) => PROBE_LEN,
             Repr::SigAck(entries) => SIGACK_HEADER_LEN + SIGACK_ENTRY_LEN * entries.len(),
         }
     }
@@ -863,6 +885,7 @@ impl<'a> Repr<'a> {
             Repr::Marker(marker) => check_path(marker.path),
             Repr::Probe(probe) | Repr::ProbeAck(probe) => check_path(probe.path),
             Repr::Nack(nack) => check_path(nack.path),
+            Repr::Abandon(a) => check_path(a.path),
             Repr::SigAck(entries) => entries.check(),
             Repr::Feedback(credits) => {
                 if credits.len() > MAX_PATHS {
@@ -917,11 +940,12 @@ impl<'a> Repr<'a> {
                 packet.set_probe_id(probe.id)?;
                 packet.set_probe_timestamp(probe.timestamp)?;
             }
-            Repr::Nack(nack) => {
-                packet.set_path(nack.path)?;
+            Repr::Nack(Nack { path, first, count })
+            | Repr::Abandon(Abandon { path, first, count }) => {
+                packet.set_path(path)?;
                 packet.set_flags(0)?;
-                packet.set_probe_id(nack.count)?;
-                packet.set_probe_timestamp(nack.first)?;
+                packet.set_probe_id(count)?;
+                packet.set_probe_timestamp(first)?;
             }
             Repr::SigAck(entries) => {
                 packet.set_count(u8::try_from(entries.len()).map_err(|_| Error::BadLength)?)?;
@@ -1160,15 +1184,16 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for kind in [0, 8, 0x80, 0xff] {
+        for kind in [0, 9, 0x80, 0xff] {
             assert_eq!(
                 parse(&[0x01, kind, 0x00, 0x00]),
                 Err(Error::UnknownKind(kind))
             );
         }
         assert_eq!(parse(&[0x01, 0x00]), Err(Error::UnknownKind(0)));
-        assert_eq!(Kind::try_from(8), Err(Error::UnknownKind(8)));
+        assert_eq!(Kind::try_from(9), Err(Error::UnknownKind(9)));
         for kind in [
+            Kind::Abandon,
             Kind::Data,
             Kind::Marker,
             Kind::Feedback,
@@ -1376,6 +1401,7 @@ mod tests {
         Probe(Probe),
         ProbeAck(Probe),
         Nack(Nack),
+        Abandon(Abandon),
     }
 
     impl Owned {
@@ -1391,6 +1417,7 @@ mod tests {
                 Owned::Probe(p) => Repr::Probe(*p),
                 Owned::ProbeAck(p) => Repr::ProbeAck(*p),
                 Owned::Nack(n) => Repr::Nack(*n),
+                Owned::Abandon(a) => Repr::Abandon(*a),
             }
         }
     }
@@ -1433,6 +1460,9 @@ mod tests {
             ),
             (arb_path(), any::<u64>(), any::<u32>())
                 .prop_map(|(path, first, count)| Owned::Nack(Nack { path, first, count })),
+            (arb_path(), any::<u64>(), any::<u32>()).prop_map(|(path, first, count)| {
+                Owned::Abandon(Abandon { path, first, count })
+            }),
         ]
     }
 

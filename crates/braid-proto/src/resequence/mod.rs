@@ -174,6 +174,8 @@ pub struct ResequencerStats {
     pub late_deliveries: u64,
     /// `sequence`: packets declared lost.
     pub lost: u64,
+    /// `sequence`: of those, declared lost at once because the sender abandoned them.
+    pub abandoned: u64,
     /// `sequence`: arrivals older than what was already delivered (late or duplicate), dropped.
     pub stale_dropped: u64,
     /// Arrivals dropped because the buffer was over twice its limit.
@@ -296,6 +298,14 @@ impl<P> Resequencer<P> {
     pub fn set_retransmit_grace(&mut self, grace: Option<Duration>) {
         if let Resequencer::Sequence(r) = self {
             r.set_retransmit_grace(grace);
+        }
+    }
+
+    /// The sender gave up on sequence numbers `first..first + count` (see
+    /// [`SequenceReceiver::abandon`]; ignored by the other modes).
+    pub fn abandon(&mut self, first: u64, count: u32) {
+        if let Resequencer::Sequence(r) = self {
+            r.abandon(first, count);
         }
     }
 

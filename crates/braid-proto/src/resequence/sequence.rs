@@ -83,8 +83,14 @@ pub struct SequenceReceiver<P> {
     pacing: Option<Pacing>,
     /// Pacing: the token bucket is full at this instant (it fills at the release rate).
     paced_until: Instant,
+    /// Sequence numbers the sender gave up on ([`Self::abandon`]): `(first, end)` ranges, in
+    /// arrival order, at most [`MAX_ABANDONED`].
+    abandoned: VecDeque<(u64, u64)>,
     stats: ResequencerStats,
 }
+
+/// Abandoned ranges remembered at most; the oldest go first.
+pub const MAX_ABANDONED: usize = 256;
 
 impl<P> SequenceReceiver<P> {
     /// A sequence receiver; `config.scheduler` drives the fast-path prediction.
@@ -116,8 +122,34 @@ impl<P> SequenceReceiver<P> {
             backup: config.backup,
             pacing: config.pacing.filter(|p| p.rate_bps > 0),
             paced_until: Instant::ZERO,
+            abandoned: VecDeque::new(),
             stats: ResequencerStats::default(),
         })
+    }
+
+    /// The sender will not send `first..first + count` again: they were lost (a run of one
+    /// path's datagrams that its NACK named, too long to be random loss). Once `next` reaches
+    /// one of them and it is not here, it is lost at once instead of after the hold timer or
+    /// every other path's catching up, so the transport above sees the loss a round trip of
+    /// the fastest path after it happened.
+    pub fn abandon(&mut self, first: u64, count: u32) {
+        let end = first.saturating_add(u64::from(count));
+        if end <= self.next || count == 0 {
+            return;
+        }
+        if self.abandoned.len() >= MAX_ABANDONED {
+            self.abandoned.pop_front();
+        }
+        self.abandoned.push_back((first, end));
+    }
+
+    /// Whether `next` is in an abandoned range; forgets the ranges `next` has passed.
+    fn next_abandoned(&mut self) -> bool {
+        let next = self.next;
+        self.abandoned.retain(|&(_, end)| end > next);
+        self.abandoned
+            .iter()
+            .any(|&(first, end)| first <= next && next < end)
     }
 
     /// The next sequence number to deliver.
@@ -355,6 +387,12 @@ impl<P> SequenceReceiver<P> {
                 .filter_map(|rx| rx.queue.front().map(|x| x.seq))
                 .min()
                 .expect("something is buffered");
+            if self.next_abandoned() {
+                // The sender said it is gone: one packet at a time, the next may be here.
+                self.stats.abandoned += 1;
+                self.jump(self.next + 1);
+                continue;
+            }
             if all_past {
                 // A resend may be on its way: wait for it a little before giving up.
                 if let Some(grace) = self.retransmit_grace {
@@ -540,6 +578,31 @@ mod tests {
         assert!(deliver_all(&mut r, ms(154)).is_empty());
         assert_eq!(deliver_all(&mut r, ms(155)), vec![3]);
         assert_eq!(r.stats().lost, 1);
+    }
+
+    #[test]
+    fn an_abandoned_packet_is_lost_at_once() {
+        let mut r = receiver(Some(Duration::from_millis(100)));
+        r.set_retransmit_grace(Some(Duration::from_millis(20)));
+        // 1 and 2 were lost on path 0, 3 arrives on path 0; path 1 has not caught up.
+        r.handle_data(ms(0), PathId(0), Some(0), 100, 0);
+        r.handle_data(ms(1), PathId(0), Some(3), 100, 3);
+        assert_eq!(deliver_all(&mut r, ms(1)), vec![0]);
+        assert!(
+            r.poll_timeout().is_some(),
+            "the gap waits for its hold timer"
+        );
+        // The sender's answer to the NACK: 1 and 2 will not come.
+        r.abandon(1, 2);
+        assert_eq!(deliver_all(&mut r, ms(2)), vec![3]);
+        assert_eq!((r.stats().lost, r.stats().abandoned), (2, 2));
+        // Ranges behind `next` are ignored; one ahead waits for `next` to reach it.
+        r.abandon(0, 1);
+        r.abandon(5, 1);
+        r.handle_data(ms(3), PathId(1), Some(4), 100, 4);
+        r.handle_data(ms(3), PathId(1), Some(6), 100, 6);
+        assert_eq!(deliver_all(&mut r, ms(3)), vec![4, 6]);
+        assert_eq!(r.stats().lost, 3);
     }
 
     #[test]
