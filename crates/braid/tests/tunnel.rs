@@ -64,6 +64,9 @@ struct Bed {
     stop: Arc<AtomicBool>,
     /// `[interface] offload` of both daemons.
     offload: bool,
+    /// The client's `[bond]` table, if any (its paths then have no `rate_mbit` when it says
+    /// `pet`).
+    bond: Option<String>,
 }
 
 impl Bed {
@@ -83,6 +86,7 @@ impl Bed {
             children: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
             offload: true,
+            bond: None,
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -153,12 +157,19 @@ impl Bed {
             offload = self.offload
         );
         let remote2 = remote2.map_or("10.62.2.2:7000".to_owned(), |a| a.to_string());
+        let bond = self.bond.clone().unwrap_or_default();
+        let pet = bond.contains("\"pet\"");
+        let (rate1, rate2) = if pet {
+            ("", "")
+        } else {
+            ("rate_mbit = 20\n", "rate_mbit = 10\n")
+        };
         let client = format!(
             "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"]\noffload = {offload}\n[control]\nsocket = \"{dir}/c.sock\"\n\
-             [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n\
-             [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\nrate_mbit = 20\n\
-             [[path]]\nname = \"two\"\nlocal = \"10.62.2.1\"\nremote = \"{remote2}\"\nrate_mbit = 10\n",
+             [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n{bond}\n\
+             [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\n{rate1}\
+             [[path]]\nname = \"two\"\nlocal = \"10.62.2.1\"\nremote = \"{remote2}\"\n{rate2}",
             dir = self.dir.display(),
             offload = self.offload
         );
@@ -308,18 +319,38 @@ fn relay(
     target: SocketAddr,
     drop_one_in: u64,
 ) -> Arc<AtomicU64> {
+    relay_rebinding(bed, ns, listen, target, drop_one_in, None)
+}
+
+/// [`relay`], which moves its server-facing side to a new port (as a NAT that rebinds, or a
+/// client that moved to another network) each time `rebind` is set, and clears it.
+fn relay_rebinding(
+    bed: &Bed,
+    ns: String,
+    listen: SocketAddr,
+    target: SocketAddr,
+    drop_one_in: u64,
+    rebind: Option<Arc<AtomicBool>>,
+) -> Arc<AtomicU64> {
     let stop = bed.stop.clone();
     let count = Arc::new(AtomicU64::new(0));
     let c2 = count.clone();
     in_ns(&ns, move || {
         let front = UdpSocket::bind(listen).unwrap();
-        let back = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let mut back = UdpSocket::bind("0.0.0.0:0").unwrap();
         front.set_nonblocking(true).unwrap();
         back.set_nonblocking(true).unwrap();
         let mut client: Option<SocketAddr> = None;
         let mut buf = [0u8; 2048];
         let mut n_seen = 0u64;
         while !stop.load(Ordering::Relaxed) {
+            if rebind
+                .as_ref()
+                .is_some_and(|r| r.swap(false, Ordering::Relaxed))
+            {
+                back = UdpSocket::bind("0.0.0.0:0").unwrap();
+                back.set_nonblocking(true).unwrap();
+            }
             let mut idle = true;
             if let Ok((n, from)) = front.recv_from(&mut buf) {
                 idle = false;
@@ -514,6 +545,71 @@ fn a_path_killed_mid_transfer_does_not_stall_it() {
         "stalled {gap:?} when a path died"
     );
     eprintln!("longest read gap with a path killed: {gap:?}");
+}
+
+#[test]
+fn a_path_that_moves_to_a_new_address_keeps_the_transfer_going_with_pet() {
+    need_root!();
+    let mut bed = Bed::new(5);
+    // PET, told no rates; path two reaches the server through a relay that changes its
+    // address twice during the transfer.
+    bed.bond = Some("[bond]\nscheduler = \"pet\"".into());
+    let rebind = Arc::new(AtomicBool::new(false));
+    relay_rebinding(
+        &bed,
+        bed.ns("s"),
+        "10.62.2.2:7100".parse().unwrap(),
+        "10.62.2.2:7000".parse().unwrap(),
+        0,
+        Some(rebind.clone()),
+    );
+    bed.up(Some("10.62.2.2:7100".parse().unwrap()));
+    let peer = |bed: &Bed| bed.status("s").unwrap()["paths"][1]["peer"].clone();
+    let len = 30u64 << 20;
+    let progress = Arc::new(AtomicU64::new(0));
+    let p2 = progress.clone();
+    let r2 = rebind.clone();
+    let mover = std::thread::spawn(move || {
+        for quarter in 1..=2 {
+            while p2.load(Ordering::Relaxed) < len * quarter / 3 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            r2.store(true, Ordering::Relaxed);
+        }
+    });
+    let before = loop {
+        let p = peer(&bed);
+        if !p.is_null() {
+            break p;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let gap = transfer_watched(
+        bed.ns("c"),
+        bed.ns("s"),
+        "10.77.0.1:5005".parse().unwrap(),
+        len,
+        progress,
+    );
+    mover.join().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let after = peer(&bed);
+    assert_ne!(before, after, "the server follows the path's new address");
+    let st = bed.status("c").unwrap();
+    let s = &st["session"];
+    assert_eq!(s["handshakes"], 1, "no new session: {st}");
+    assert!(
+        s["pet"]["samples"].as_u64().unwrap() > 0,
+        "PET measured: {st}"
+    );
+    for p in s["paths"].as_array().unwrap() {
+        assert!(p["pet_estimate_bps"].as_u64().unwrap() > 0, "{st}");
+    }
+    assert!(
+        gap < Duration::from_secs(1),
+        "stalled {gap:?} when the path moved"
+    );
+    eprintln!("path two moved {before} -> {after}; longest read gap {gap:?}");
 }
 
 #[test]
