@@ -199,6 +199,7 @@ struct RawBond {
     seed: u64,
     equalize_delay: bool,
     retransmit: bool,
+    duplicate_dscp: Vec<u8>,
 }
 
 impl Default for RawBond {
@@ -214,6 +215,7 @@ impl Default for RawBond {
             seed: 0,
             equalize_delay: true,
             retransmit: true,
+            duplicate_dscp: Vec::new(),
         }
     }
 }
@@ -331,6 +333,8 @@ pub struct Config {
     pub prometheus: Option<SocketAddr>,
     /// Per-class egress service (`[qos]`, JoBS), checked.
     pub qos: Option<braid_qos::QosConfig>,
+    /// `[bond] duplicate_dscp` as a mask (bit `d` for DSCP `d`): what this end sends twice.
+    pub duplicate_dscp: u64,
 }
 
 /// Bytes braid adds to an IP packet on a path: outer IP + UDP + transport header + AEAD tag +
@@ -426,6 +430,25 @@ impl Config {
         if let Some(m) = mtu {
             if m < 576 {
                 return Err(invalid(format!("interface.mtu = {m} is below 576")));
+            }
+        }
+        let mut duplicate_dscp = 0u64;
+        if let Some(b) = &raw.bond {
+            for &d in &b.duplicate_dscp {
+                if d > 63 {
+                    return Err(invalid(format!(
+                        "[bond] duplicate_dscp: {d} is not a DSCP value (0 to 63; EF is 46)"
+                    )));
+                }
+                duplicate_dscp |= 1 << d;
+            }
+            if duplicate_dscp != 0
+                && raw.role == Role::Initiator
+                && b.resequence != ResequenceMode::Sequence
+            {
+                return Err(invalid(
+                    "[bond] duplicate_dscp needs resequence = \"sequence\" (the copies are told apart by their sequence numbers)".into(),
+                ));
             }
         }
         match raw.role {
@@ -590,6 +613,7 @@ impl Config {
             control_socket,
             prometheus: raw.control.prometheus,
             qos: raw.qos,
+            duplicate_dscp,
         })
     }
 }
@@ -661,6 +685,20 @@ rate_mbit = 5
         ))
         .unwrap_err();
         assert!(e.contains("`pet` is not causal"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_dscp_is_a_mask_of_dscp_values() {
+        let c = parse(&client("[bond]\nduplicate_dscp = [46, 34]")).unwrap();
+        assert_eq!(c.duplicate_dscp, (1 << 46) | (1 << 34));
+        assert_eq!(parse(&client("")).unwrap().duplicate_dscp, 0);
+        let e = parse(&client("[bond]\nduplicate_dscp = [64]")).unwrap_err();
+        assert!(e.contains("not a DSCP value"), "{e}");
+        let e = parse(&client(
+            "[bond]\nduplicate_dscp = [46]\nresequence = \"logical\"",
+        ))
+        .unwrap_err();
+        assert!(e.contains("needs resequence"), "{e}");
     }
 
     #[test]

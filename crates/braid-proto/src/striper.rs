@@ -153,6 +153,10 @@ pub struct StriperStats {
     pub credit_stalls: u64,
     /// Credit grants that were stale (lower than one already applied) and ignored.
     pub stale_credits: u64,
+    /// Copies queued by [`Striper::duplicate_last`].
+    pub duplicates: u64,
+    /// Copies that found no other path with room, and were not sent.
+    pub duplicates_dropped: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -449,6 +453,41 @@ impl<P> Striper<P> {
                 s.set_quantum(PathId(i as u8), q.max(self.max_packet));
             }
         }
+    }
+
+    /// The BAG paper's reliability service (section IV): send a copy of the data packet that
+    /// [`send`](Self::send) just queued on `first`, with the same sequence number, on the
+    /// active path with the least delay other than `first`, so the packet arrives if either
+    /// path delivers it; the receiver drops whichever copy comes second. Mode `sequence` only
+    /// (the sequence number identifies the copy); `None` when there is no such path with room
+    /// (counted) or no packet was just sent.
+    pub fn duplicate_last(&mut self, first: PathId, len: u32, payload: P) -> Option<PathId> {
+        if !self.sequence_numbers || self.next_seq == 0 {
+            return None;
+        }
+        let delay = |i: usize| {
+            let d = self.path_delay[i];
+            (d.is_zero(), d)
+        };
+        let room = |p: &TxPath<P>| p.queued_bytes + u64::from(len) <= self.queue_limit_bytes;
+        let Some(i) = (0..self.paths.len())
+            .filter(|&i| i != first.index() && self.sched.is_active(PathId(i as u8)))
+            .filter(|&i| room(&self.paths[i]))
+            .min_by_key(|&i| delay(i))
+        else {
+            self.stats.duplicates_dropped += 1;
+            return None;
+        };
+        let tx = &mut self.paths[i];
+        tx.queue.push_back(Outgoing::Data {
+            seq: Some(self.next_seq - 1),
+            len,
+            payload,
+        });
+        tx.queued_bytes += u64::from(len);
+        tx.enqueued_bytes += u64::from(len);
+        self.stats.duplicates += 1;
+        Some(PathId(i as u8))
     }
 
     /// Queue a data packet on path `i`, numbered in mode `sequence`.

@@ -70,6 +70,8 @@ pub struct Endpoint {
     /// Payload buffers of packets sent or delivered, for the next ones (see
     /// [`Endpoint::recycle`]): steady traffic stops allocating per packet.
     spare: Vec<Vec<u8>>,
+    /// DSCP values (bit `d` for DSCP `d`) whose packets go twice, on two paths.
+    duplicate_dscp: u64,
 }
 
 impl Endpoint {
@@ -87,7 +89,14 @@ impl Endpoint {
             sig_acks: VecDeque::new(),
             stats: EndpointStats::default(),
             spare: Vec::new(),
+            duplicate_dscp: 0,
         })
+    }
+
+    /// Send the packets of these DSCP values twice, on two paths (bit `d` of `mask` for DSCP
+    /// `d`; see [`Striper::duplicate_last`]). Mode `sequence` only; 0 turns it off.
+    pub fn set_duplicate_dscp(&mut self, mask: u64) {
+        self.duplicate_dscp = mask;
     }
 
     /// Counters.
@@ -120,7 +129,18 @@ impl Endpoint {
     /// packet's buffer goes back to the spares.
     pub fn send_copy(&mut self, now: Instant, packet: &[u8]) -> Result<PathId, SendError<()>> {
         let payload = self.buffer(packet);
-        self.send(now, payload).map_err(|e| match e {
+        let sent = self.send(now, payload);
+        if let Ok(first) = sent {
+            if self.duplicate_dscp != 0
+                && dscp(packet).is_some_and(|d| self.duplicate_dscp & (1 << d) != 0)
+            {
+                let copy = self.buffer(packet);
+                let len = u32::try_from(packet.len()).unwrap_or(u32::MAX);
+                // No other path with room: the copy is not sent (counted by the striper).
+                let _ = self.striper.duplicate_last(first, len, copy);
+            }
+        }
+        sent.map_err(|e| match e {
             SendError::Full(p) => {
                 self.recycle(p);
                 SendError::Full(())
@@ -366,6 +386,15 @@ impl Endpoint {
         .into_iter()
         .flatten()
         .min()
+    }
+}
+
+/// The DSCP of an IPv4 or IPv6 packet.
+fn dscp(packet: &[u8]) -> Option<u8> {
+    match packet.first()? >> 4 {
+        4 => Some(packet.get(1)? >> 2),
+        6 => Some(((packet[0] & 0x0f) << 2) | (packet.get(1)? >> 6)),
+        _ => None,
     }
 }
 

@@ -77,6 +77,9 @@ pub struct SessionConfig {
     pub keep_previous_keys: Duration,
     /// Per-class egress service (JoBS, `crate::qos`); `None`: first come, first striped.
     pub qos: Option<braid_qos::QosConfig>,
+    /// DSCP values (bit `d` for DSCP `d`) whose packets this end sends twice, on two paths
+    /// (the BAG paper's reliability service); only with `resequence = "sequence"`.
+    pub duplicate_dscp: u64,
 }
 
 impl SessionConfig {
@@ -98,6 +101,7 @@ impl SessionConfig {
             handshake_retry: Duration::from_secs(1),
             keep_previous_keys: Duration::from_secs(10),
             qos: None,
+            duplicate_dscp: 0,
         }
     }
 }
@@ -204,6 +208,8 @@ pub struct SessionStatus {
     pub retransmitted_packets: u64,
     /// Abandon notices sent: runs of data a path lost to congestion, not resent.
     pub abandons_sent: u64,
+    /// Data packets sent a second time on another path (`duplicate_dscp`).
+    pub duplicated_packets: u64,
     /// Packets the receiver declared lost at once because the peer abandoned them.
     pub abandoned_packets: u64,
     /// Datagrams dropped, by reason.
@@ -440,6 +446,7 @@ impl Session {
         };
         match Endpoint::new(&config) {
             Ok(mut e) => {
+                e.set_duplicate_dscp(self.cfg.duplicate_dscp);
                 self.paths = (0..p.rates_bps.len())
                     .map(|i| {
                         let known = heard_on.is_none_or(|h| h.index() == i);
@@ -1273,6 +1280,7 @@ impl Session {
             nacks_sent: self.nacks_sent,
             retransmitted_packets: self.retransmitted,
             abandons_sent: self.abandons_sent,
+            duplicated_packets: e.map_or(0, |e| e.striper().stats().duplicates),
             abandoned_packets: rx.abandoned,
             classes: self
                 .qos

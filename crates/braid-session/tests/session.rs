@@ -655,3 +655,52 @@ fn a_congestion_run_is_abandoned_and_the_receiver_stops_waiting_at_once() {
         worst[0]
     );
 }
+
+#[test]
+fn packets_of_a_duplicated_class_survive_a_lossy_path() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    let mut p = params(2, ResequenceMode::Sequence);
+    // No resends: only the copies can save what path 0 loses.
+    p.retransmit = false;
+    let mut cfg = SessionConfig::new(
+        Role::Initiator,
+        PrivateKey::from_random([1; 32]),
+        PrivateKey::from_random([2; 32]).public_key(),
+        Some(p),
+    );
+    cfg.duplicate_dscp = 1 << 46;
+    net.client = Session::new(cfg, Instant::ZERO, [3; 32], 1_700_000_000_000_000_000);
+    net.established();
+    // Path 0 loses every third data datagram.
+    net.drop_every[0] = Some(3);
+    // IPv4-looking packets: every other one marked EF (DSCP 46, TOS 0xb8), numbered at 4..8.
+    let sent: Vec<Vec<u8>> = (0..1000u32)
+        .map(|i| {
+            let mut v = vec![0u8; 600];
+            v[0] = 0x45;
+            v[1] = if i % 2 == 0 { 0xb8 } else { 0 };
+            v[4..8].copy_from_slice(&i.to_be_bytes());
+            v
+        })
+        .collect();
+    for pkt in &sent {
+        assert!(net.client.send(net.now, pkt));
+        net.step(Duration::from_micros(500));
+    }
+    net.step(Duration::from_millis(1000));
+    let id = |p: &Vec<u8>| u32::from_be_bytes(p[4..8].try_into().unwrap());
+    let got: Vec<u32> = net.to_server.iter().map(id).collect();
+    assert!(
+        got.windows(2).all(|w| w[0] < w[1]),
+        "in order, no copy twice"
+    );
+    let ef: Vec<u32> = got.iter().copied().filter(|i| i % 2 == 0).collect();
+    assert_eq!(ef.len(), 500, "every EF packet arrived");
+    let best_effort = got.len() - ef.len();
+    assert!(
+        best_effort < 480,
+        "unmarked packets were lost: {best_effort} of 500 arrived"
+    );
+    let st = net.client.status();
+    assert_eq!(st.duplicated_packets, 500, "one copy per EF packet");
+}

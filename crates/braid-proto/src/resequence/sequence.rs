@@ -312,6 +312,7 @@ impl<P> SequenceReceiver<P> {
         self.total_buffered -= u64::from(item.len);
         self.next = item.seq + 1;
         self.gap_since = None;
+        self.drop_below_next();
         self.stats.delivered += 1;
         self.stats.delivered_bytes += u64::from(item.len);
         Delivery {
@@ -322,11 +323,27 @@ impl<P> SequenceReceiver<P> {
         }
     }
 
+    /// Drop what waits at any path's head below `next`: the other copy of a packet sent twice
+    /// (on two paths, both here before it was due), already delivered.
+    fn drop_below_next(&mut self) {
+        let next = self.next;
+        for rx in &mut self.paths {
+            while let Some(head) = rx.queue.front().filter(|h| h.seq < next) {
+                let len = u64::from(head.len);
+                rx.queue.pop_front();
+                rx.buffered -= len;
+                self.total_buffered -= len;
+                self.stats.stale_dropped += 1;
+            }
+        }
+    }
+
     /// Give up on everything below `to`.
     fn jump(&mut self, to: u64) {
         self.stats.lost += to.saturating_sub(self.next);
-        self.next = to;
+        self.next = self.next.max(to);
         self.gap_since = None;
+        self.drop_below_next();
     }
 
     /// The next packet in sequence order, if it is there or its loss is certain.
@@ -578,6 +595,20 @@ mod tests {
         assert!(deliver_all(&mut r, ms(154)).is_empty());
         assert_eq!(deliver_all(&mut r, ms(155)), vec![3]);
         assert_eq!(r.stats().lost, 1);
+    }
+
+    #[test]
+    fn a_packet_sent_on_two_paths_is_delivered_once() {
+        let mut r = receiver(None);
+        // 0 and 1 went on both paths; both copies are here before either is delivered.
+        for path in [PathId(0), PathId(1)] {
+            r.handle_data(ms(0), path, Some(0), 100, 0);
+            r.handle_data(ms(0), path, Some(1), 100, 1);
+        }
+        r.handle_data(ms(0), PathId(1), Some(2), 100, 2);
+        assert_eq!(deliver_all(&mut r, ms(1)), vec![0, 1, 2]);
+        assert_eq!(r.total_buffered_bytes(), 0);
+        assert_eq!(r.stats().stale_dropped, 2);
     }
 
     #[test]
