@@ -299,6 +299,10 @@ pub struct ClassStats {
     pub loss_bound_violations: u64,
     /// Packets sent later than the delay bound.
     pub delay_bound_violations: u64,
+    /// Rate allocations (the sampled steps of Figure 4, lines 13-18) that left the class,
+    /// backlogged, with a service rate below its rate bound `f_i`: the bound gave way to
+    /// higher classes' minimum rates or to a capacity below it.
+    pub rate_bound_violations: u64,
     /// Sum of the queueing delays of the sent packets, ns (saturating).
     pub delay_ns_sum: u64,
     /// The largest queueing delay of a sent packet.
@@ -459,7 +463,8 @@ pub struct Jobs<P> {
     sample_every: u32,
     gain: f64,
     total_packets: u64,
-    /// Backlogged classes at the end of the last arrival, one bit per class.
+    /// Backlogged classes at the backlog test (lines 8-9) of the last arrival, one bit per
+    /// class.
     last_backlogged: u64,
     /// When the `R_out` counters were last brought up to date.
     last_update: Instant,
@@ -685,11 +690,14 @@ impl<P> Jobs<P> {
             };
             self.drop_tail(victim, DropReason::Overflow, broken);
         }
-        // not_backlogged_anymore() or now_backlogged() -> reset_rates() (lines 8-9).
+        // not_backlogged_anymore() or now_backlogged() -> reset_rates() (lines 8-9). The set
+        // is remembered as it is here, before the drops of lines 13-17: a class those drops
+        // empty is "not backlogged anymore" at the next arrival, and gives its rate back then.
         let backlogged = self.backlogged();
         if backlogged != self.last_backlogged {
             self.reset_rates(backlogged);
         }
+        self.last_backlogged = backlogged;
         // Lines 13-18, every T arrivals (section 3.3).
         if self.busy_arrivals % u64::from(self.sample_every) == 0 {
             self.stats.adjustments += 1;
@@ -706,8 +714,12 @@ impl<P> Jobs<P> {
                 }
             }
             self.adjust_rates(now);
+            for c in &mut self.classes {
+                if c.arc > 0.0 && !c.queue.is_empty() && c.rate < c.arc * (1.0 - 1e-9) {
+                    c.stats.rate_bound_violations += 1;
+                }
+            }
         }
-        self.last_backlogged = self.backlogged();
         Ok(())
     }
 
@@ -1198,6 +1210,30 @@ mod tests {
             .map(|c| q.class_status(ClassId(c), ms(0)).service_rate_bps)
             .sum();
         assert!((total - 100e6).abs() < 10.0, "{total}");
+        assert_eq!(q.class_stats(ClassId(1)).rate_bound_violations, 0);
+    }
+
+    #[test]
+    fn rate_bounds_beyond_capacity_are_counted() {
+        // 60 + 60 Mbit/s of rate bounds and a best-effort class on 100 Mbit/s: greedy_alloc
+        // serves the higher class first and the lower one gives way.
+        let bound = ClassConfig {
+            arc_bps: Some(60_000_000),
+            ..ClassConfig::default()
+        };
+        let classes = vec![bound.clone(), bound, ClassConfig::default()];
+        let mut q = Jobs::new(&JobsConfig::new(100_000_000, classes)).unwrap();
+        for c in [2, 0, 1, 1] {
+            q.enqueue(ms(0), ClassId(c), 1000, ()).unwrap();
+        }
+        let rate = |c| q.class_status(ClassId(c), ms(0)).service_rate_bps / 1e6;
+        let rates = (rate(0), rate(1), rate(2));
+        assert!(
+            (rates.0 - 60.0).abs() < 1e-6 && (rates.1 - 40.0).abs() < 1e-6 && rates.2 < 1e-6,
+            "{rates:?}"
+        );
+        let violations = |c| q.class_stats(ClassId(c)).rate_bound_violations;
+        assert_eq!((violations(0), violations(1), violations(2)), (0, 2, 0));
     }
 
     #[test]
@@ -1359,6 +1395,91 @@ mod tests {
         let (r1, r2) = (mean[1] / mean[0], mean[2] / mean[1]);
         assert!((1.6..2.5).contains(&r1), "{mean:?}");
         assert!((1.6..2.5).contains(&r2), "{mean:?}");
+    }
+
+    #[test]
+    fn a_class_emptied_by_delay_drops_gives_its_rate_back() {
+        // Two classes with a 1 ms delay bound and a best-effort one on 80 Mbit/s.
+        let bounded = ClassConfig {
+            adc: Some(Duration::from_millis(1)),
+            ..ClassConfig::default()
+        };
+        let cfg = JobsConfig::new(
+            80_000_000,
+            vec![bounded.clone(), bounded, ClassConfig::default()],
+        );
+        let mut q = Jobs::new(&cfg).unwrap();
+        for c in 0..3 {
+            q.enqueue(ms(0), ClassId(c), 1000, c).unwrap();
+        }
+        assert!(drain(&mut q).is_empty());
+        // At 2 ms both bounded heads are late: each needs all of C, class 2 gives them its
+        // share, and they still drop everything they hold.
+        q.enqueue(ms(2), ClassId(2), 1000, 2).unwrap();
+        let drops: Vec<(ClassId, DropReason)> =
+            drain(&mut q).iter().map(|d| (d.class, d.reason)).collect();
+        assert_eq!(
+            drops,
+            [
+                (ClassId(0), DropReason::DelayBound),
+                (ClassId(1), DropReason::DelayBound)
+            ]
+        );
+        // The next arrival sees that classes 0 and 1 are not backlogged anymore: class 2 gets
+        // the whole link, not the nothing it was left with.
+        q.enqueue(ms(2), ClassId(2), 1000, 2).unwrap();
+        let rate = |c| q.class_status(ClassId(c), ms(2)).service_rate_bps;
+        assert_eq!((rate(0), rate(1), rate(2)), (0.0, 0.0, 80e6));
+    }
+
+    #[test]
+    fn separate_buffers_drop_only_from_the_arriving_class() {
+        // Table 1 with separate buffers of 3 packets, class 4's of 1.
+        let mut cfg = JobsConfig::table1(100_000_000);
+        cfg.buffer = BufferMode::Separate;
+        cfg.limit_packets = 3;
+        cfg.classes[3].limit_packets = Some(1);
+        let mut q = Jobs::new(&cfg).unwrap();
+        for _ in 0..3 {
+            q.enqueue(ms(0), ClassId(2), 100, ()).unwrap();
+        }
+        q.enqueue(ms(0), ClassId(3), 100, ()).unwrap();
+        assert!(drain(&mut q).is_empty());
+        // Class 4 is full: its next packet is dropped, though class 3 has more queued.
+        q.enqueue(ms(0), ClassId(3), 100, ()).unwrap();
+        let d = drain(&mut q);
+        assert_eq!(d.len(), 1);
+        assert_eq!(
+            (d[0].class, d[0].reason),
+            (ClassId(3), DropReason::Overflow)
+        );
+        // Class 1 may hold 3 packets while the others are full; its fourth must go, even
+        // though that breaks its 1% loss bound: no other class's buffer overflowed.
+        for _ in 0..3 {
+            q.enqueue(ms(0), ClassId(0), 100, ()).unwrap();
+        }
+        assert!(drain(&mut q).is_empty());
+        q.enqueue(ms(0), ClassId(0), 100, ()).unwrap();
+        let d = drain(&mut q);
+        assert_eq!(d.len(), 1);
+        assert_eq!((d[0].class, d[0].loss_bound_broken), (ClassId(0), true));
+        let backlog = |c| q.class_status(ClassId(c), ms(0)).backlog;
+        assert_eq!(
+            (backlog(0), backlog(1), backlog(2), backlog(3)),
+            (3, 0, 3, 1)
+        );
+        // The same arrivals into one shared buffer of 7 packets: class 1's fourth packet
+        // pushes one out of class 3 or 4 (the loss chain), never out of class 1.
+        let mut cfg = JobsConfig::table1(100_000_000);
+        cfg.limit_packets = 7;
+        let mut q = Jobs::new(&cfg).unwrap();
+        for c in [2, 2, 2, 3, 0, 0, 0, 0] {
+            q.enqueue(ms(0), ClassId(c), 100, ()).unwrap();
+        }
+        let d = drain(&mut q);
+        assert_eq!(d.len(), 1);
+        assert!(d[0].class.0 >= 2 && !d[0].loss_bound_broken, "{d:?}");
+        assert_eq!(q.class_status(ClassId(0), ms(0)).backlog, 4);
     }
 
     #[test]
