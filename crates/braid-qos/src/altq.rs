@@ -410,6 +410,16 @@ filter fxp0 low_class 0 0 0 0 0 tos 4
     }
 
     #[test]
+    fn the_example_file_is_figure1() {
+        // `braid qos import examples/qos/figure1.altq` reads the same configuration.
+        let file = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/qos/figure1.altq"
+        ));
+        assert_eq!(import(file).unwrap(), import(FIGURE1).unwrap());
+    }
+
+    #[test]
     fn filters_with_addresses_and_errors() {
         let text = FIGURE1.replace(
             "filter fxp0 low_class 0 0 0 0 0 tos 4",

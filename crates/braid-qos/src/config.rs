@@ -581,6 +581,44 @@ default = true
         assert_eq!(back, c);
     }
 
+    #[test]
+    fn settings_reach_the_queue() {
+        let text = TABLE1.replace(
+            "buffer_packets = 200\n",
+            "buffer_packets = 50\nbuffer = \"separate\"\nrelaxation = \"delay-first\"\n\
+             feasibility = \"drop\"\nsample_every = 10\nadjust_gain = 0.5\n",
+        ) + "buffer_packets = 20\n";
+        let c: QosConfig = toml::from_str(&text).unwrap();
+        let jobs = c.jobs_config(1).unwrap();
+        assert_eq!(jobs.buffer, BufferMode::Separate);
+        assert_eq!(jobs.limit_packets, 50);
+        assert_eq!(jobs.classes[3].limit_packets, Some(20));
+        assert_eq!(jobs.classes[0].limit_packets, None);
+        assert_eq!(jobs.relaxation, Relaxation::DelayFirst);
+        assert_eq!(jobs.feasibility, Feasibility::Drop);
+        assert_eq!((jobs.sample_every, jobs.adjust_gain), (10, 0.5));
+        // Without the keys: ALTQ's and the paper's choices, and C from the bond when
+        // rate_mbit is left out.
+        let mut c: QosConfig = toml::from_str(TABLE1).unwrap();
+        c.rate_mbit = None;
+        let jobs = c.jobs_config(42_000_000).unwrap();
+        assert_eq!(jobs.capacity_bps, 42_000_000);
+        assert_eq!(
+            (
+                jobs.buffer,
+                jobs.relaxation,
+                jobs.feasibility,
+                jobs.sample_every
+            ),
+            (
+                BufferMode::Shared,
+                Relaxation::LossFirst,
+                Feasibility::Greedy,
+                1
+            )
+        );
+    }
+
     fn error_of(text: &str) -> String {
         match toml::from_str::<QosConfig>(text) {
             Err(e) => e.to_string(),

@@ -11,12 +11,13 @@
 //! 3. drops while the buffer overflows, from the class `select_dropped_class` names (lines
 //!    10-12);
 //! 4. `reset_rates` if the set of backlogged classes changed since the last arrival (lines 8-9):
-//!    idle classes get rate 0, backlogged ones share the capacity `C` equally;
-//! 5. every `sample_every` arrivals (section 3.3, "every T arrivals"): `compute_min_rates`
-//!    (line 13), then, while the minimum rates exceed `C`, either drops chosen by
-//!    `select_dropped_class` (lines 14-17, [`Feasibility::Drop`]) or `greedy_alloc`
-//!    (section 3.2, [`Feasibility::Greedy`], the default), and `adjust_rates` for proportional
-//!    delay differentiation (line 18).
+//!    idle classes get rate 0, backlogged ones share the capacity `C` equally (the members of
+//!    a delay chain share their part in the proportions `adjust_rates` had reached);
+//! 5. every `sample_every` arrivals (section 3.3, "every T arrivals"), and at once after a
+//!    `reset_rates`: `compute_min_rates` (line 13), then, while the minimum rates exceed `C`,
+//!    either drops chosen by `select_dropped_class` (lines 14-17, [`Feasibility::Drop`]) or
+//!    `greedy_alloc` (section 3.2, [`Feasibility::Greedy`], the default), and `adjust_rates`
+//!    for proportional delay differentiation (line 18).
 //!
 //! [`Jobs::dequeue`] is the scheduler of section 2.3 and 3.2: the backlogged class furthest
 //! behind its service rate (largest `R_out_i - Xmit_i`, ties to the lower index) sends the
@@ -107,11 +108,14 @@ pub struct JobsConfig {
     pub relaxation: Relaxation,
     /// Drops or greedy reallocation while the minimum rates exceed `C`.
     pub feasibility: Feasibility,
-    /// `T`: run lines 13-18 of Figure 4 on every `T`-th arrival of a busy period (section 3.3);
-    /// 1 runs them on every arrival.
+    /// `T`: run lines 13-18 of Figure 4 on every `T`-th arrival of a busy period (section 3.3),
+    /// and on an arrival that changed the set of backlogged classes; 1 runs them on every
+    /// arrival.
     pub sample_every: u32,
-    /// Gain of `adjust_rates`: a class whose weighted delay is twice the chain's mean gains this
-    /// fraction of the chain's mean rate in one call. See [`DEFAULT_ADJUST_GAIN`].
+    /// Gain of `adjust_rates` per arrival: a class whose weighted delay is twice the chain's
+    /// mean gains this fraction of the chain's mean rate in one call. With `sample_every = T`
+    /// each call uses `1 - (1 - adjust_gain)^T`, which corrects an error as much as `T` calls
+    /// at `adjust_gain` would. See [`DEFAULT_ADJUST_GAIN`].
     pub adjust_gain: f64,
 }
 
@@ -299,6 +303,10 @@ pub struct ClassStats {
     pub loss_bound_violations: u64,
     /// Packets sent later than the delay bound.
     pub delay_bound_violations: u64,
+    /// Rate allocations (the sampled steps of Figure 4, lines 13-18) that left the class,
+    /// backlogged, with a service rate below its rate bound `f_i`: the bound gave way to
+    /// higher classes' minimum rates or to a capacity below it.
+    pub rate_bound_violations: u64,
     /// Sum of the queueing delays of the sent packets, ns (saturating).
     pub delay_ns_sum: u64,
     /// The largest queueing delay of a sent packet.
@@ -397,8 +405,21 @@ struct Class<P> {
     /// `r_i` and the minimum rate, bytes per second.
     rate: f64,
     min_rate: f64,
+    /// In a delay chain: the class's rate over the mean rate of the chain's backlogged
+    /// members, as of the last `reset_rates` that saw two or more of them (0: not known in
+    /// this busy period). It survives the class going idle.
+    chain_weight: f64,
     last_delay: Duration,
     stats: ClassStats,
+}
+
+/// A delay-chain member's weight for `reset_rates`: average (1) until one is known.
+fn chain_weight<P>(c: &Class<P>) -> f64 {
+    if c.chain_weight > 0.0 {
+        c.chain_weight
+    } else {
+        1.0
+    }
 }
 
 impl<P> Class<P> {
@@ -449,6 +470,8 @@ impl<P> Class<P> {
 pub struct Jobs<P> {
     classes: Vec<Class<P>>,
     delay_chains: Vec<Chain>,
+    /// The members of all delay chains, one bit per class.
+    delay_chained: u64,
     loss_chains: Vec<Chain>,
     /// `C`, bytes per second.
     capacity: f64,
@@ -457,9 +480,11 @@ pub struct Jobs<P> {
     relaxation: Relaxation,
     feasibility: Feasibility,
     sample_every: u32,
+    /// The gain of one `adjust_rates` call: `adjust_gain` compounded over `sample_every`.
     gain: f64,
     total_packets: u64,
-    /// Backlogged classes at the end of the last arrival, one bit per class.
+    /// Backlogged classes at the backlog test (lines 8-9) of the last arrival, one bit per
+    /// class.
     last_backlogged: u64,
     /// When the `R_out` counters were last brought up to date.
     last_update: Instant,
@@ -468,6 +493,13 @@ pub struct Jobs<P> {
     dropped: VecDeque<Dropped<P>>,
     dropped_cap: usize,
     stats: JobsStats,
+}
+
+/// The gain of one `adjust_rates` call every `sample_every` arrivals that corrects a delay
+/// error as much as `sample_every` calls at `gain` would: they leave `(1 - gain)^T` of it.
+fn sampled_gain(gain: f64, sample_every: u32) -> f64 {
+    let t = i32::try_from(sample_every).unwrap_or(i32::MAX);
+    1.0 - (1.0 - gain).powi(t)
 }
 
 /// Chains of consecutive classes linked by a ratio (`rdc` or `rlc`), read with `ratio`.
@@ -519,6 +551,7 @@ impl<P> Jobs<P> {
                 r_out: 0.0,
                 rate: 0.0,
                 min_rate: 0.0,
+                chain_weight: 0.0,
                 last_delay: Duration::ZERO,
                 stats: ClassStats::default(),
             })
@@ -532,9 +565,15 @@ impl<P> Jobs<P> {
             BufferMode::Shared => u64::from(config.limit_packets),
             BufferMode::Separate => classes.iter().map(|c| u64::from(c.limit)).sum(),
         };
+        let delay_chains = chains(&config.classes, |c| c.rdc);
+        let delay_chained = delay_chains
+            .iter()
+            .flat_map(|ch| &ch.members)
+            .fold(0, |m, &(i, _)| m | 1 << i);
         Ok(Jobs {
             classes,
-            delay_chains: chains(&config.classes, |c| c.rdc),
+            delay_chains,
+            delay_chained,
             loss_chains,
             capacity: config.capacity_bps as f64 / 8.0,
             buffer: config.buffer,
@@ -542,7 +581,7 @@ impl<P> Jobs<P> {
             relaxation: config.relaxation,
             feasibility: config.feasibility,
             sample_every: config.sample_every,
-            gain: config.adjust_gain,
+            gain: sampled_gain(config.adjust_gain, config.sample_every),
             total_packets: 0,
             last_backlogged: 0,
             last_update: Instant::ZERO,
@@ -685,13 +724,18 @@ impl<P> Jobs<P> {
             };
             self.drop_tail(victim, DropReason::Overflow, broken);
         }
-        // not_backlogged_anymore() or now_backlogged() -> reset_rates() (lines 8-9).
+        // not_backlogged_anymore() or now_backlogged() -> reset_rates() (lines 8-9). The set
+        // is remembered as it is here, before the drops of lines 13-17: a class those drops
+        // empty is "not backlogged anymore" at the next arrival, and gives its rate back then.
         let backlogged = self.backlogged();
-        if backlogged != self.last_backlogged {
+        let reset = backlogged != self.last_backlogged;
+        if reset {
             self.reset_rates(backlogged);
         }
-        // Lines 13-18, every T arrivals (section 3.3).
-        if self.busy_arrivals % u64::from(self.sample_every) == 0 {
+        self.last_backlogged = backlogged;
+        // Lines 13-18, every T arrivals (section 3.3), and at once after a reset: until they
+        // run, the reset's shares ignore every minimum rate (delay and rate bounds).
+        if reset || self.busy_arrivals % u64::from(self.sample_every) == 0 {
             self.stats.adjustments += 1;
             match self.feasibility {
                 Feasibility::Greedy => {
@@ -706,8 +750,12 @@ impl<P> Jobs<P> {
                 }
             }
             self.adjust_rates(now);
+            for c in &mut self.classes {
+                if c.arc > 0.0 && !c.queue.is_empty() && c.rate < c.arc * (1.0 - 1e-9) {
+                    c.stats.rate_bound_violations += 1;
+                }
+            }
         }
-        self.last_backlogged = self.backlogged();
         Ok(())
     }
 
@@ -812,10 +860,17 @@ impl<P> Jobs<P> {
             c.r_out = 0.0;
             c.rate = 0.0;
             c.min_rate = 0.0;
+            c.chain_weight = 0.0;
         }
     }
 
-    /// `reset_rates()`: idle classes get 0, backlogged ones share `C` equally.
+    /// `reset_rates()` (Figure 4 lines 8-9): idle classes get 0, backlogged ones share `C`
+    /// equally (`C / n` each), except that inside a delay chain the members' part (`C / n` per
+    /// backlogged member) is shared in proportion to their chain weights: the rates
+    /// `adjust_rates` gave them relative to each other when last seen backlogged together. A
+    /// member with no weight yet counts as average. Without this, every reset would throw
+    /// away the proportional rates, and with `sample_every > 1` `adjust_rates` runs too seldom
+    /// to build them again before the next reset (section 3.3 expects `T` of 10-100 to work).
     fn reset_rates(&mut self, backlogged: u64) {
         self.stats.rate_resets += 1;
         let n = backlogged.count_ones();
@@ -824,12 +879,52 @@ impl<P> Jobs<P> {
         } else {
             self.capacity / f64::from(n)
         };
-        for (i, c) in self.classes.iter_mut().enumerate() {
-            c.rate = if backlogged & (1 << i) != 0 {
-                share
+        let before = self.last_backlogged;
+        let in_set = |set: u64, i: usize| set & (1 << i) != 0;
+        for chain in &self.delay_chains {
+            // The chain weights, from the rates of the members backlogged until now.
+            let (k, sum) = chain
+                .members
+                .iter()
+                .filter(|&&(i, _)| in_set(before, i))
+                .fold((0u32, 0.0), |(k, s), &(i, _)| {
+                    (k + 1, s + self.classes[i].rate)
+                });
+            let per_mean = if k >= 2 && sum > 0.0 {
+                f64::from(k) / sum
             } else {
                 0.0
             };
+            let (mut k, mut sum) = (0u32, 0.0);
+            for &(i, _) in &chain.members {
+                let c = &mut self.classes[i];
+                if per_mean > 0.0 && in_set(before, i) {
+                    c.chain_weight = c.rate * per_mean;
+                }
+                if in_set(backlogged, i) {
+                    k += 1;
+                    sum += chain_weight(c);
+                }
+            }
+            // The members' part of C, shared by weight.
+            let scale = if k >= 2 {
+                share * f64::from(k) / sum
+            } else {
+                0.0
+            };
+            for &(i, _) in &chain.members {
+                let c = &mut self.classes[i];
+                c.rate = match (in_set(backlogged, i), k >= 2) {
+                    (false, _) => 0.0,
+                    (true, true) => chain_weight(c) * scale,
+                    (true, false) => share,
+                };
+            }
+        }
+        for (i, c) in self.classes.iter_mut().enumerate() {
+            if !in_set(self.delay_chained, i) {
+                c.rate = if in_set(backlogged, i) { share } else { 0.0 };
+            }
         }
     }
 
@@ -1186,6 +1281,74 @@ mod tests {
     }
 
     #[test]
+    fn reset_keeps_a_chains_proportions() {
+        // Classes 1 and 2 a delay chain (ratio 2), class 3 on its own, on 90 Mbit/s.
+        let chained = ClassConfig {
+            rdc: Some(2.0),
+            ..ClassConfig::default()
+        };
+        let cfg = JobsConfig::new(
+            90_000_000,
+            vec![chained, ClassConfig::default(), ClassConfig::default()],
+        );
+        let mut q: Jobs<()> = Jobs::new(&cfg).unwrap();
+        let mbit = |q: &Jobs<()>| -> Vec<f64> {
+            q.classes
+                .iter()
+                .map(|c| (c.rate * 8.0).round() / 1e6)
+                .collect()
+        };
+        // adjust_rates had given the chain 60 and 30 Mbit/s.
+        q.classes[0].rate = 60e6 / 8.0;
+        q.classes[1].rate = 30e6 / 8.0;
+        q.last_backlogged = 0b011;
+        let reset = |q: &mut Jobs<()>, set| {
+            q.reset_rates(set);
+            q.last_backlogged = set;
+            mbit(q)
+        };
+        // Class 3 comes: it gets C / 3, and the chain shares the rest 2 : 1.
+        assert_eq!(reset(&mut q, 0b111), [40.0, 20.0, 30.0]);
+        // Class 2 leaves: class 1 is alone in its chain, an equal share.
+        assert_eq!(reset(&mut q, 0b101), [45.0, 0.0, 45.0]);
+        // Class 2 comes back: 2 : 1 again, not the equal shares of a plain reset.
+        assert_eq!(reset(&mut q, 0b111), [40.0, 20.0, 30.0]);
+        // A new busy period forgets the proportions.
+        q.new_busy_period();
+        assert_eq!(reset(&mut q, 0b011), [45.0, 45.0, 0.0]);
+    }
+
+    #[test]
+    fn minimum_rates_hold_at_once_after_a_reset_when_sampling() {
+        let mut cfg = JobsConfig::table1(100_000_000);
+        cfg.sample_every = 100;
+        let mut q = Jobs::new(&cfg).unwrap();
+        for c in [3, 2, 0, 1] {
+            q.enqueue(ms(0), ClassId(c), 1000, ()).unwrap();
+        }
+        // Four classes share 25 Mbit/s each after the reset; class 2 (index 1) has its
+        // 35 Mbit/s at once, not 100 arrivals later.
+        let r = q.class_status(ClassId(1), ms(0)).service_rate_bps;
+        assert!(r >= 35e6 - 1.0, "{r}");
+        assert_eq!(q.stats().adjustments, 4);
+        // With no change in the set, only every 100th arrival is sampled.
+        for _ in 0..95 {
+            q.enqueue(ms(0), ClassId(3), 1000, ()).unwrap();
+        }
+        assert_eq!(q.stats().adjustments, 4);
+        q.enqueue(ms(0), ClassId(3), 1000, ()).unwrap();
+        assert_eq!(q.stats().adjustments, 5);
+    }
+
+    #[test]
+    fn sampled_gain_compounds_the_gain_per_arrival() {
+        assert_eq!(sampled_gain(0.25, 1), 0.25);
+        assert!((sampled_gain(0.25, 10) - (1.0 - 0.75f64.powi(10))).abs() < 1e-12);
+        assert_eq!(sampled_gain(1.0, 7), 1.0);
+        assert!(sampled_gain(0.01, u32::MAX) <= 1.0);
+    }
+
+    #[test]
     fn rate_bound_is_kept_by_greedy_reallocation() {
         let mut q = Jobs::new(&JobsConfig::table1(100_000_000)).unwrap();
         for c in 0..4u8 {
@@ -1198,6 +1361,30 @@ mod tests {
             .map(|c| q.class_status(ClassId(c), ms(0)).service_rate_bps)
             .sum();
         assert!((total - 100e6).abs() < 10.0, "{total}");
+        assert_eq!(q.class_stats(ClassId(1)).rate_bound_violations, 0);
+    }
+
+    #[test]
+    fn rate_bounds_beyond_capacity_are_counted() {
+        // 60 + 60 Mbit/s of rate bounds and a best-effort class on 100 Mbit/s: greedy_alloc
+        // serves the higher class first and the lower one gives way.
+        let bound = ClassConfig {
+            arc_bps: Some(60_000_000),
+            ..ClassConfig::default()
+        };
+        let classes = vec![bound.clone(), bound, ClassConfig::default()];
+        let mut q = Jobs::new(&JobsConfig::new(100_000_000, classes)).unwrap();
+        for c in [2, 0, 1, 1] {
+            q.enqueue(ms(0), ClassId(c), 1000, ()).unwrap();
+        }
+        let rate = |c| q.class_status(ClassId(c), ms(0)).service_rate_bps / 1e6;
+        let rates = (rate(0), rate(1), rate(2));
+        assert!(
+            (rates.0 - 60.0).abs() < 1e-6 && (rates.1 - 40.0).abs() < 1e-6 && rates.2 < 1e-6,
+            "{rates:?}"
+        );
+        let violations = |c| q.class_stats(ClassId(c)).rate_bound_violations;
+        assert_eq!((violations(0), violations(1), violations(2)), (0, 2, 0));
     }
 
     #[test]
@@ -1315,6 +1502,13 @@ mod tests {
 
     #[test]
     fn proportional_delays_under_load() {
+        // Rates adjusted on every arrival, and on every 10th and 100th (section 3.3).
+        for t in [1, 10, 100] {
+            proportional_delays_under_load_sampled(t);
+        }
+    }
+
+    fn proportional_delays_under_load_sampled(sample_every: u32) {
         // Three classes with ratio 2, equal greedy arrivals, link at 80 Mbit/s; arrivals at
         // 110% of it. Mean delays should settle near 1 : 2 : 4.
         let mut cfg = JobsConfig::new(
@@ -1332,6 +1526,7 @@ mod tests {
             ],
         );
         cfg.limit_packets = 300;
+        cfg.sample_every = sample_every;
         let mut q = Jobs::new(&cfg).unwrap();
         let tx = 100_000u64; // 1000 bytes at 80 Mbit/s, ns
         let mut t = 0u64;
@@ -1357,8 +1552,93 @@ mod tests {
         }
         let mean: Vec<f64> = (0..3).map(|i| sum[i] / cnt[i]).collect();
         let (r1, r2) = (mean[1] / mean[0], mean[2] / mean[1]);
-        assert!((1.6..2.5).contains(&r1), "{mean:?}");
-        assert!((1.6..2.5).contains(&r2), "{mean:?}");
+        assert!((1.6..2.5).contains(&r1), "T = {sample_every}: {mean:?}");
+        assert!((1.6..2.5).contains(&r2), "T = {sample_every}: {mean:?}");
+    }
+
+    #[test]
+    fn a_class_emptied_by_delay_drops_gives_its_rate_back() {
+        // Two classes with a 1 ms delay bound and a best-effort one on 80 Mbit/s.
+        let bounded = ClassConfig {
+            adc: Some(Duration::from_millis(1)),
+            ..ClassConfig::default()
+        };
+        let cfg = JobsConfig::new(
+            80_000_000,
+            vec![bounded.clone(), bounded, ClassConfig::default()],
+        );
+        let mut q = Jobs::new(&cfg).unwrap();
+        for c in 0..3 {
+            q.enqueue(ms(0), ClassId(c), 1000, c).unwrap();
+        }
+        assert!(drain(&mut q).is_empty());
+        // At 2 ms both bounded heads are late: each needs all of C, class 2 gives them its
+        // share, and they still drop everything they hold.
+        q.enqueue(ms(2), ClassId(2), 1000, 2).unwrap();
+        let drops: Vec<(ClassId, DropReason)> =
+            drain(&mut q).iter().map(|d| (d.class, d.reason)).collect();
+        assert_eq!(
+            drops,
+            [
+                (ClassId(0), DropReason::DelayBound),
+                (ClassId(1), DropReason::DelayBound)
+            ]
+        );
+        // The next arrival sees that classes 0 and 1 are not backlogged anymore: class 2 gets
+        // the whole link, not the nothing it was left with.
+        q.enqueue(ms(2), ClassId(2), 1000, 2).unwrap();
+        let rate = |c| q.class_status(ClassId(c), ms(2)).service_rate_bps;
+        assert_eq!((rate(0), rate(1), rate(2)), (0.0, 0.0, 80e6));
+    }
+
+    #[test]
+    fn separate_buffers_drop_only_from_the_arriving_class() {
+        // Table 1 with separate buffers of 3 packets, class 4's of 1.
+        let mut cfg = JobsConfig::table1(100_000_000);
+        cfg.buffer = BufferMode::Separate;
+        cfg.limit_packets = 3;
+        cfg.classes[3].limit_packets = Some(1);
+        let mut q = Jobs::new(&cfg).unwrap();
+        for _ in 0..3 {
+            q.enqueue(ms(0), ClassId(2), 100, ()).unwrap();
+        }
+        q.enqueue(ms(0), ClassId(3), 100, ()).unwrap();
+        assert!(drain(&mut q).is_empty());
+        // Class 4 is full: its next packet is dropped, though class 3 has more queued.
+        q.enqueue(ms(0), ClassId(3), 100, ()).unwrap();
+        let d = drain(&mut q);
+        assert_eq!(d.len(), 1);
+        assert_eq!(
+            (d[0].class, d[0].reason),
+            (ClassId(3), DropReason::Overflow)
+        );
+        // Class 1 may hold 3 packets while the others are full; its fourth must go, even
+        // though that breaks its 1% loss bound: no other class's buffer overflowed.
+        for _ in 0..3 {
+            q.enqueue(ms(0), ClassId(0), 100, ()).unwrap();
+        }
+        assert!(drain(&mut q).is_empty());
+        q.enqueue(ms(0), ClassId(0), 100, ()).unwrap();
+        let d = drain(&mut q);
+        assert_eq!(d.len(), 1);
+        assert_eq!((d[0].class, d[0].loss_bound_broken), (ClassId(0), true));
+        let backlog = |c| q.class_status(ClassId(c), ms(0)).backlog;
+        assert_eq!(
+            (backlog(0), backlog(1), backlog(2), backlog(3)),
+            (3, 0, 3, 1)
+        );
+        // The same arrivals into one shared buffer of 7 packets: class 1's fourth packet
+        // pushes one out of class 3 or 4 (the loss chain), never out of class 1.
+        let mut cfg = JobsConfig::table1(100_000_000);
+        cfg.limit_packets = 7;
+        let mut q = Jobs::new(&cfg).unwrap();
+        for c in [2, 2, 2, 3, 0, 0, 0, 0] {
+            q.enqueue(ms(0), ClassId(c), 100, ()).unwrap();
+        }
+        let d = drain(&mut q);
+        assert_eq!(d.len(), 1);
+        assert!(d[0].class.0 >= 2 && !d[0].loss_bound_broken, "{d:?}");
+        assert_eq!(q.class_status(ClassId(0), ms(0)).backlog, 4);
     }
 
     #[test]
