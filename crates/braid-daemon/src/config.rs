@@ -573,11 +573,6 @@ impl Config {
             }
         }
         if let Some(q) = &raw.qos {
-            if q.rate_mbit.is_none() && paths.iter().any(|p| !p.rate_configured) {
-                return Err(invalid(
-                    "[qos] needs rate_mbit (the rate to shape the bond's egress at) when a path has no rate_mbit: the shaper does not follow PET's estimates yet".into(),
-                ));
-            }
             // The client checks against its bond's rate; a server learns the rate from the
             // client's handshake, so it checks against a nominal 10 Gbit/s.
             let bond_bps: u64 = paths.iter().map(|p| p.rate_bps).sum();
@@ -672,13 +667,13 @@ rate_mbit = 5
         // A path rate may still be given: PET starts from it.
         let c = parse(&client("[bond]\nscheduler = \"pet\"")).unwrap();
         assert_eq!(c.bond.unwrap().rates_bps, vec![20_000_000, 5_000_000]);
-        // JoBS must be told what to shape at when no rate is configured.
-        let e = parse(&no_rates.replace(
+        // JoBS shapes at PET's estimates once it has them.
+        let c = parse(&no_rates.replace(
             "[[path]]\nname = \"dsl\"",
             "[bond]\nscheduler = \"pet\"\n[qos]\n[[qos.class]]\nname = \"all\"\ndefault = true\n[[path]]\nname = \"dsl\"",
         ))
-        .unwrap_err();
-        assert!(e.contains("[qos] needs rate_mbit"), "{e}");
+        .unwrap();
+        assert!(c.qos.is_some());
         // PET needs the sequence numbers of mode sequence.
         let e = parse(&client(
             "[bond]\nscheduler = \"pet\"\nresequence = \"logical\"",

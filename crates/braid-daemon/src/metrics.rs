@@ -191,6 +191,18 @@ pub fn render(st: &Status) -> String {
         "Drops that broke the loss bound",
         &|c| c.loss_bound_violations as f64,
     );
+    per_class(
+        &mut reg,
+        "class_rate_bound_violations",
+        "Times the minimum rate could not be given",
+        &|c| c.rate_bound_violations as f64,
+    );
+    per_class(
+        &mut reg,
+        "class_busy_loss_ratio",
+        "Loss rate of the current busy period",
+        &|c| c.busy_loss_pct / 100.0,
+    );
     let mut out = String::new();
     let _ = encode(&mut out, &reg);
     out

@@ -29,6 +29,9 @@ pub struct QosShaper {
     jobs: Jobs<Vec<u8>>,
     /// Shaping rate on the wire, bit/s.
     rate_bps: u64,
+    /// `[qos] rate_mbit` was given: the rate is fixed, whatever the bond does.
+    fixed_rate: bool,
+    mtu: u32,
     tokens: f64,
     burst: f64,
     last: Instant,
@@ -59,6 +62,10 @@ pub struct ClassReport {
     pub delay_bound_violations: u64,
     /// Drops that took the busy period's loss rate above the class's loss bound.
     pub loss_bound_violations: u64,
+    /// Times the class's minimum rate could not be given (the bond too slow for it).
+    pub rate_bound_violations: u64,
+    /// The busy period's loss rate (`p_i`, bytes dropped over bytes offered), percent.
+    pub busy_loss_pct: f64,
 }
 
 impl QosShaper {
@@ -84,17 +91,43 @@ impl QosShaper {
             key: "qos".into(),
             message: e.to_string(),
         })?;
-        let burst = (rate_bps as f64 / 8.0 * BURST.as_secs_f64())
-            .max(2.0 * f64::from(mtu + WIRE_OVERHEAD_BYTES));
+        let burst = burst_bytes(rate_bps, mtu);
         Ok(QosShaper {
             names: config.class_names().into_iter().map(String::from).collect(),
             classifier: config.classifier()?,
             jobs,
             rate_bps: rate_bps.max(1),
+            fixed_rate: config.rate_mbit.is_some(),
+            mtu,
             tokens: burst,
             burst,
             last: now,
         })
+    }
+
+    /// The bond's rate changed (a path went down or came back): shape at
+    /// [`SHAPE_FRACTION`] of `bond_rate_bps` from now on, and give JoBS the matching capacity,
+    /// so the per-class rates it hands out are ones the bond can carry. Ignored with
+    /// `[qos] rate_mbit` (a fixed rate) or a rate of zero.
+    pub fn set_bond_rate(&mut self, now: Instant, bond_rate_bps: u64) {
+        if self.fixed_rate || bond_rate_bps == 0 {
+            return;
+        }
+        let rate_bps = ((bond_rate_bps as f64 * SHAPE_FRACTION) as u64).max(1);
+        if rate_bps == self.rate_bps {
+            return;
+        }
+        self.refill(now);
+        self.rate_bps = rate_bps;
+        self.burst = burst_bytes(rate_bps, self.mtu);
+        self.tokens = self.tokens.min(self.burst);
+        let inner = rate_bps * u64::from(self.mtu) / u64::from(self.mtu + WIRE_OVERHEAD_BYTES);
+        self.jobs.set_capacity(now, inner.max(1));
+    }
+
+    /// The shaping rate on the wire, bit/s.
+    pub fn rate_bps(&self) -> u64 {
+        self.rate_bps
     }
 
     /// Classify and queue an IP packet; JoBS may drop it or another packet.
@@ -156,10 +189,17 @@ impl QosShaper {
                     backlog: busy.backlog,
                     delay_bound_violations: st.delay_bound_violations,
                     loss_bound_violations: st.loss_bound_violations,
+                    rate_bound_violations: st.rate_bound_violations,
+                    busy_loss_pct: busy.loss_rate * 100.0,
                 }
             })
             .collect()
     }
+}
+
+/// The token bucket's depth: [`BURST`] of sending time, at least two full packets.
+fn burst_bytes(rate_bps: u64, mtu: u32) -> f64 {
+    (rate_bps as f64 / 8.0 * BURST.as_secs_f64()).max(2.0 * f64::from(mtu + WIRE_OVERHEAD_BYTES))
 }
 
 #[cfg(test)]

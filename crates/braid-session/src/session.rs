@@ -734,6 +734,38 @@ impl Session {
             if let Some(e) = &mut self.endpoint {
                 e.set_path_active(path, true);
             }
+            self.update_qos_rate(now);
+        }
+    }
+
+    /// The bond's rate now: the paths that are up, each at PET's estimate where it has one,
+    /// else at its configured rate.
+    fn bond_rate_bps(&self) -> u64 {
+        let (Some(p), e) = (&self.params, &self.endpoint) else {
+            return 0;
+        };
+        let pet = e.as_ref().and_then(|e| e.striper().pet());
+        self.paths
+            .iter()
+            .zip(&p.rates_bps)
+            .enumerate()
+            .filter(|(_, (st, _))| st.up)
+            .map(|(i, (_, &rate))| {
+                pet.and_then(|t| t.estimate_bps(PathId(i as u8)))
+                    .unwrap_or(rate)
+            })
+            .sum()
+    }
+
+    /// Keep the `[qos]` shaper at the bond's rate: paths go down and come back, and PET's
+    /// estimates move. Changes under 2% are ignored.
+    fn update_qos_rate(&mut self, now: Instant) {
+        let rate = self.bond_rate_bps();
+        if let Some(q) = &mut self.qos {
+            let shaped = (rate as f64 * crate::qos::SHAPE_FRACTION) as u64;
+            if rate > 0 && shaped.abs_diff(q.rate_bps()) * 50 > q.rate_bps() {
+                q.set_bond_rate(now, rate);
+            }
         }
     }
 
@@ -1192,6 +1224,7 @@ impl Session {
                 }
             }
         }
+        self.update_qos_rate(now);
         if let Some(prev) = &self.previous {
             if prev
                 .retired_at

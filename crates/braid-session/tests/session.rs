@@ -481,8 +481,9 @@ fn what_a_lossy_path_loses_is_resent_and_nothing_is_lost() {
     }
 }
 
-#[test]
-fn with_qos_the_bond_is_shaped_and_served_by_class() {
+/// Two paths (10 + 20 Mbit/s configured), the client with JoBS classes voice (EF) and bulk
+/// sharing a 400-packet buffer; established.
+fn qos_net() -> Net {
     let mut net = Net::new(2, ResequenceMode::Sequence);
     let qos: braid_qos::QosConfig = toml::from_str(
         "buffer_packets = 400\n[[class]]\nname = \"voice\"\ndscp = [46]\n[[class]]\nname = \"bulk\"\ndefault = true\n",
@@ -497,6 +498,12 @@ fn with_qos_the_bond_is_shaped_and_served_by_class() {
     cfg.qos = Some(qos);
     net.client = Session::new(cfg, Instant::ZERO, [3; 32], 1_700_000_000_000_000_000);
     net.established();
+    net
+}
+
+#[test]
+fn with_qos_the_bond_is_shaped_and_served_by_class() {
+    let mut net = qos_net();
     // The bond is 10 + 20 Mbit/s. Offer 1000 bulk packets at once and a voice packet every ms.
     let ip = |dscp: u8, i: u32, len: usize| {
         let mut p = packet(i, len);
@@ -703,4 +710,44 @@ fn packets_of_a_duplicated_class_survive_a_lossy_path() {
     );
     let st = net.client.status();
     assert_eq!(st.duplicated_packets, 500, "one copy per EF packet");
+}
+
+#[test]
+fn with_qos_the_shaper_follows_the_bond_when_a_path_dies() {
+    let mut net = qos_net();
+    // The 20 Mbit/s path dies; the bond is now 10 Mbit/s.
+    net.dead[1] = true;
+    net.step(Duration::from_millis(1500));
+    assert_eq!(net.client.status().paths[1].state, "down");
+    // Keep JoBS backlogged with bulk for a second; count what arrives in the last half.
+    let mut i = 0u32;
+    let mut bytes_before = 0;
+    for ms in 0..1000 {
+        while net.client.status().classes[1].backlog < 300 {
+            let mut p = packet(i, 1200);
+            p[0] = 0x45;
+            p[1] = 0;
+            net.client.send(net.now, &p);
+            i += 1;
+        }
+        if ms == 500 {
+            bytes_before = net.to_server.iter().map(Vec::len).sum::<usize>();
+        }
+        net.step(Duration::from_millis(1));
+    }
+    let bytes: usize = net.to_server.iter().map(Vec::len).sum::<usize>() - bytes_before;
+    // 0.97 x 10 Mbit/s on the wire, 1200 of every 1286 bytes payload: about 565 kB in 0.5 s;
+    // at the configured 30 Mbit/s it would have been three times that.
+    assert!(
+        (450_000..700_000).contains(&bytes),
+        "{bytes} bytes in 0.5 s after the path died"
+    );
+    let service: f64 = net
+        .client
+        .status()
+        .classes
+        .iter()
+        .map(|c| c.service_rate_mbit)
+        .sum();
+    assert!(service < 10.0, "JoBS hands out {service} Mbit/s");
 }

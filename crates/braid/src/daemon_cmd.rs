@@ -138,6 +138,7 @@ pub fn status(args: &StatusArgs) -> Result<()> {
         "reorder buf",
         "queued",
         "downs",
+        "PET Mbit/s",
     ]);
     let empty = Vec::new();
     let infos = v["paths"].as_array().unwrap_or(&empty);
@@ -164,14 +165,26 @@ pub fn status(args: &StatusArgs) -> Result<()> {
             p["reorder_buffer_bytes"].to_string(),
             p["queued_bytes"].to_string(),
             p["down_events"].to_string(),
+            // PET's estimate (scheduler pet), with `!` when PET has the path blacked out.
+            p["pet_estimate_bps"].as_f64().map_or("-".into(), |r| {
+                let dark = if p["pet_active"] == false { "!" } else { "" };
+                format!("{:.2}{dark}", r / 1e6)
+            }),
         ]);
     }
     println!("{t}");
     println!(
-        "delivered {}  lost {}  misordering repairs (marker/hold/forced skips, late) {}  receiver dropped {}  bond full {}  NACKs sent {}  resent {}",
+        "delivered {}  lost {}  misordering repairs (marker/hold/forced skips, late) {}  receiver dropped {}  bond full {}  NACKs sent {}  resent {}  abandoned {}  duplicated {}",
         s["delivered_packets"], s["lost_packets"], s["resync"], s["receiver_dropped"], s["send_dropped"],
-        s["nacks_sent"], s["retransmitted_packets"]
+        s["nacks_sent"], s["retransmitted_packets"], s["abandoned_packets"], s["duplicated_packets"]
     );
+    if let Some(pet) = s["pet"].as_object() {
+        println!(
+            "PET: SIG-ACKs sent {} received {} dropped {}  pairs {} samples {} probes {}  blackouts {}",
+            pet["sig_acks_sent"], pet["sig_acks_received"], pet["sig_acks_dropped"], pet["pairs"],
+            pet["samples"], pet["probes"], pet["blackouts"]
+        );
+    }
     if let Some(classes) = s["classes"].as_array().filter(|c| !c.is_empty()) {
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED);
@@ -185,8 +198,10 @@ pub fn status(args: &StatusArgs) -> Result<()> {
             "delay ms max",
             "rate Mbit/s",
             "backlog",
+            "busy loss %",
             "delay bound missed",
             "loss bound broken",
+            "rate bound missed",
         ]);
         let f =
             |v: &serde_json::Value, d: usize| v.as_f64().map_or("-".into(), |x| format!("{x:.d$}"));
@@ -201,8 +216,10 @@ pub fn status(args: &StatusArgs) -> Result<()> {
                 f(&c["delay_ms_max"], 2),
                 f(&c["service_rate_mbit"], 2),
                 c["backlog"].to_string(),
+                f(&c["busy_loss_pct"], 2),
                 c["delay_bound_violations"].to_string(),
                 c["loss_bound_violations"].to_string(),
+                c["rate_bound_violations"].to_string(),
             ]);
         }
         println!("per-class service (JoBS):\n{t}");
