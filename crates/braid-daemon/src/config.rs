@@ -200,6 +200,7 @@ struct RawBond {
     equalize_delay: bool,
     retransmit: bool,
     duplicate_dscp: Vec<u8>,
+    release_pacing_pct: u32,
 }
 
 impl Default for RawBond {
@@ -216,6 +217,7 @@ impl Default for RawBond {
             equalize_delay: true,
             retransmit: true,
             duplicate_dscp: Vec::new(),
+            release_pacing_pct: DEFAULT_RELEASE_PACING_PCT,
         }
     }
 }
@@ -233,6 +235,11 @@ struct RawPath {
     #[serde(default = "default_path_mtu")]
     mtu: u16,
 }
+
+/// The receiver's paced release, in percent of the bond's rate, by default (`[bond]
+/// release_pacing_pct`). Measured on the lab's three paths with CUBIC: 12.3 Mbit/s paced at
+/// 120%, 9.1 unpaced; with 1% loss on a path, 11.1 against 5.1-6.3.
+pub const DEFAULT_RELEASE_PACING_PCT: u32 = 120;
 
 /// The rate PET assumes for a path without `rate_mbit` until its first packet pairs are
 /// measured (a few round trips): it only places the start-up pairs.
@@ -335,6 +342,9 @@ pub struct Config {
     pub qos: Option<braid_qos::QosConfig>,
     /// `[bond] duplicate_dscp` as a mask (bit `d` for DSCP `d`): what this end sends twice.
     pub duplicate_dscp: u64,
+    /// `[bond] release_pacing_pct`: this end's receiver releases at most this percentage of
+    /// the bond's rate; 0: unpaced.
+    pub release_pacing_pct: u32,
 }
 
 /// Bytes braid adds to an IP packet on a path: outer IP + UDP + transport header + AEAD tag +
@@ -433,6 +443,15 @@ impl Config {
             }
         }
         let mut duplicate_dscp = 0u64;
+        let release_pacing_pct = raw
+            .bond
+            .as_ref()
+            .map_or(DEFAULT_RELEASE_PACING_PCT, |b| b.release_pacing_pct);
+        if release_pacing_pct != 0 && !(100..=1000).contains(&release_pacing_pct) {
+            return Err(invalid(format!(
+                "[bond] release_pacing_pct = {release_pacing_pct}: give 0 (no pacing) or 100 to 1000 percent of the bond's rate (below 100 the bond could not deliver what it carries)"
+            )));
+        }
         if let Some(b) = &raw.bond {
             for &d in &b.duplicate_dscp {
                 if d > 63 {
@@ -609,6 +628,7 @@ impl Config {
             prometheus: raw.control.prometheus,
             qos: raw.qos,
             duplicate_dscp,
+            release_pacing_pct,
         })
     }
 }
@@ -687,6 +707,12 @@ rate_mbit = 5
         let c = parse(&client("[bond]\nduplicate_dscp = [46, 34]")).unwrap();
         assert_eq!(c.duplicate_dscp, (1 << 46) | (1 << 34));
         assert_eq!(parse(&client("")).unwrap().duplicate_dscp, 0);
+        assert_eq!(
+            parse(&client("")).unwrap().release_pacing_pct,
+            DEFAULT_RELEASE_PACING_PCT
+        );
+        let e = parse(&client("[bond]\nrelease_pacing_pct = 50")).unwrap_err();
+        assert!(e.contains("release_pacing_pct = 50"), "{e}");
         let e = parse(&client("[bond]\nduplicate_dscp = [64]")).unwrap_err();
         assert!(e.contains("not a DSCP value"), "{e}");
         let e = parse(&client(

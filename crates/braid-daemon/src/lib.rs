@@ -226,6 +226,7 @@ impl Daemon {
         scfg.probe_interval = cfg.probe_interval;
         scfg.qos = cfg.qos.clone();
         scfg.duplicate_dscp = cfg.duplicate_dscp;
+        scfg.release_pacing_pct = cfg.release_pacing_pct;
         scfg.dead_after = cfg.dead_after;
         scfg.rekey_after = cfg.rekey_after;
         let clock = std::time::Instant::now();

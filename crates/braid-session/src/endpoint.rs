@@ -359,6 +359,11 @@ impl Endpoint {
         }
     }
 
+    /// The paced release's rate (`braid_proto::resequence::Pacing`), bit/s.
+    pub fn set_release_rate(&mut self, rate_bps: u64) {
+        self.receiver.set_release_rate(rate_bps);
+    }
+
     /// The peer will not send data `first..first + count` again (`crate::retransmit`).
     pub fn abandon(&mut self, first: u64, count: u32) {
         self.receiver.abandon(first, count);

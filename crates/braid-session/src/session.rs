@@ -32,6 +32,7 @@ use crate::params::BondParams;
 use crate::qos::{ClassReport, QosShaper};
 use crate::replay::ReplayWindow;
 use crate::retransmit::{GapDetector, RetransmitRing, MAX_NACK_COUNT, MAX_REPAIRABLE_GAP};
+use braid_proto::resequence::Pacing;
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
 use braid_wire::outer::{self, Outer, TAG_LEN, TRANSPORT_HEADER_LEN};
@@ -41,6 +42,14 @@ use rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
 use snow::{HandshakeState, StatelessTransportState};
 use std::collections::VecDeque;
+
+/// The paced release may send this many full packets back to back.
+const RELEASE_BURST_PACKETS: u64 = 8;
+
+/// `pct` percent of `rate_bps`.
+fn pacing_rate(rate_bps: u64, pct: u32) -> u64 {
+    rate_bps.saturating_mul(u64::from(pct)) / 100
+}
 
 /// Which end of the bond.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -80,6 +89,10 @@ pub struct SessionConfig {
     /// DSCP values (bit `d` for DSCP `d`) whose packets this end sends twice, on two paths
     /// (the BAG paper's reliability service); only with `resequence = "sequence"`.
     pub duplicate_dscp: u64,
+    /// The receiver releases what it resequenced no faster than this percentage of the bond's
+    /// rate (the BAG paper's BMP criterion 5: no bursts into TCP after a hole fills); 0: off.
+    /// Only with `resequence = "sequence"`.
+    pub release_pacing_pct: u32,
 }
 
 impl SessionConfig {
@@ -102,6 +115,7 @@ impl SessionConfig {
             keep_previous_keys: Duration::from_secs(10),
             qos: None,
             duplicate_dscp: 0,
+            release_pacing_pct: 0,
         }
     }
 }
@@ -356,6 +370,8 @@ pub struct Session {
     resend: VecDeque<(usize, Vec<u8>)>,
     nacks_sent: u64,
     retransmitted: u64,
+    /// The highest arrival rate lately, bit/s (for the paced release).
+    rx_peak_bps: f64,
     /// JoBS in front of the striper, once the bond's rates are known.
     qos: Option<QosShaper>,
     /// When the shaper's bucket next has room for its head packet.
@@ -396,6 +412,7 @@ impl Session {
             abandons_sent: 0,
             resend: VecDeque::new(),
             nacks_sent: 0,
+            rx_peak_bps: 0.0,
             retransmitted: 0,
             qos: None,
             qos_wake: None,
@@ -439,9 +456,16 @@ impl Session {
         if self.params.as_ref() == Some(&p) {
             return;
         }
+        let mut receiver = p.resequencer_config();
+        if self.cfg.release_pacing_pct > 0 {
+            receiver.pacing = Some(Pacing {
+                rate_bps: pacing_rate(p.rates_bps.iter().sum(), self.cfg.release_pacing_pct),
+                burst_bytes: RELEASE_BURST_PACKETS * u64::from(p.max_packet),
+            });
+        }
         let config = EndpointConfig {
             striper: p.striper_config(),
-            receiver: p.resequencer_config(),
+            receiver,
             credits: p.credits(),
         };
         match Endpoint::new(&config) {
@@ -755,6 +779,20 @@ impl Session {
                     .unwrap_or(rate)
             })
             .sum()
+    }
+
+    /// Keep the receiver's paced release above what arrives: the peer's configured rates (PET's
+    /// starting guesses when it measures them), or the highest arrival rate lately (decaying 2%
+    /// a probe tick), whichever is higher.
+    fn update_release_rate(&mut self) {
+        let pct = self.cfg.release_pacing_pct;
+        let (Some(p), Some(e), true) = (&self.params, &mut self.endpoint, pct > 0) else {
+            return;
+        };
+        let arriving: f64 = self.paths.iter().map(|p| p.rx_bps).sum();
+        self.rx_peak_bps = arriving.max(self.rx_peak_bps * 0.98);
+        let base = (self.rx_peak_bps as u64).max(p.rates_bps.iter().sum());
+        e.set_release_rate(pacing_rate(base, pct));
     }
 
     /// Keep the `[qos]` shaper at the bond's rate: paths go down and come back, and PET's
@@ -1225,6 +1263,7 @@ impl Session {
             }
         }
         self.update_qos_rate(now);
+        self.update_release_rate();
         if let Some(prev) = &self.previous {
             if prev
                 .retired_at

@@ -751,3 +751,70 @@ fn with_qos_the_shaper_follows_the_bond_when_a_path_dies() {
         .sum();
     assert!(service < 10.0, "JoBS hands out {service} Mbit/s");
 }
+
+#[test]
+fn the_receiver_paces_what_a_filled_hole_releases() {
+    let mut worst = Vec::new();
+    for pct in [120, 0] {
+        let mut net = Net::new(2, ResequenceMode::Sequence);
+        let mut p = params(2, ResequenceMode::Sequence);
+        p.marker_interval_rounds = 0;
+        let mut cfg = SessionConfig::new(
+            Role::Initiator,
+            PrivateKey::from_random([1; 32]),
+            PrivateKey::from_random([2; 32]).public_key(),
+            Some(p),
+        );
+        cfg.release_pacing_pct = pct;
+        net.client = Session::new(cfg, Instant::ZERO, [3; 32], 1_700_000_000_000_000_000);
+        // The server paces what it delivers: 120% of the bond's 30 Mbit/s.
+        net.server = Session::new(
+            {
+                let mut c = SessionConfig::new(
+                    Role::Responder,
+                    PrivateKey::from_random([2; 32]),
+                    PrivateKey::from_random([1; 32]).public_key(),
+                    None,
+                );
+                c.release_pacing_pct = pct;
+                c
+            },
+            Instant::ZERO,
+            [4; 32],
+            1_700_000_000_000_000_000,
+        );
+        net.established();
+        // Path 1 (25 ms) goes dark for 20 ms: what path 0 delivers meanwhile waits behind the
+        // hole until the run is abandoned, then leaves at once, or paced.
+        net.drop_run[1] =
+            Some(net.now + Duration::from_millis(300)..net.now + Duration::from_millis(320));
+        for i in 0..1500 {
+            net.client.send(net.now, &packet(i, 1200));
+            net.step(Duration::from_micros(400));
+        }
+        net.step(Duration::from_millis(500));
+        // The most bytes delivered within any 2 ms.
+        let at = &net.to_server_at;
+        let most = (0..at.len())
+            .map(|k| {
+                let end = at[k] + Duration::from_millis(2);
+                at[k..].iter().take_while(|&&t| t < end).count() * 1200
+            })
+            .max()
+            .unwrap();
+        worst.push(most);
+    }
+    // Paced: 8 packets of 1400 bytes of burst plus 36 Mbit/s for 2 ms, about 20 kB; unpaced,
+    // the packets
+    // that waited behind the hole leave together.
+    eprintln!(
+        "most bytes in 2 ms: paced {}, unpaced {}",
+        worst[0], worst[1]
+    );
+    assert!(worst[0] <= 21_000, "paced: {} bytes in 2 ms", worst[0]);
+    assert!(
+        worst[1] > 2 * worst[0],
+        "unpaced: {} bytes in 2 ms",
+        worst[1]
+    );
+}
