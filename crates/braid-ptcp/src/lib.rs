@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod congestion;
+pub mod connection;
 pub mod micro_flow;
 pub mod ranges;
 pub mod recv_buffer;
@@ -28,6 +29,7 @@ pub mod rtt;
 pub mod wire;
 
 pub use congestion::{CongestionAlgorithm, CongestionConfig};
+pub use connection::{Config, Event, State, Stats, StripedConnection};
 
 pub use micro_flow::MicroFlow;
 

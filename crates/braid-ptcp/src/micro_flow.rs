@@ -105,6 +105,9 @@ enum PacketState {
 struct SentPacket {
     len: u64,
     time_sent: Instant,
+    /// Transmission order within the flow: retransmissions get a fresh one, so that loss
+    /// detection counts packets *sent* after this one, not numbered after it.
+    order: u64,
     retransmitted: bool,
     state: PacketState,
     /// Reported with `Shrunk` since it was last sent.
@@ -170,6 +173,10 @@ pub struct MicroFlow {
     bytes_in_flight: u64,
     /// Retransmissions allowed past the window (fast retransmit: one per loss event).
     allowance: u32,
+    /// Transmission counter (see `SentPacket::order`).
+    tx_count: u64,
+    /// The [`DUP_THRESH`] largest transmission orders ever acknowledged, ascending.
+    acked_orders: [u64; DUP_THRESH],
     frozen: bool,
     rto_deadline: Option<Instant>,
     // Handshake and close.
@@ -205,6 +212,8 @@ impl MicroFlow {
             retransmit: BTreeSet::new(),
             bytes_in_flight: 0,
             allowance: 0,
+            tx_count: 0,
+            acked_orders: [0; DUP_THRESH],
             frozen: false,
             rto_deadline: None,
             syn_pending: false,
@@ -330,11 +339,12 @@ impl MicroFlow {
         self.signals.push_back(Signal::Established);
     }
 
-    /// The SM's `close`: sends FIN once (the SM calls it when all its data is acknowledged); a
-    /// flow that never opened closes at once.
+    /// The SM's `close`: sends FIN (the SM calls it when all its data is acknowledged). A flow
+    /// still opening is left to finish its handshake (or give up): the SM closes it once it is
+    /// established, so that its FIN can carry the end of the stream if the other paths died.
     pub fn close(&mut self, now: Instant) {
         match self.state {
-            FlowState::SynSent | FlowState::SynReceived => self.set_closed(true),
+            FlowState::SynSent | FlowState::SynReceived => {}
             FlowState::Established => {
                 self.state = FlowState::Closing;
                 self.fin_pending = true;
@@ -463,6 +473,7 @@ impl MicroFlow {
             *p = SentPacket {
                 len,
                 time_sent: now,
+                order: self.tx_count,
                 retransmitted: true,
                 state: PacketState::Outstanding,
                 unbound: false,
@@ -476,12 +487,14 @@ impl MicroFlow {
                 SentPacket {
                     len,
                     time_sent: now,
+                    order: self.tx_count,
                     retransmitted: false,
                     state: PacketState::Outstanding,
                     unbound: false,
                 },
             );
         }
+        self.tx_count += 1;
         self.bytes_in_flight += len;
         if self.rto_deadline.is_none() {
             self.rto_deadline = Some(now + self.rtt.rto());
@@ -606,6 +619,13 @@ impl MicroFlow {
                 }
             }
             self.signals.push_back(Signal::Acked(VirtualSeq(v)));
+            // Keep the DUP_THRESH largest acknowledged transmission orders (+1, so that 0
+            // means none).
+            let o = p.order + 1;
+            if o > self.acked_orders[0] && !self.acked_orders.contains(&o) {
+                self.acked_orders[0] = o;
+                self.acked_orders.sort_unstable();
+            }
         }
         if let Some((_, sent)) = sample {
             self.rtt.on_sample(now.saturating_duration_since(sent));
@@ -620,17 +640,21 @@ impl MicroFlow {
         self.detect_losses(now);
     }
 
-    /// Declares lost every outstanding packet with [`DUP_THRESH`] acknowledged packets above it.
+    /// Declares lost every outstanding packet of which [`DUP_THRESH`] packets sent later were
+    /// acknowledged (RFC 6675's DupThresh counted in transmission order, so that a
+    /// retransmission is not declared lost again by the acknowledgements that condemned it).
     fn detect_losses(&mut self, now: Instant) {
-        let mut above = 0;
-        let mut lost = Vec::new();
-        for (&v, p) in self.sent.iter().rev() {
-            match p.state {
-                PacketState::Sacked => above += 1,
-                PacketState::Outstanding if above >= DUP_THRESH => lost.push(v),
-                _ => {}
-            }
+        // Orders are stored +1; a packet of order o is lost when o + 1 < the third largest.
+        let threshold = self.acked_orders[0];
+        if threshold == 0 {
+            return;
         }
+        let lost: Vec<u64> = self
+            .sent
+            .iter()
+            .filter(|(_, p)| p.state == PacketState::Outstanding && p.order + 1 < threshold)
+            .map(|(&v, _)| v)
+            .collect();
         if lost.is_empty() {
             return;
         }
