@@ -676,6 +676,168 @@ impl StripedConnection {
 mod tests {
     use super::*;
 
+    fn ms(n: u64) -> Instant {
+        Instant::from_nanos(n * 1_000_000)
+    }
+
+    /// Client and server with `paths` flows, handshake done at time 0 (no loss, no delay).
+    fn open_pair(paths: u8) -> (StripedConnection, StripedConnection) {
+        open_pair_with(paths, Config::default())
+    }
+
+    fn open_pair_with(paths: u8, server: Config) -> (StripedConnection, StripedConnection) {
+        let ids: Vec<PathId> = (0..paths).map(PathId).collect();
+        let mut c = StripedConnection::connect(Config::default(), ms(0), &ids);
+        let mut s = StripedConnection::accept(server);
+        exchange(&mut c, &mut s, ms(0), |_| true);
+        assert_eq!(c.state(), State::Open);
+        assert_eq!(s.state(), State::Open);
+        (c, s)
+    }
+
+    /// Delivers everything both ends send at `now` whose path passes `keep`, until quiet;
+    /// returns the data segments the client sent as (flow, vseq, stream range).
+    fn exchange(
+        c: &mut StripedConnection,
+        s: &mut StripedConnection,
+        now: Instant,
+        keep: impl Fn(PathId) -> bool,
+    ) -> Vec<(u8, u64, Range<u64>)> {
+        let mut sent = Vec::new();
+        loop {
+            let mut any = false;
+            while let Some((p, b)) = c.poll_transmit(now) {
+                any = true;
+                let seg = Segment::parse_bytes(&b).unwrap();
+                if seg.flags.contains(Flags::VPKT) {
+                    let end = seg.offset + seg.payload.len() as u64;
+                    sent.push((seg.flow.0, seg.vseq.0, seg.offset..end));
+                }
+                if keep(p) {
+                    s.handle_datagram(now, p, &b);
+                }
+            }
+            while let Some((p, b)) = s.poll_transmit(now) {
+                any = true;
+                if keep(p) {
+                    c.handle_datagram(now, p, &b);
+                }
+            }
+            if !any {
+                return sent;
+            }
+        }
+    }
+
+    #[test]
+    fn delayed_binding_stripes_in_turn_then_freezes_and_resumes() {
+        let (mut c, _s) = open_pair(2);
+        let freezes = c.stats().freezes;
+        assert_eq!(c.write(&[7; 3000]), 3000);
+        let mut got = Vec::new();
+        while let Some((p, b)) = c.poll_transmit(ms(1)) {
+            let seg = Segment::parse_bytes(&b).unwrap();
+            got.push((p.0, seg.offset, seg.payload.len()));
+        }
+        // Each flow is asked in turn and bound the next unsent data when it asks.
+        assert_eq!(got, vec![(0, 0, 1200), (1, 1200, 1200), (0, 2400, 600)]);
+        // Both then asked again and got FREEZE.
+        assert_eq!(c.stats().freezes - freezes, 2);
+        assert!(c.flows().iter().all(MicroFlow::is_frozen));
+        // New data resumes them.
+        c.write(&[8; 100]);
+        assert!(c.flows().iter().all(|f| !f.is_frozen()));
+        let (p, b) = c.poll_transmit(ms(2)).unwrap();
+        let seg = Segment::parse_bytes(&b).unwrap();
+        assert_eq!((seg.offset, seg.payload.len()), (3000, 100));
+        assert_eq!(p, PathId(1));
+    }
+
+    #[test]
+    fn advertised_window_limits_binding_until_the_reader_reads() {
+        let server = Config {
+            receive_buffer_bytes: 64 << 10,
+            ..Config::default()
+        };
+        let (mut c, mut s) = open_pair_with(1, server);
+        c.write(&[1; 200_000]);
+        let mut sent = 0;
+        for step in 1..100 {
+            sent += exchange(&mut c, &mut s, ms(step), |_| true)
+                .iter()
+                .map(|x| x.2.end - x.2.start)
+                .sum::<u64>();
+        }
+        // The flow's window grew beyond 64 KiB; the peer's window stopped it there.
+        assert!(c.flows()[0].window() > 64 << 10);
+        assert_eq!(sent, 64 << 10);
+        assert_eq!(s.receive_buffered_bytes(), 64 << 10);
+        // Reading a quarter of the buffer sends a window update that lets more through.
+        let mut buf = vec![0; 16 << 10];
+        assert_eq!(s.read(&mut buf), 16 << 10);
+        let more = exchange(&mut c, &mut s, ms(200), |_| true);
+        assert_eq!(
+            more.iter().map(|x| x.2.end - x.2.start).sum::<u64>(),
+            16 << 10
+        );
+    }
+
+    #[test]
+    fn timeout_copies_the_in_window_packet_and_restripes_the_rest() {
+        let (mut c, mut s) = open_pair(2);
+        c.write(&[3; 36_000]);
+        // Path 0 swallows everything from now on.
+        let sent = exchange(&mut c, &mut s, ms(10), |p| p != PathId(0));
+        let on0: Vec<_> = sent.iter().filter(|x| x.0 == 0).cloned().collect();
+        assert_eq!(on0.len(), 10);
+        let first = on0[0].2.clone();
+        // Flow 0's timer expires (1 s: no RTT sample on it).
+        let rto = c.flows()[0].poll_timeout().unwrap();
+        c.handle_timeout(rto);
+        assert_eq!(c.flows()[0].stats().timeouts, 1);
+        // Redundant striping: flow 0's one in-window packet is copied to flow 1; the nine
+        // others are unbound and re-striped.
+        assert_eq!(c.stats().restriped_bytes, 9 * 1200);
+        let sent = exchange(&mut c, &mut s, rto, |p| p != PathId(0));
+        assert!(
+            sent.contains(&(0, 0, first.clone())),
+            "flow 0 probes with its packet"
+        );
+        assert!(
+            sent.iter().any(|x| x.0 == 1 && x.2 == first),
+            "copied to flow 1"
+        );
+        assert_eq!(c.stats().redundant_bytes, 1200);
+        // Everything arrived through flow 1.
+        let mut buf = vec![0; 40_000];
+        assert_eq!(s.read(&mut buf), 36_000);
+        assert_eq!(c.unacked_bytes(), 0);
+    }
+
+    #[test]
+    fn closes_when_all_flows_closed() {
+        let (mut c, mut s) = open_pair(3);
+        c.write(b"hello");
+        c.close(ms(1));
+        exchange(&mut c, &mut s, ms(1), |_| true);
+        let mut buf = [0; 16];
+        assert_eq!(s.read(&mut buf), 5);
+        assert!(s.is_finished());
+        s.close(ms(2));
+        exchange(&mut c, &mut s, ms(2), |_| true);
+        assert_eq!(c.state(), State::Closed);
+        assert_eq!(s.state(), State::Closed);
+        let ev: Vec<_> = core::iter::from_fn(|| c.poll_event()).collect();
+        assert_eq!(ev.last(), Some(&Event::Closed));
+        assert_eq!(
+            ev.iter()
+                .filter(|e| matches!(e, Event::FlowClosed { aborted: false, .. }))
+                .count(),
+            3
+        );
+        assert_eq!(c.write(b"more"), 0);
+    }
+
     #[test]
     fn receive_buffer_rule() {
         // Figure 4(a): 500 kbit/s at 400 ms and 5 Mbit/s at 100 ms: 5.5 Mbit/s x 400 ms.

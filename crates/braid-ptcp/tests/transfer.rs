@@ -6,7 +6,7 @@ mod common;
 
 use braid_proto::time::{Duration, Instant};
 use braid_ptcp::{Config, CongestionAlgorithm, Event};
-use common::{check_exact, transfer, LinkSpec, Pair};
+use common::{check_exact, transfer, transfer_with, LinkSpec, Pair, Reader};
 use proptest::prelude::*;
 
 fn secs(s: u64) -> Instant {
@@ -110,6 +110,25 @@ fn small_receive_buffer_bounds_the_receiver() {
 }
 
 #[test]
+fn slow_reader_closes_the_window_and_the_sender_waits() {
+    // The reader takes 8 KiB every 100 ms (655 kbit/s) from a 64 KiB buffer fed by 10 Mbit/s:
+    // the window closes again and again; the buffer never overflows and nothing is lost.
+    let mut cfg = config();
+    cfg.receive_buffer_bytes = 64 << 10;
+    let paths = [LinkSpec::new(10_000_000, 10), LinkSpec::new(2_000_000, 30)];
+    let mut pair = Pair::new(cfg, &paths, 8);
+    let len = 300_000;
+    let reader = Reader {
+        period: Duration::from_millis(100),
+        bytes_per_read: 8 << 10,
+    };
+    let out = transfer_with(&mut pair, len, secs(600), reader);
+    check_exact(&out, len).unwrap();
+    assert_eq!(out.max_buffered, 64 << 10, "the window was filled");
+    assert!(pair.client.stats().freezes > 0);
+}
+
+#[test]
 fn garbage_is_dropped_and_counted() {
     let paths = [LinkSpec::new(10_000_000, 10)];
     let mut pair = Pair::new(config(), &paths, 7);
@@ -169,13 +188,15 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     /// Every byte delivered exactly once and in order under loss, reordering, duplication and
-    /// path death (at least one path survives); the receive buffer never exceeds its bound.
+    /// path death (at least one path survives), with an eager or a slow reader; the receive
+    /// buffer never exceeds its bound.
     #[test]
     fn exactly_once_in_order(
         paths in prop::collection::vec(arb_path(), 1..4),
         survivor in 0usize..4,
         len in 1u64..300_000,
         buffer_kib in prop::option::of(64u64..512),
+        slow_reader in prop::option::weighted(0.3, (1u64..200, 1usize..32_000)),
         cubic in any::<bool>(),
         seed in any::<u64>(),
     ) {
@@ -190,7 +211,11 @@ proptest! {
             cfg.flow.congestion.algorithm = CongestionAlgorithm::Cubic;
         }
         let mut pair = Pair::new(cfg, &specs, seed);
-        let out = transfer(&mut pair, len, secs(3600));
+        let reader = slow_reader.map_or(Reader::EAGER, |(ms, bytes)| Reader {
+            period: Duration::from_millis(ms),
+            bytes_per_read: bytes,
+        });
+        let out = transfer_with(&mut pair, len, secs(3600), reader);
         if let Err(e) = check_exact(&out, len) {
             return Err(TestCaseError::fail(format!("{e}; client {:?}; flows {:?}",
                 pair.client.stats(), pair.client.flow_stats())));

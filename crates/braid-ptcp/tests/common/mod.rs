@@ -107,6 +107,8 @@ pub struct Pair {
     /// Largest receive-buffer occupancy seen at either end, against its capacity.
     pub max_buffered: u64,
     pub datagrams: u64,
+    /// A wake-up the application wants (a slow reader's next read).
+    pub app_wakeup: Option<Instant>,
 }
 
 impl Pair {
@@ -134,6 +136,7 @@ impl Pair {
             server_events: Vec::new(),
             max_buffered: 0,
             datagrams: 0,
+            app_wakeup: None,
         }
     }
 
@@ -209,6 +212,7 @@ impl Pair {
             arrival,
             self.client.poll_timeout(),
             self.server.poll_timeout(),
+            self.app_wakeup.filter(|&t| t > self.now),
         ]
         .into_iter()
         .flatten()
@@ -276,9 +280,31 @@ pub struct Outcome {
     pub datagrams: u64,
 }
 
+/// How the server application reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Reader {
+    /// Time between reads (zero: whenever anything happens).
+    pub period: Duration,
+    /// The most bytes one read takes.
+    pub bytes_per_read: usize,
+}
+
+impl Reader {
+    /// Reads everything as soon as it arrives.
+    pub const EAGER: Reader = Reader {
+        period: Duration::ZERO,
+        bytes_per_read: usize::MAX,
+    };
+}
+
 /// Sends `len` bytes of [`pattern`] from client to server, reading at the server as fast as
 /// data arrives; both close at the end. Stops at `limit` of virtual time.
 pub fn transfer(pair: &mut Pair, len: u64, limit: Instant) -> Outcome {
+    transfer_with(pair, len, limit, Reader::EAGER)
+}
+
+/// [`transfer`] with a reader of its own pace.
+pub fn transfer_with(pair: &mut Pair, len: u64, limit: Instant, reader: Reader) -> Outcome {
     let mut written = 0u64;
     let mut received = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
@@ -302,12 +328,20 @@ pub fn transfer(pair: &mut Pair, len: u64, limit: Instant) -> Outcome {
             pair.client.close(pair.now);
             client_closed = true;
         }
-        loop {
-            let n = pair.server.read(&mut buf);
-            if n == 0 {
-                break;
+        if pair.app_wakeup.is_none_or(|t| t <= pair.now) {
+            let mut budget = reader.bytes_per_read;
+            while budget > 0 {
+                let want = budget.min(buf.len());
+                let n = pair.server.read(&mut buf[..want]);
+                if n == 0 {
+                    break;
+                }
+                budget -= n;
+                received.extend_from_slice(&buf[..n]);
             }
-            received.extend_from_slice(&buf[..n]);
+            if !reader.period.is_zero() {
+                pair.app_wakeup = Some(pair.now + reader.period);
+            }
         }
         if pair.server.is_finished() && !server_closed {
             done_at = Some(pair.now);
