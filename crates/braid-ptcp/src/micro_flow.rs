@@ -178,6 +178,10 @@ pub struct MicroFlow {
     /// The [`DUP_THRESH`] largest transmission orders ever acknowledged, ascending.
     acked_orders: [u64; DUP_THRESH],
     frozen: bool,
+    /// The window was full at the last send, and no FREEZE since: acknowledgements may grow it
+    /// (RFC 7661's rule, as Linux's `tcp_is_cwnd_limited` and quinn's `app_limited`). A flow
+    /// held back by the SM (no data, or the peer's window) must not inflate its window.
+    cwnd_limited: bool,
     rto_deadline: Option<Instant>,
     // Handshake and close.
     syn_pending: bool,
@@ -215,6 +219,7 @@ impl MicroFlow {
             tx_count: 0,
             acked_orders: [0; DUP_THRESH],
             frozen: false,
+            cwnd_limited: false,
             rto_deadline: None,
             syn_pending: false,
             syn_ack_pending: false,
@@ -360,6 +365,7 @@ impl MicroFlow {
     /// FREEZE from the SM: it has nothing to bind; stop asking until [`MicroFlow::resume`].
     pub fn freeze(&mut self) {
         self.frozen = true;
+        self.cwnd_limited = false;
     }
 
     /// The SM's `resume`: it has data again.
@@ -496,6 +502,7 @@ impl MicroFlow {
         }
         self.tx_count += 1;
         self.bytes_in_flight += len;
+        self.cwnd_limited = self.bytes_in_flight + self.mss() > self.cc.window();
         if self.rto_deadline.is_none() {
             self.rto_deadline = Some(now + self.rtt.rto());
         }
@@ -631,7 +638,7 @@ impl MicroFlow {
             self.rtt.on_sample(now.saturating_duration_since(sent));
         }
         for &(_, p) in &newly {
-            if p.state == PacketState::Outstanding {
+            if p.state == PacketState::Outstanding && self.cwnd_limited {
                 self.cc.on_ack(now, p.time_sent, p.len.max(1), &self.rtt);
             }
         }
@@ -887,6 +894,24 @@ mod tests {
         let mut far = Segment::new(FlowId(0), Flags::VPKT);
         far.vseq = VirtualSeq(MAX_VIRTUAL_WINDOW + 5);
         assert!(!f.handle_segment(ms(20), &far));
+    }
+
+    #[test]
+    fn window_grows_only_when_it_limited_the_flow() {
+        let mut f = established();
+        // Two packets, then FREEZE (the SM had nothing more): not window-limited.
+        for _ in 0..2 {
+            let tx = f.next_transmission().unwrap();
+            f.on_sent(ms(10), tx, 1200);
+        }
+        f.freeze();
+        f.handle_segment(ms(110), &ack(2, &[]));
+        assert_eq!(f.window(), 12_000);
+        // A full window, acknowledged: slow start grows it.
+        f.resume();
+        send_all(&mut f, ms(110));
+        f.handle_segment(ms(210), &ack(12, &[]));
+        assert_eq!(f.window(), 24_000);
     }
 
     #[test]
