@@ -820,6 +820,24 @@ mod tests {
     }
 
     #[test]
+    fn several_flows_on_one_path() {
+        // Section 4.2's weighted service opens w micro-flows on one path.
+        let mut c = StripedConnection::connect(Config::default(), ms(0), &[PathId(0); 4]);
+        let mut s = StripedConnection::accept(Config::default());
+        exchange(&mut c, &mut s, ms(0), |_| true);
+        assert_eq!(s.flows().len(), 4);
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        assert_eq!(c.write(&data), data.len());
+        let sent = exchange(&mut c, &mut s, ms(1), |_| true);
+        for f in 0..4 {
+            assert!(sent.iter().any(|x| x.0 == f), "flow {f} carried data");
+        }
+        let mut buf = vec![0; 200_000];
+        assert_eq!(s.read(&mut buf), data.len());
+        assert_eq!(&buf[..data.len()], &data[..]);
+    }
+
+    #[test]
     fn closes_when_all_flows_closed() {
         let (mut c, mut s) = open_pair(3);
         c.write(b"hello");
@@ -828,8 +846,13 @@ mod tests {
         let mut buf = [0; 16];
         assert_eq!(s.read(&mut buf), 5);
         assert!(s.is_finished());
+        // Half-closed: the server still sends, and the client still receives.
+        assert_eq!(s.write(b"world"), 5);
         s.close(ms(2));
         exchange(&mut c, &mut s, ms(2), |_| true);
+        assert_eq!(c.read(&mut buf), 5);
+        assert_eq!(&buf[..5], b"world");
+        assert!(c.is_finished());
         assert_eq!(c.state(), State::Closed);
         assert_eq!(s.state(), State::Closed);
         let ev: Vec<_> = core::iter::from_fn(|| c.poll_event()).collect();
