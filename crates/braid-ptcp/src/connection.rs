@@ -61,6 +61,9 @@ pub struct Config {
     pub send_buffer_bytes: u64,
     /// The most redundant copies waiting for a flow; older ones are dropped and counted.
     pub redundant_queue_limit: usize,
+    /// Also copy a packet lost by SACK to another flow when its data is the oldest the peer
+    /// has not acknowledged (head-of-line); beyond the paper, see `docs/ptcp.md`.
+    pub copy_head_of_line: bool,
 }
 
 impl Default for Config {
@@ -70,6 +73,7 @@ impl Default for Config {
             receive_buffer_bytes: 1 << 20,
             send_buffer_bytes: 4 << 20,
             redundant_queue_limit: 64,
+            copy_head_of_line: true,
         }
     }
 }
@@ -159,6 +163,10 @@ pub struct Stats {
 }
 
 /// The SM of one pTCP connection and its micro-flows.
+///
+/// Polling order: `handle_datagram` for every datagram and `handle_timeout` at `poll_timeout`;
+/// after either, and after `write`, `read` or `close`, `poll_transmit` until `None` and
+/// `poll_event` until `None`. `now` never goes backwards.
 #[derive(Clone, Debug)]
 pub struct StripedConnection {
     config: Config,
@@ -477,16 +485,18 @@ impl StripedConnection {
                         }
                     }
                 }
-                Signal::Timeout(v) => {
-                    if let Some(r) = self.bindings.get(&(id, v)).cloned() {
-                        if self.flows.len() > 1 {
-                            if self.redundant.len() >= self.config.redundant_queue_limit {
-                                self.redundant.pop_front();
-                                self.stats.redundant_dropped += 1;
-                            }
-                            self.redundant.push_back((r, id));
-                            self.resume_all();
-                        }
+                Signal::Timeout(v) => self.copy_to_another_flow(id, v),
+                Signal::Lost(v) => {
+                    // A loss holding up the peer's cumulative acknowledgement (the head of the
+                    // line): copy it to a faster flow too, rather than let the one receive
+                    // buffer fill behind it for a round trip of this flow (an extension: the
+                    // paper's section 2 leaves SACK-based re-striping open).
+                    let head = self
+                        .bindings
+                        .get(&(id, v))
+                        .is_some_and(|r| r.start <= self.snd_base);
+                    if head && self.config.copy_head_of_line {
+                        self.copy_to_another_flow(id, v);
                     }
                 }
                 Signal::Closed { aborted } => {
@@ -496,6 +506,22 @@ impl StripedConnection {
                 }
             }
         }
+    }
+
+    /// Redundant striping: queues a copy of the data bound to `(id, v)` for any other flow.
+    fn copy_to_another_flow(&mut self, id: FlowId, v: VirtualSeq) {
+        let Some(r) = self.bindings.get(&(id, v)).cloned() else {
+            return;
+        };
+        if self.flows.len() < 2 {
+            return;
+        }
+        if self.redundant.len() >= self.config.redundant_queue_limit {
+            self.redundant.pop_front();
+            self.stats.redundant_dropped += 1;
+        }
+        self.redundant.push_back((r, id));
+        self.resume_all();
     }
 
     /// Chooses the data for `tx` of flow `idx` (delayed binding) and whether it was sent
@@ -694,7 +720,7 @@ mod tests {
         let ids: Vec<PathId> = (0..paths).map(PathId).collect();
         let mut c = StripedConnection::connect(Config::default(), ms(0), &ids);
         let mut s = StripedConnection::accept(server);
-        exchange(&mut c, &mut s, ms(0), |_| true);
+        exchange(&mut c, &mut s, ms(0), |_, _| true);
         assert_eq!(c.state(), State::Open);
         assert_eq!(s.state(), State::Open);
         (c, s)
@@ -706,7 +732,7 @@ mod tests {
         c: &mut StripedConnection,
         s: &mut StripedConnection,
         now: Instant,
-        keep: impl Fn(PathId) -> bool,
+        mut keep: impl FnMut(PathId, &[u8]) -> bool,
     ) -> Vec<(u8, u64, Range<u64>)> {
         let mut sent = Vec::new();
         loop {
@@ -718,13 +744,13 @@ mod tests {
                     let end = seg.offset + seg.payload.len() as u64;
                     sent.push((seg.flow.0, seg.vseq.0, seg.offset..end));
                 }
-                if keep(p) {
+                if keep(p, &b) {
                     s.handle_datagram(now, p, &b);
                 }
             }
             while let Some((p, b)) = s.poll_transmit(now) {
                 any = true;
-                if keep(p) {
+                if keep(p, &b) {
                     c.handle_datagram(now, p, &b);
                 }
             }
@@ -768,7 +794,7 @@ mod tests {
         c.write(&[1; 200_000]);
         let mut sent = 0;
         for step in 1..100 {
-            sent += exchange(&mut c, &mut s, ms(step), |_| true)
+            sent += exchange(&mut c, &mut s, ms(step), |_, _| true)
                 .iter()
                 .map(|x| x.2.end - x.2.start)
                 .sum::<u64>();
@@ -780,7 +806,7 @@ mod tests {
         // Reading a quarter of the buffer sends a window update that lets more through.
         let mut buf = vec![0; 16 << 10];
         assert_eq!(s.read(&mut buf), 16 << 10);
-        let more = exchange(&mut c, &mut s, ms(200), |_| true);
+        let more = exchange(&mut c, &mut s, ms(200), |_, _| true);
         assert_eq!(
             more.iter().map(|x| x.2.end - x.2.start).sum::<u64>(),
             16 << 10
@@ -792,7 +818,7 @@ mod tests {
         let (mut c, mut s) = open_pair(2);
         c.write(&[3; 36_000]);
         // Path 0 swallows everything from now on.
-        let sent = exchange(&mut c, &mut s, ms(10), |p| p != PathId(0));
+        let sent = exchange(&mut c, &mut s, ms(10), |p, _| p != PathId(0));
         let on0: Vec<_> = sent.iter().filter(|x| x.0 == 0).cloned().collect();
         assert_eq!(on0.len(), 10);
         let first = on0[0].2.clone();
@@ -803,7 +829,7 @@ mod tests {
         // Redundant striping: flow 0's one in-window packet is copied to flow 1; the nine
         // others are unbound and re-striped.
         assert_eq!(c.stats().restriped_bytes, 9 * 1200);
-        let sent = exchange(&mut c, &mut s, rto, |p| p != PathId(0));
+        let sent = exchange(&mut c, &mut s, rto, |p, _| p != PathId(0));
         assert!(
             sent.contains(&(0, 0, first.clone())),
             "flow 0 probes with its packet"
@@ -820,15 +846,39 @@ mod tests {
     }
 
     #[test]
+    fn head_of_line_loss_is_copied_to_another_flow() {
+        let (mut c, mut s) = open_pair(2);
+        c.write(&[9; 30_000]);
+        // The first data segment of flow 0 (stream bytes 0..1200) is lost, nothing else.
+        let mut dropped = false;
+        let sent = exchange(&mut c, &mut s, ms(1), |_, b| {
+            let seg = Segment::parse_bytes(b).unwrap();
+            let first = seg.flow == FlowId(0)
+                && seg.flags.contains(Flags::VPKT)
+                && seg.offset == 0
+                && !seg.payload.is_empty();
+            let drop = first && !dropped;
+            dropped |= drop;
+            !drop
+        });
+        assert!(dropped);
+        // Three later packets of flow 0 were SACKed: lost, and copied to flow 1 at once.
+        assert_eq!(c.stats().redundant_bytes, 1200);
+        assert!(sent.contains(&(1, 10, 0..1200)), "{sent:?}");
+        let mut buf = vec![0; 40_000];
+        assert_eq!(s.read(&mut buf), 30_000);
+    }
+
+    #[test]
     fn several_flows_on_one_path() {
         // Section 4.2's weighted service opens w micro-flows on one path.
         let mut c = StripedConnection::connect(Config::default(), ms(0), &[PathId(0); 4]);
         let mut s = StripedConnection::accept(Config::default());
-        exchange(&mut c, &mut s, ms(0), |_| true);
+        exchange(&mut c, &mut s, ms(0), |_, _| true);
         assert_eq!(s.flows().len(), 4);
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         assert_eq!(c.write(&data), data.len());
-        let sent = exchange(&mut c, &mut s, ms(1), |_| true);
+        let sent = exchange(&mut c, &mut s, ms(1), |_, _| true);
         for f in 0..4 {
             assert!(sent.iter().any(|x| x.0 == f), "flow {f} carried data");
         }
@@ -842,14 +892,14 @@ mod tests {
         let (mut c, mut s) = open_pair(3);
         c.write(b"hello");
         c.close(ms(1));
-        exchange(&mut c, &mut s, ms(1), |_| true);
+        exchange(&mut c, &mut s, ms(1), |_, _| true);
         let mut buf = [0; 16];
         assert_eq!(s.read(&mut buf), 5);
         assert!(s.is_finished());
         // Half-closed: the server still sends, and the client still receives.
         assert_eq!(s.write(b"world"), 5);
         s.close(ms(2));
-        exchange(&mut c, &mut s, ms(2), |_| true);
+        exchange(&mut c, &mut s, ms(2), |_, _| true);
         assert_eq!(c.read(&mut buf), 5);
         assert_eq!(&buf[..5], b"world");
         assert!(c.is_finished());

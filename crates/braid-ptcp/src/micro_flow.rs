@@ -78,6 +78,9 @@ pub enum Signal {
     Shrunk(VirtualSeq),
     /// The timer expired; this virtual packet is the one left in the window: copy it.
     Timeout(VirtualSeq),
+    /// The virtual packet was declared lost by SACK and stays in the window (the flow will
+    /// retransmit it itself).
+    Lost(VirtualSeq),
     /// The flow closed.
     Closed {
         /// It gave up rather than closed cleanly.
@@ -157,6 +160,11 @@ impl Default for FlowConfig {
 }
 
 /// One TCP-v.
+///
+/// Driven by its SM only (see the module docs for the order): `handle_segment`,
+/// `handle_timeout` at `poll_timeout`, then `poll_control`, `next_transmission` with `on_sent` or
+/// `freeze`, `take_ack`, and `poll_signal` until `None` after each call. `now` never goes
+/// backwards.
 #[derive(Clone, Debug)]
 pub struct MicroFlow {
     id: FlowId,
@@ -672,6 +680,7 @@ impl MicroFlow {
                 self.bytes_in_flight -= p.len;
                 latest_sent = latest_sent.max(p.time_sent);
                 self.retransmit.insert(v);
+                self.signals.push_back(Signal::Lost(VirtualSeq(v)));
             }
         }
         self.stats.fast_retransmits += 1;
