@@ -538,13 +538,14 @@ impl StripedConnection {
             };
             return Some((r, true));
         }
-        while let Some((r, from)) = self.redundant.front().cloned() {
-            if from == id {
-                break;
-            }
-            self.redundant.pop_front();
-            let r = r.start.max(self.snd_base)..r.end;
-            if r.start < r.end {
+        // The oldest copy meant for another flow than the one it came from; copies already
+        // acknowledged are dropped on the way. (Not just the front: a copy from this flow at
+        // the front must not hide the others, or a silent flow would keep them forever.)
+        let snd_base = self.snd_base;
+        self.redundant.retain(|(r, _)| r.end > snd_base);
+        if let Some(i) = self.redundant.iter().position(|&(_, from)| from != id) {
+            if let Some((r, _)) = self.redundant.remove(i) {
+                let r = r.start.max(snd_base)..r.end;
                 self.stats.redundant_bytes += r.end - r.start;
                 return Some((r, true));
             }

@@ -475,6 +475,10 @@ impl MicroFlow {
     /// # Panics
     /// If `tx` is not what [`MicroFlow::next_transmission`] returned.
     pub fn on_sent(&mut self, now: Instant, tx: Transmission, len: u64) {
+        // A virtual packet takes a slot of the window whatever is bound to it: an empty one
+        // (filling a hole) is charged a full segment, or a flow that just timed out would send
+        // every owed hole at once and then take new data back onto its silent path.
+        let len = if len == 0 { self.mss() } else { len };
         let v = tx.vseq.0;
         if tx.retransmit {
             assert!(self.retransmit.remove(&v), "on_sent: not owed");
@@ -870,7 +874,9 @@ mod tests {
         assert!(sigs[1..].iter().all(|s| matches!(s, Signal::Shrunk(_))));
         assert_eq!(f.window(), 1200);
         let tx = f.next_transmission().unwrap();
-        f.on_sent(d, tx, 1200);
+        // Even sent empty (its data unbound), the packet takes the one-segment window.
+        f.on_sent(d, tx, 0);
+        assert_eq!(f.bytes_in_flight(), 1200);
         assert_eq!(f.next_transmission(), None);
         // Backed off: 2 s.
         assert_eq!(f.poll_timeout(), Some(d + Duration::from_secs(2)));

@@ -46,6 +46,8 @@ pub struct LinkSpec {
     pub duplicate: f64,
     /// From this instant on the path swallows everything, both ways.
     pub dies_at: Option<Instant>,
+    /// A blackout: the path swallows everything sent or arriving in `[start, end)`.
+    pub outage: Option<(Instant, Instant)>,
     /// Tail-drop queue in front of the link, in bytes.
     pub queue_bytes: u64,
 }
@@ -62,6 +64,7 @@ impl LinkSpec {
             jitter: Duration::ZERO,
             duplicate: 0.0,
             dies_at: None,
+            outage: None,
             queue_bytes: bdp.max(16 * 1500),
         }
     }
@@ -80,6 +83,7 @@ struct Link {
 impl Link {
     fn dead(&self, now: Instant) -> bool {
         self.spec.dies_at.is_some_and(|t| now >= t)
+            || self.spec.outage.is_some_and(|(a, b)| a <= now && now < b)
     }
 }
 
@@ -278,6 +282,8 @@ pub struct Outcome {
     pub max_buffered: u64,
     pub capacity: u64,
     pub datagrams: u64,
+    /// The longest time between two reads that returned data.
+    pub max_read_gap: Duration,
 }
 
 /// How the server application reads.
@@ -312,6 +318,8 @@ pub fn transfer_with(pair: &mut Pair, len: u64, limit: Instant, reader: Reader) 
     let mut client_closed = false;
     let mut server_closed = false;
     let mut done_at = None;
+    let mut last_read = Instant::ZERO;
+    let mut max_read_gap = Duration::ZERO;
     loop {
         while written < len {
             let n = (len - written).min(chunk.len() as u64) as usize;
@@ -338,6 +346,8 @@ pub fn transfer_with(pair: &mut Pair, len: u64, limit: Instant, reader: Reader) 
                 }
                 budget -= n;
                 received.extend_from_slice(&buf[..n]);
+                max_read_gap = max_read_gap.max(pair.now - last_read);
+                last_read = pair.now;
             }
             if !reader.period.is_zero() {
                 pair.app_wakeup = Some(pair.now + reader.period);
@@ -362,6 +372,7 @@ pub fn transfer_with(pair: &mut Pair, len: u64, limit: Instant, reader: Reader) 
         max_buffered: pair.max_buffered,
         capacity: pair.server.receive_buffer_capacity(),
         datagrams: pair.datagrams,
+        max_read_gap,
     }
 }
 
