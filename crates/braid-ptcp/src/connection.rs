@@ -871,6 +871,22 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_from_the_asking_flow_does_not_hide_the_others() {
+        let (mut c, _s) = open_pair(2);
+        c.write(&[1; 10_000]);
+        c.redundant.push_back((0..1200, FlowId(1)));
+        c.redundant.push_back((1200..2400, FlowId(0)));
+        let tx = Transmission {
+            vseq: VirtualSeq(0),
+            retransmit: false,
+        };
+        // Flow 1 may not take its own copy, but takes flow 0's behind it.
+        assert_eq!(c.bind(1, tx), Some((1200..2400, true)));
+        assert_eq!(c.bind(0, tx), Some((0..1200, true)));
+        assert!(c.redundant.is_empty());
+    }
+
+    #[test]
     fn several_flows_on_one_path() {
         // Section 4.2's weighted service opens w micro-flows on one path.
         let mut c = StripedConnection::connect(Config::default(), ms(0), &[PathId(0); 4]);
