@@ -1,8 +1,10 @@
-//! The pTCP paper's Figure 4(a) (section 4.1.2): bandwidth aggregation on a multi-homed host.
+//! The pTCP paper's Figure 4 (section 4.1.2): bandwidth aggregation on a multi-homed host.
 //!
-//! A WWAN path of 500 kbit/s and 400 ms round-trip time beside a WLAN path of 100 ms swept from
-//! 500 kbit/s to 5 Mbit/s (bandwidth ratio 1 to 10). Three schemes move bulk data from the
-//! mobile host:
+//! Sweep `a`, Figure 4(a): a WWAN path of 500 kbit/s and 400 ms round-trip time beside a WLAN
+//! path of 100 ms swept from 500 kbit/s to 5 Mbit/s (bandwidth ratio 1 to 10). Sweep `b`,
+//! Figure 4(b): 2 to 5 of [`FIG4B_PATHS`]. Sweep `c`, Figure 4(c): the same paths, each rate
+//! redrawn in 20-100% of nominal every [`FIG4C_PERIODS_S`], averaged over [`FIG4C_RUNS`] draws.
+//! The schemes move bulk data from the mobile host:
 //!
 //! - `ptcp`: one [`StripedConnection`] with a micro-flow on each path, receive buffer by the
 //!   paper's rule (sum of rates x largest RTT) with the RTTs the flows see under load (base RTT
@@ -30,13 +32,26 @@ use braid_proto::time::{transmission_time, Duration, Instant};
 use braid_proto::PathId;
 use braid_ptcp::{Config, StripedConnection};
 
-use super::{par_map, round, Output, Progress};
+use super::{derive_seed, par_map, round, Output, Progress};
 use crate::report::{Plot, Report, Row, Series};
 
 /// The WWAN path: rate and round-trip time.
-pub const WWAN: (u64, Duration) = (500_000, Duration::from_millis(400));
-/// The WLAN path's round-trip time; its rate is swept.
-pub const WLAN_RTT: Duration = Duration::from_millis(100);
+pub const WWAN: PathSpec = PathSpec::steady(500_000, 400);
+/// The WLAN path's round-trip time (ms); its rate is swept.
+pub const WLAN_RTT_MS: u64 = 100;
+/// Figure 4(b)'s paths, added in this order: 2 Mbit/s 400 ms, 5 Mbit/s 100 ms, 500 kbit/s
+/// 300 ms, 1 Mbit/s 200 ms, 10 Mbit/s 50 ms.
+pub const FIG4B_PATHS: [PathSpec; 5] = [
+    PathSpec::steady(2_000_000, 400),
+    PathSpec::steady(5_000_000, 100),
+    PathSpec::steady(500_000, 300),
+    PathSpec::steady(1_000_000, 200),
+    PathSpec::steady(10_000_000, 50),
+];
+/// Figure 4(c)'s fluctuation periods of those paths (s).
+pub const FIG4C_PERIODS_S: [u64; 5] = [10, 3, 6, 20, 5];
+/// Figure 4(c) is averaged over this many draws of the rates, as the paper averages 10 runs.
+pub const FIG4C_RUNS: u64 = 10;
 /// WLAN rate over WWAN rate.
 pub const RATIOS: [u64; 10] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
 /// Measurement window.
@@ -49,10 +64,42 @@ const CHUNK: u64 = 8 << 10;
 /// IP and UDP header bytes per datagram on a link.
 const LINK_OVERHEAD: u64 = 28;
 
-/// One direction of a path: a drop-tail queue in front of a serialising link.
+/// A path: its nominal rate, its base round-trip time and how its rate fluctuates.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PathSpec {
+    /// Nominal rate, bit/s.
+    pub rate_bps: u64,
+    /// Base round-trip time (propagation, both ways).
+    pub rtt: Duration,
+    /// Figure 4(c): the rate is redrawn every period.
+    pub fluctuation: Option<Fluctuation>,
+}
+
+/// A rate redrawn uniformly from 20% to 100% of the nominal every `period` (Figure 4(c)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fluctuation {
+    /// Time between redraws.
+    pub period: Duration,
+    /// Seed of the draws: every scheme sees the same rates.
+    pub seed: u64,
+}
+
+impl PathSpec {
+    /// A steady path.
+    pub const fn steady(rate_bps: u64, rtt_ms: u64) -> Self {
+        PathSpec {
+            rate_bps,
+            rtt: Duration::from_millis(rtt_ms),
+            fluctuation: None,
+        }
+    }
+}
+
+/// One direction of a path: a drop-tail queue of one nominal bandwidth-delay product (at least
+/// 8 datagrams) in front of a serialising link.
 #[derive(Clone, Debug)]
 struct Link {
-    rate_bps: u64,
+    spec: PathSpec,
     delay: Duration,
     queue_bytes: u64,
     free_at: Instant,
@@ -60,14 +107,27 @@ struct Link {
 }
 
 impl Link {
-    fn new(rate_bps: u64, rtt: Duration) -> Self {
-        let bdp = (u128::from(rate_bps) * rtt.as_nanos() / 8 / 1_000_000_000) as u64;
+    fn new(spec: PathSpec) -> Self {
+        let bdp = (u128::from(spec.rate_bps) * spec.rtt.as_nanos() / 8 / 1_000_000_000) as u64;
         Link {
-            rate_bps,
-            delay: rtt / 2,
+            spec,
+            delay: spec.rtt / 2,
             queue_bytes: bdp.max(8 * 1500),
             free_at: Instant::ZERO,
             dropped: 0,
+        }
+    }
+
+    /// The rate at `t`.
+    fn rate_at(&self, t: Instant) -> u64 {
+        match self.spec.fluctuation {
+            None => self.spec.rate_bps,
+            Some(f) => {
+                let period = f.period.as_nanos().max(1) as u64;
+                let draw = derive_seed(f.seed, t.as_nanos() / period);
+                let unit = (draw >> 11) as f64 / (1u64 << 53) as f64;
+                ((self.spec.rate_bps as f64) * (0.2 + 0.8 * unit)).max(1.0) as u64
+            }
         }
     }
 
@@ -76,12 +136,14 @@ impl Link {
     fn send(&mut self, now: Instant, len: u64) -> Option<Instant> {
         let len = len + LINK_OVERHEAD;
         let backlog = self.free_at.saturating_duration_since(now);
-        let queued = (u128::from(self.rate_bps) * backlog.as_nanos() / 8 / 1_000_000_000) as u64;
+        let rate_now = self.rate_at(now);
+        let queued = (u128::from(rate_now) * backlog.as_nanos() / 8 / 1_000_000_000) as u64;
         if queued + len > self.queue_bytes {
             self.dropped += 1;
             return None;
         }
-        self.free_at = self.free_at.max(now) + transmission_time(len, self.rate_bps);
+        let start = self.free_at.max(now);
+        self.free_at = start + transmission_time(len, self.rate_at(start));
         Some(self.free_at + self.delay)
     }
 }
@@ -114,12 +176,12 @@ struct Net {
 }
 
 impl Net {
-    fn new(paths: &[(u64, Duration)]) -> Self {
+    fn new(paths: &[PathSpec]) -> Self {
         Net {
             now: Instant::ZERO,
             links: paths
                 .iter()
-                .map(|&(r, d)| [Link::new(r, d), Link::new(r, d)])
+                .map(|&p| [Link::new(p), Link::new(p)])
                 .collect(),
             conns: Vec::new(),
             queue: BinaryHeap::new(),
@@ -244,16 +306,21 @@ fn measure(net: &mut Net, mut app: impl FnMut(&mut Net) -> u64) -> f64 {
     bytes as f64 * 8.0 / (END - WARMUP).as_secs_f64()
 }
 
-/// Each path's round-trip time under load: the base RTT plus the delay of its full drop-tail
-/// queue (twice the base with a queue of one bandwidth-delay product).
-fn loaded(paths: &[(u64, Duration)]) -> Vec<(u64, Duration)> {
+/// Each path's nominal rate and round-trip time under load: the base RTT plus the delay of its
+/// full drop-tail queue (twice the base with a queue of one bandwidth-delay product).
+fn loaded(paths: &[PathSpec]) -> Vec<(u64, Duration)> {
     paths
         .iter()
-        .map(|&(rate, rtt)| {
-            let queue = Link::new(rate, rtt).queue_bytes;
-            (rate, rtt + transmission_time(queue, rate))
+        .map(|&p| {
+            let queue = Link::new(p).queue_bytes;
+            (p.rate_bps, p.rtt + transmission_time(queue, p.rate_bps))
         })
         .collect()
+}
+
+/// Each path's nominal rate and base round-trip time.
+fn base(paths: &[PathSpec]) -> Vec<(u64, Duration)> {
+    paths.iter().map(|p| (p.rate_bps, p.rtt)).collect()
 }
 
 /// How the pTCP receive buffer is sized: the paper's rule over the base RTTs, or over the RTTs
@@ -265,10 +332,10 @@ enum BufferRule {
 }
 
 /// pTCP over all `paths`; `copy_head_of_line` as [`Config::copy_head_of_line`].
-fn run_ptcp(paths: &[(u64, Duration)], rule: BufferRule, copy_head_of_line: bool) -> f64 {
+fn run_ptcp(paths: &[PathSpec], rule: BufferRule, copy_head_of_line: bool) -> f64 {
     let mut net = Net::new(paths);
     let rtts = match rule {
-        BufferRule::BaseRtt => paths.to_vec(),
+        BufferRule::BaseRtt => base(paths),
         BufferRule::LoadedRtt => loaded(paths),
     };
     let config = Config {
@@ -290,7 +357,7 @@ fn run_ptcp(paths: &[(u64, Duration)], rule: BufferRule, copy_head_of_line: bool
 
 /// One single-path connection alone on each path; the sum of their goodputs. Each flow gets
 /// the better of the two buffer sizes (base or loaded RTT), so the ideal is the strongest.
-fn run_ideal(paths: &[(u64, Duration)]) -> f64 {
+fn run_ideal(paths: &[PathSpec]) -> f64 {
     paths
         .iter()
         .map(|&p| {
@@ -303,7 +370,7 @@ fn run_ideal(paths: &[(u64, Duration)]) -> f64 {
 }
 
 /// Application-layer striping over one socket per path.
-fn run_sockets(paths: &[(u64, Duration)]) -> f64 {
+fn run_sockets(paths: &[PathSpec]) -> f64 {
     let mut net = Net::new(paths);
     let config = Config {
         receive_buffer_bytes: SOCKET_BUFFER,
@@ -351,26 +418,74 @@ fn run_sockets(paths: &[(u64, Duration)]) -> f64 {
     })
 }
 
-/// The experiment.
+/// One point of the experiment: a sweep, its x (ratio or path count), a scheme and, for
+/// Figure 4(c), which draw of the rates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Point {
+    sweep: &'static str,
+    x: u64,
+    scheme: &'static str,
+    run: u64,
+}
+
+/// The paths of a point (`seed` draws Figure 4(c)'s rates).
+fn paths_of(sweep: &str, x: u64, seed: u64) -> Vec<PathSpec> {
+    match sweep {
+        "a" => vec![WWAN, PathSpec::steady(WWAN.rate_bps * x, WLAN_RTT_MS)],
+        "b" => FIG4B_PATHS[..x as usize].to_vec(),
+        _ => FIG4B_PATHS[..x as usize]
+            .iter()
+            .zip(FIG4C_PERIODS_S)
+            .enumerate()
+            .map(|(i, (&p, period))| PathSpec {
+                fluctuation: Some(Fluctuation {
+                    period: Duration::from_secs(period),
+                    seed: derive_seed(seed, i as u64),
+                }),
+                ..p
+            })
+            .collect(),
+    }
+}
+
+/// The experiment: sweep `a` is Figure 4(a) (x = ratio), `b` Figure 4(b) and `c` Figure 4(c)
+/// (x = number of paths).
 pub fn run(seed: u64, progress: Progress<'_>) -> Output {
-    // Nothing here draws a random number (drop-tail links, no loss model): the seed only
-    // names the run in the report.
-    let schemes = [
+    // Only Figure 4(c)'s rate draws depend on the seed; (a) and (b) have no randomness.
+    const SCHEMES_A: [&str; 5] = [
         "ptcp",
         "ptcp-no-hol-copy",
         "ptcp-base-rtt-buffer",
         "sockets",
         "ideal",
     ];
-    let points: Vec<(&str, u64)> = RATIOS
-        .iter()
-        .flat_map(|&r| schemes.iter().map(move |&s| (s, r)))
-        .collect();
-    let goodputs = par_map(
+    const SCHEMES_BC: [&str; 4] = ["ptcp", "ptcp-no-hol-copy", "sockets", "ideal"];
+    let mut points = Vec::new();
+    for &x in &RATIOS {
+        points.extend(SCHEMES_A.iter().map(|&scheme| Point {
+            sweep: "a",
+            x,
+            scheme,
+            run: 0,
+        }));
+    }
+    for (sweep, runs) in [("b", 1), ("c", FIG4C_RUNS)] {
+        for x in 2..=5 {
+            for &scheme in &SCHEMES_BC {
+                points.extend((0..runs).map(|run| Point {
+                    sweep,
+                    x,
+                    scheme,
+                    run,
+                }));
+            }
+        }
+    }
+    let runs = par_map(
         &points,
-        |_, &(scheme, ratio)| {
-            let paths = [WWAN, (WWAN.0 * ratio, WLAN_RTT)];
-            match scheme {
+        |_, pt| {
+            let paths = paths_of(pt.sweep, pt.x, derive_seed(seed, pt.run));
+            match pt.scheme {
                 "ptcp" => run_ptcp(&paths, BufferRule::LoadedRtt, true),
                 "ptcp-no-hol-copy" => run_ptcp(&paths, BufferRule::LoadedRtt, false),
                 "ptcp-base-rtt-buffer" => run_ptcp(&paths, BufferRule::BaseRtt, true),
@@ -380,66 +495,121 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
         },
         progress,
     );
-    let get = |scheme: &str, ratio: u64| {
-        points
+    // Mean over the runs of each (sweep, x, scheme), in Mbit/s.
+    let get = |sweep: &str, scheme: &str, x: u64| {
+        let (sum, n) = points
             .iter()
-            .position(|&(s, r)| s == scheme && r == ratio)
-            .map_or(0.0, |i| goodputs[i] / 1e6)
+            .zip(&runs)
+            .filter(|(p, _)| p.sweep == sweep && p.scheme == scheme && p.x == x)
+            .fold((0.0, 0u32), |(s, n), (_, &g)| (s + g, n + 1));
+        if n == 0 {
+            0.0
+        } else {
+            sum / f64::from(n) / 1e6
+        }
     };
     let rows: Vec<Row> = points
         .iter()
-        .zip(&goodputs)
-        .map(|(&(scheme, ratio), &g)| Row {
-            scheme: Some(scheme.into()),
-            paths: Some(2),
-            ratio: Some(ratio as f64),
+        .filter(|pt| pt.run == 0)
+        .map(|pt| Row {
+            sweep: Some(pt.sweep.into()),
+            scheme: Some(pt.scheme.into()),
+            paths: Some(if pt.sweep == "a" { 2 } else { pt.x }),
+            ratio: (pt.sweep == "a").then_some(pt.x as f64),
             weight: Some(1),
-            goodput_mbit: Some(round(g / 1e6, 3)),
-            ideal_mbit: Some(round(get("ideal", ratio), 3)),
+            goodput_mbit: Some(round(get(pt.sweep, pt.scheme, pt.x), 3)),
+            ideal_mbit: Some(round(get(pt.sweep, "ideal", pt.x), 3)),
             ..Row::default()
         })
         .collect();
+    let within = |sweep: &str, xs: &[u64]| {
+        xs.iter()
+            .all(|&x| get(sweep, "ptcp", x) >= 0.95 * get(sweep, "ideal", x))
+    };
     let checks = vec![
         (
-            "pTCP within 5% of the ideal (sum of independent flows) at every ratio up to 10".into(),
-            RATIOS
-                .iter()
-                .all(|&r| get("ptcp", r) >= 0.95 * get("ideal", r)),
+            "(a) pTCP within 5% of the ideal (sum of independent flows) at every ratio up to 10"
+                .into(),
+            within("a", &RATIOS),
         ),
         (
-            "multiple sockets fall behind the ideal (below 80%) once the ratio exceeds 2".into(),
+            "(a) multiple sockets fall behind the ideal (below 80%) once the ratio exceeds 2"
+                .into(),
             RATIOS
                 .iter()
                 .filter(|&&r| r > 2)
-                .all(|&r| get("sockets", r) < 0.8 * get("ideal", r)),
+                .all(|&r| get("a", "sockets", r) < 0.8 * get("a", "ideal", r)),
+        ),
+        (
+            "(b) pTCP within 5% of the ideal over 2 to 5 paths".into(),
+            within("b", &[2, 3, 4, 5]),
+        ),
+        (
+            "(b) multiple sockets below 80% of the ideal over 3 to 5 paths".into(),
+            (3..=5).all(|x| get("b", "sockets", x) < 0.8 * get("b", "ideal", x)),
+        ),
+        (
+            "(c) pTCP within 5% of the ideal over 2 to 5 fluctuating paths (mean of 10 draws)"
+                .into(),
+            within("c", &[2, 3, 4, 5]),
         ),
     ];
-    let series = schemes
-        .iter()
-        .map(|&s| Series {
-            name: s.into(),
-            points: RATIOS.iter().map(|&r| (r as f64, get(s, r))).collect(),
-            dashed: s == "ideal",
-        })
-        .collect();
+    let plot =
+        |sweep: &'static str, schemes: &[&str], xs: &[u64], title: &str, x_label: &str| Plot {
+            title: title.into(),
+            x_label: x_label.into(),
+            y_label: "goodput (Mbit/s)".into(),
+            log_x: false,
+            log_y: false,
+            series: schemes
+                .iter()
+                .map(|&s| Series {
+                    name: s.into(),
+                    points: xs.iter().map(|&x| (x as f64, get(sweep, s, x))).collect(),
+                    dashed: s == "ideal",
+                })
+                .collect(),
+        };
     Output {
         report: Report {
             experiment: "ptcp-fig4".into(),
             seed,
             rows,
         },
-        plots: vec![(
-            "ptcp-fig4a.svg".into(),
-            Plot {
-                title: "pTCP Figure 4(a): 500 kbit/s at 400 ms + a 100 ms path".into(),
-                x_label: "bandwidth ratio (WLAN / WWAN)".into(),
-                y_label: "goodput (Mbit/s)".into(),
-                log_x: false,
-                log_y: false,
-                series,
-            },
-        )],
+        plots: vec![
+            (
+                "ptcp-fig4a.svg".into(),
+                plot(
+                    "a",
+                    &SCHEMES_A,
+                    &RATIOS,
+                    "pTCP Figure 4(a): 500 kbit/s at 400 ms + a 100 ms path",
+                    "bandwidth ratio (WLAN / WWAN)",
+                ),
+            ),
+            (
+                "ptcp-fig4b.svg".into(),
+                plot(
+                    "b",
+                    &SCHEMES_BC,
+                    &[2, 3, 4, 5],
+                    "pTCP Figure 4(b): 2 to 5 paths",
+                    "paths",
+                ),
+            ),
+            (
+                "ptcp-fig4c.svg".into(),
+                plot(
+                    "c",
+                    &SCHEMES_BC,
+                    &[2, 3, 4, 5],
+                    "pTCP Figure 4(c): 2 to 5 paths fluctuating 20-100%",
+                    "paths",
+                ),
+            ),
+        ],
         columns: vec![
+            "sweep",
             "scheme",
             "paths",
             "ratio",
@@ -457,7 +627,7 @@ mod tests {
 
     #[test]
     fn link_drops_past_its_queue() {
-        let mut l = Link::new(1_000_000, Duration::from_millis(100));
+        let mut l = Link::new(PathSpec::steady(1_000_000, 100));
         // Queue: 12.5 kB, below 8 datagrams of 1500: 12 kB.
         assert_eq!(l.queue_bytes, 12_500);
         let t = Instant::ZERO;
@@ -470,9 +640,31 @@ mod tests {
     }
 
     #[test]
+    fn fluctuating_rate_is_redrawn_per_period_within_20_to_100_percent() {
+        let spec = PathSpec {
+            fluctuation: Some(Fluctuation {
+                period: Duration::from_secs(3),
+                seed: 7,
+            }),
+            ..PathSpec::steady(1_000_000, 100)
+        };
+        let l = Link::new(spec);
+        let at = |ms: u64| l.rate_at(Instant::ZERO + Duration::from_millis(ms));
+        assert_eq!(at(0), at(2999));
+        let rates: Vec<u64> = (0..50).map(|k| at(k * 3000)).collect();
+        assert!(rates.iter().all(|&r| (200_000..=1_000_000).contains(&r)));
+        assert!(rates.windows(2).any(|w| w[0] != w[1]));
+        assert_eq!(
+            Link::new(spec).rate_at(Instant::ZERO),
+            at(0),
+            "deterministic"
+        );
+    }
+
+    #[test]
     fn single_path_goodput_near_its_rate() {
         // A 2 Mbit/s path at 100 ms, alone: payload goodput close to the rate minus headers.
-        let g = run_ideal(&[(2_000_000, Duration::from_millis(100))]);
+        let g = run_ideal(&[PathSpec::steady(2_000_000, 100)]);
         assert!(g > 1.6e6 && g < 2.0e6, "{g}");
     }
 }
