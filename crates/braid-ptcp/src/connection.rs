@@ -403,7 +403,7 @@ impl StripedConnection {
         if open && seg.flags.contains(Flags::VPKT) && !seg.payload.is_empty() {
             self.recv.insert(seg.offset, seg.payload);
         }
-        if seg.flags.contains(Flags::FIN) && !self.recv.set_fin(seg.offset) {
+        if open && seg.flags.contains(Flags::FIN) && !self.recv.set_fin(seg.offset) {
             self.stats.bad_fin += 1;
         }
         self.drain_signals(idx, now);
