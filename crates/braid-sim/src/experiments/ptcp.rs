@@ -14,6 +14,8 @@
 //! - `ptcp-no-hol-copy`: the same with the paper's mechanisms only;
 //! - `ptcp-base-rtt-buffer`: `ptcp` with the rule applied to the base RTTs, which the flows'
 //!   own queues double: the shared window then limits the connection;
+//! - `ptcp-slowest-rtt-buffer` (sweep `c`): `ptcp` with the RTTs under load at the slowest
+//!   rate a fluctuating path reaches (its queue drains at 20% of nominal);
 //! - `sockets`: striping over multiple sockets, one single-flow connection (TCP with SACK) per
 //!   path, "data is striped through each socket till the socket buffer fills up", and the
 //!   receiving application reads chunks in order, so a chunk late on the slow socket holds up
@@ -307,13 +309,18 @@ fn measure(net: &mut Net, mut app: impl FnMut(&mut Net) -> u64) -> f64 {
 }
 
 /// Each path's nominal rate and round-trip time under load: the base RTT plus the delay of its
-/// full drop-tail queue (twice the base with a queue of one bandwidth-delay product).
-fn loaded(paths: &[PathSpec]) -> Vec<(u64, Duration)> {
+/// full drop-tail queue (twice the base with a queue of one bandwidth-delay product). With
+/// `slowest`, the queue drains at the lowest rate a fluctuating path reaches (20% of nominal).
+fn loaded(paths: &[PathSpec], slowest: bool) -> Vec<(u64, Duration)> {
     paths
         .iter()
         .map(|&p| {
             let queue = Link::new(p).queue_bytes;
-            (p.rate_bps, p.rtt + transmission_time(queue, p.rate_bps))
+            let drain = match p.fluctuation {
+                Some(_) if slowest => (p.rate_bps / 5).max(1),
+                _ => p.rate_bps,
+            };
+            (p.rate_bps, p.rtt + transmission_time(queue, drain))
         })
         .collect()
 }
@@ -323,12 +330,13 @@ fn base(paths: &[PathSpec]) -> Vec<(u64, Duration)> {
     paths.iter().map(|p| (p.rate_bps, p.rtt)).collect()
 }
 
-/// How the pTCP receive buffer is sized: the paper's rule over the base RTTs, or over the RTTs
-/// under load.
+/// How the pTCP receive buffer is sized: the paper's rule over the base RTTs, over the RTTs
+/// under load at the nominal rates, or under load at the slowest rates of fluctuating paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum BufferRule {
     BaseRtt,
     LoadedRtt,
+    SlowestRtt,
 }
 
 /// pTCP over all `paths`; `copy_head_of_line` as [`Config::copy_head_of_line`].
@@ -336,7 +344,8 @@ fn run_ptcp(paths: &[PathSpec], rule: BufferRule, copy_head_of_line: bool) -> f6
     let mut net = Net::new(paths);
     let rtts = match rule {
         BufferRule::BaseRtt => base(paths),
-        BufferRule::LoadedRtt => loaded(paths),
+        BufferRule::LoadedRtt => loaded(paths, false),
+        BufferRule::SlowestRtt => loaded(paths, true),
     };
     let config = Config {
         receive_buffer_bytes: Config::receive_buffer_for(&rtts),
@@ -356,13 +365,23 @@ fn run_ptcp(paths: &[PathSpec], rule: BufferRule, copy_head_of_line: bool) -> f6
 }
 
 /// One single-path connection alone on each path; the sum of their goodputs. Each flow gets
-/// the better of the two buffer sizes (base or loaded RTT), so the ideal is the strongest.
+/// the best of the buffer sizes (base, loaded or slowest RTT), so the ideal is the strongest.
 fn run_ideal(paths: &[PathSpec]) -> f64 {
     paths
         .iter()
         .map(|&p| {
-            [BufferRule::BaseRtt, BufferRule::LoadedRtt]
-                .into_iter()
+            let rules: &[BufferRule] = if p.fluctuation.is_some() {
+                &[
+                    BufferRule::BaseRtt,
+                    BufferRule::LoadedRtt,
+                    BufferRule::SlowestRtt,
+                ]
+            } else {
+                &[BufferRule::BaseRtt, BufferRule::LoadedRtt]
+            };
+            rules
+                .iter()
+                .copied()
                 .map(|rule| run_ptcp(&[p], rule, false))
                 .fold(0.0, f64::max)
         })
@@ -459,7 +478,14 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
         "sockets",
         "ideal",
     ];
-    const SCHEMES_BC: [&str; 4] = ["ptcp", "ptcp-no-hol-copy", "sockets", "ideal"];
+    const SCHEMES_B: [&str; 4] = ["ptcp", "ptcp-no-hol-copy", "sockets", "ideal"];
+    const SCHEMES_C: [&str; 5] = [
+        "ptcp",
+        "ptcp-slowest-rtt-buffer",
+        "ptcp-no-hol-copy",
+        "sockets",
+        "ideal",
+    ];
     let mut points = Vec::new();
     for &x in &RATIOS {
         points.extend(SCHEMES_A.iter().map(|&scheme| Point {
@@ -469,9 +495,9 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
             run: 0,
         }));
     }
-    for (sweep, runs) in [("b", 1), ("c", FIG4C_RUNS)] {
+    for (sweep, runs, schemes) in [("b", 1, &SCHEMES_B[..]), ("c", FIG4C_RUNS, &SCHEMES_C[..])] {
         for x in 2..=5 {
-            for &scheme in &SCHEMES_BC {
+            for &scheme in schemes {
                 points.extend((0..runs).map(|run| Point {
                     sweep,
                     x,
@@ -489,6 +515,7 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
                 "ptcp" => run_ptcp(&paths, BufferRule::LoadedRtt, true),
                 "ptcp-no-hol-copy" => run_ptcp(&paths, BufferRule::LoadedRtt, false),
                 "ptcp-base-rtt-buffer" => run_ptcp(&paths, BufferRule::BaseRtt, true),
+                "ptcp-slowest-rtt-buffer" => run_ptcp(&paths, BufferRule::SlowestRtt, true),
                 "sockets" => run_sockets(&paths),
                 _ => run_ideal(&paths),
             }
@@ -553,6 +580,12 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
                 .into(),
             within("c", &[2, 3, 4, 5]),
         ),
+        (
+            "(c) the same with the buffer rule at the paths' slowest rates".into(),
+            [2, 3, 4, 5]
+                .iter()
+                .all(|&x| get("c", "ptcp-slowest-rtt-buffer", x) >= 0.95 * get("c", "ideal", x)),
+        ),
     ];
     let plot =
         |sweep: &'static str, schemes: &[&str], xs: &[u64], title: &str, x_label: &str| Plot {
@@ -591,7 +624,7 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
                 "ptcp-fig4b.svg".into(),
                 plot(
                     "b",
-                    &SCHEMES_BC,
+                    &SCHEMES_B,
                     &[2, 3, 4, 5],
                     "pTCP Figure 4(b): 2 to 5 paths",
                     "paths",
@@ -601,7 +634,7 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
                 "ptcp-fig4c.svg".into(),
                 plot(
                     "c",
-                    &SCHEMES_BC,
+                    &SCHEMES_C,
                     &[2, 3, 4, 5],
                     "pTCP Figure 4(c): 2 to 5 paths fluctuating 20-100%",
                     "paths",
