@@ -333,19 +333,19 @@ fn base(paths: &[PathSpec]) -> Vec<(u64, Duration)> {
 /// How the pTCP receive buffer is sized: the paper's rule over the base RTTs, over the RTTs
 /// under load at the nominal rates, or under load at the slowest rates of fluctuating paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum BufferRule {
-    BaseRtt,
-    LoadedRtt,
-    SlowestRtt,
+enum BufferRtt {
+    Base,
+    Loaded,
+    Slowest,
 }
 
 /// pTCP over all `paths`; `copy_head_of_line` as [`Config::copy_head_of_line`].
-fn run_ptcp(paths: &[PathSpec], rule: BufferRule, copy_head_of_line: bool) -> f64 {
+fn run_ptcp(paths: &[PathSpec], rule: BufferRtt, copy_head_of_line: bool) -> f64 {
     let mut net = Net::new(paths);
     let rtts = match rule {
-        BufferRule::BaseRtt => base(paths),
-        BufferRule::LoadedRtt => loaded(paths, false),
-        BufferRule::SlowestRtt => loaded(paths, true),
+        BufferRtt::Base => base(paths),
+        BufferRtt::Loaded => loaded(paths, false),
+        BufferRtt::Slowest => loaded(paths, true),
     };
     let config = Config {
         receive_buffer_bytes: Config::receive_buffer_for(&rtts),
@@ -370,14 +370,10 @@ fn run_ideal(paths: &[PathSpec]) -> f64 {
     paths
         .iter()
         .map(|&p| {
-            let rules: &[BufferRule] = if p.fluctuation.is_some() {
-                &[
-                    BufferRule::BaseRtt,
-                    BufferRule::LoadedRtt,
-                    BufferRule::SlowestRtt,
-                ]
+            let rules: &[BufferRtt] = if p.fluctuation.is_some() {
+                &[BufferRtt::Base, BufferRtt::Loaded, BufferRtt::Slowest]
             } else {
-                &[BufferRule::BaseRtt, BufferRule::LoadedRtt]
+                &[BufferRtt::Base, BufferRtt::Loaded]
             };
             rules
                 .iter()
@@ -512,10 +508,10 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
         |_, pt| {
             let paths = paths_of(pt.sweep, pt.x, derive_seed(seed, pt.run));
             match pt.scheme {
-                "ptcp" => run_ptcp(&paths, BufferRule::LoadedRtt, true),
-                "ptcp-no-hol-copy" => run_ptcp(&paths, BufferRule::LoadedRtt, false),
-                "ptcp-base-rtt-buffer" => run_ptcp(&paths, BufferRule::BaseRtt, true),
-                "ptcp-slowest-rtt-buffer" => run_ptcp(&paths, BufferRule::SlowestRtt, true),
+                "ptcp" => run_ptcp(&paths, BufferRtt::Loaded, true),
+                "ptcp-no-hol-copy" => run_ptcp(&paths, BufferRtt::Loaded, false),
+                "ptcp-base-rtt-buffer" => run_ptcp(&paths, BufferRtt::Base, true),
+                "ptcp-slowest-rtt-buffer" => run_ptcp(&paths, BufferRtt::Slowest, true),
                 "sockets" => run_sockets(&paths),
                 _ => run_ideal(&paths),
             }
