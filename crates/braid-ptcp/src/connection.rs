@@ -196,11 +196,9 @@ pub struct StripedConnection {
     established: bool,
     persist_deadline: Option<Instant>,
     persist_backoff: u32,
-    probe_pending: bool,
     // Receive side.
     recv: RecvBuffer,
     advertised_right_edge: u64,
-    window_update_pending: bool,
 }
 
 impl StripedConnection {
@@ -225,10 +223,8 @@ impl StripedConnection {
             established: false,
             persist_deadline: None,
             persist_backoff: 0,
-            probe_pending: false,
             recv: RecvBuffer::new(config.receive_buffer_bytes.min(u64::from(u32::MAX))),
             advertised_right_edge: 0,
-            window_update_pending: false,
         }
     }
 
@@ -321,7 +317,10 @@ impl StripedConnection {
         let grown = self.recv.right_edge() - self.advertised_right_edge.min(self.recv.right_edge());
         let mss = self.config.flow.congestion.mss;
         if n > 0 && grown >= (self.recv.capacity() / 4).max(mss) {
-            self.window_update_pending = true;
+            // A window update on every flow: tiny, and one of them is on a live, fast path.
+            for f in &mut self.flows {
+                f.request_ack();
+            }
         }
         n
     }
@@ -361,7 +360,11 @@ impl StripedConnection {
         if self.persist_deadline.is_some_and(|t| t <= now) {
             self.persist_deadline = None;
             self.persist_backoff = (self.persist_backoff + 1).min(16);
-            self.probe_pending = true;
+            // A probe on every open flow: some of them may be on dead paths.
+            for f in self.flows.iter_mut().filter(|f| f.is_established()) {
+                f.request_probe();
+                self.stats.probes += 1;
+            }
         }
     }
 
@@ -594,38 +597,18 @@ impl StripedConnection {
                 return Some(self.emit(idx, Flags::ACK, None, 0, 0..0));
             }
         }
-        self.poll_window_traffic(now)
+        self.arm_persist(now);
+        None
     }
 
-    /// Window updates after reads and probes of a closed peer window.
-    fn poll_window_traffic(&mut self, now: Instant) -> Option<(PathId, Vec<u8>)> {
-        let pick = |c: &Self| {
-            let n = c.flows.len();
-            (0..n)
-                .map(|k| (c.turn + k) % n)
-                .find(|&i| c.flows[i].is_established())
-        };
-        if self.window_update_pending {
-            self.window_update_pending = false;
-            if let Some(i) = pick(self) {
-                self.turn = i + 1;
-                return Some(self.emit(i, Flags::ACK, None, 0, 0..0));
-            }
-        }
-        if self.probe_pending {
-            self.probe_pending = false;
-            if let Some(i) = pick(self) {
-                self.turn = i + 1;
-                self.stats.probes += 1;
-                return Some(self.emit(i, Flags::ACK.with(Flags::PROBE), None, 0, 0..0));
-            }
-        }
-        // Blocked by the peer's window with nothing in flight: arm the probe timer (TCP's
-        // persist timer), since a lost window update would otherwise stall the connection.
+    /// Arms the persist timer when the peer's window blocks new data.
+    fn arm_persist(&mut self, now: Instant) {
+        // Blocked by the peer's window: arm the probe timer (TCP's persist timer), since a
+        // lost window update would otherwise stall the connection. Unlike TCP, also with data in
+        // flight: it may be in flight on a dead path, whose acknowledgements never come.
         let blocked = self.next_new < self.snd_base + self.send_buf.len() as u64
             && self.next_new >= self.peer_right_edge
-            && self.restripe.is_empty()
-            && !self.flows.iter().any(MicroFlow::has_outstanding);
+            && self.restripe.is_empty();
         if blocked && self.persist_deadline.is_none() {
             let rto = self
                 .flows
@@ -639,7 +622,6 @@ impl StripedConnection {
                 .min(self.config.flow.rtt.rto_max);
             self.persist_deadline = Some(now + backoff);
         }
-        None
     }
 
     fn send_bound(

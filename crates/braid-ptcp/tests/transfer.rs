@@ -75,7 +75,7 @@ fn path_dies_mid_transfer() {
     b.dies_at = Some(Instant::ZERO + Duration::from_millis(500));
     let mut pair = Pair::new(config(), &[a, b], 4);
     let len = 1_000_000;
-    let out = transfer(&mut pair, len, secs(600));
+    let out = transfer(&mut pair, len, secs(3600));
     check_exact(&out, len).unwrap();
     let s = pair.client.stats();
     assert!(s.restriped_bytes > 0 || s.redundant_bytes > 0, "{s:?}");
