@@ -117,6 +117,15 @@ pub struct Row {
     /// Simulator events processed for the row.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<u64>,
+    /// Rate of the swept path over the fixed one (pTCP Figure 4(a)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    /// Weight of the connection: its number of micro-flows per path (pTCP section 4.2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u64>,
+    /// The ideal goodput: the sum of independent single-path flows, in Mbit/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ideal_mbit: Option<f64>,
 }
 
 /// An experiment's results.
@@ -223,6 +232,9 @@ impl Row {
             timeouts: Some(0),
             estimate_follow_ms: Some(0.0),
             events: Some(0),
+            ratio: Some(0.0),
+            weight: Some(0),
+            ideal_mbit: Some(0.0),
         }
     }
 }

@@ -92,6 +92,10 @@ enum SimCommand {
     /// BAG paper Table I: TCP over 50/100/200 kbit/s paths with MTCP, ASI, EDPF, WRR, WRR with
     /// a buffer and PET-BMP; 1 s on the slow path; cross traffic and 1% loss; a halved path.
     Bag(ExperimentArgs),
+    /// pTCP paper Figure 4: pTCP, striping over multiple sockets and the sum of independent
+    /// flows over (a) a 500 kbit/s 400 ms path and a 100 ms path of 1 to 10 times its rate,
+    /// (b) 2 to 5 paths, (c) 2 to 5 paths fluctuating between 20% and 100% of their rates.
+    PtcpFig4(ExperimentArgs),
     /// All the experiments, one subdirectory of --out each.
     All(ExperimentArgs),
     /// List the experiments.
@@ -272,6 +276,7 @@ fn sim(command: SimCommand) -> Result<()> {
         SimCommand::Fairness(a) => ("fairness", a),
         SimCommand::Resync(a) => ("resync", a),
         SimCommand::Bag(a) => ("bag", a),
+        SimCommand::PtcpFig4(a) => ("ptcp-fig4", a),
         SimCommand::Qosbox(a) => return qosbox(&a),
     };
     claims_held(run_one(name, &args.out, &args, &|seed, progress| {

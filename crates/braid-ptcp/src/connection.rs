@@ -1,0 +1,928 @@
+//! The SM: the striped connection manager of the pTCP paper.
+//!
+//! [`StripedConnection`] owns what belongs to the connection as a whole (pTCP paper, section 2
+//! "Decoupling of Functionalities", section 3): the send buffer, the one receive buffer and its
+//! flow control, connection management, and the striping of data over its micro-flows
+//! ([`MicroFlow`], TCP-v), with the paper's mechanisms:
+//!
+//! - **Delayed binding** (section 2): a virtual packet is bound to data only when its flow's
+//!   window lets it go out. [`StripedConnection::poll_transmit`] visits the flows in turn and
+//!   asks each for a virtual packet ([`MicroFlow::next_transmission`], the paper's `send`); the SM
+//!   binds it to the next unsent data (the `bindings` of section 3.1) or answers FREEZE.
+//! - **Re-striping** (section 2 "Packet Re-striping"): when a flow reports lost virtual packets
+//!   that fall outside its reduced window ([`Signal::Shrunk`]), the SM unbinds their data, which
+//!   the next flow that asks sends.
+//! - **Redundant striping** (section 2 "Redundant Striping"): on a flow's timeout the data of
+//!   the one virtual packet left in its window is *copied* to another flow
+//!   ([`Signal::Timeout`]); the original stays bound, as a probe of the silent path.
+//! - **Flow control** (section 3.2 "Flow Control", section 2's buffer rule): one receive buffer,
+//!   by default (sum of path rates) x (largest RTT) ([`Config::receive_buffer_for`]); every
+//!   segment advertises its right edge; the sender binds new data only below the peer's edge and
+//!   FREEZEs its flows when the outstanding data fills the advertised window.
+//! - **FREEZE/resume** (section 3.1): a flow the SM had nothing for sleeps until new data, a
+//!   wider window or unbound data arrives.
+//! - **Connection management** (section 3.2): data flows as soon as one micro-flow is
+//!   established ([`Event::Established`]); `close` closes every flow once all data is
+//!   acknowledged, and the connection is closed when all of them are ([`Event::Closed`]).
+//!
+//! One departure, for safety: the paper lets a TCP-v retransmission of an unbound virtual packet
+//! carry *new* data (section 3.2 "Reliability"). Here it goes out empty, just to fill the hole
+//! in the flow's sequence space: an acknowledgement names the virtual packet, not which of its
+//! transmissions arrived, so the SM could not tell which data was delivered. The unbound data is
+//! re-striped all the same, as the next binding of whichever flow asks first.
+//!
+//! # Polling order
+//!
+//! Feed every datagram to [`StripedConnection::handle_datagram`]; call
+//! [`StripedConnection::handle_timeout`] when [`StripedConnection::poll_timeout`] is due; after
+//! either, and after `write`/`read`/`close`, call [`StripedConnection::poll_transmit`] until it
+//! returns `None` and drain [`StripedConnection::poll_event`]. Time never goes backwards.
+
+use core::ops::Range;
+use std::collections::{BTreeMap, VecDeque};
+
+use braid_proto::time::{Duration, Instant};
+use braid_proto::PathId;
+
+use crate::micro_flow::{FlowConfig, FlowStats, MicroFlow, Signal, Transmission};
+use crate::ranges::RangeSet;
+use crate::recv_buffer::RecvBuffer;
+use crate::wire::{Flags, Segment};
+use crate::{FlowId, VirtualSeq, MAX_FLOWS};
+
+/// Parameters of a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Every micro-flow's parameters (congestion control, timer, handshake tries).
+    pub flow: FlowConfig,
+    /// The receive buffer, in bytes (see [`Config::receive_buffer_for`]).
+    pub receive_buffer_bytes: u64,
+    /// The send buffer, in bytes: `write` accepts no more than this much unacknowledged data.
+    pub send_buffer_bytes: u64,
+    /// The most redundant copies waiting for a flow; older ones are dropped and counted.
+    pub redundant_queue_limit: usize,
+    /// Also copy a packet lost by SACK to another flow when its data is the oldest the peer
+    /// has not acknowledged (head-of-line); beyond the paper, see `docs/ptcp.md`.
+    pub copy_head_of_line: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            flow: FlowConfig::default(),
+            receive_buffer_bytes: 1 << 20,
+            send_buffer_bytes: 4 << 20,
+            redundant_queue_limit: 64,
+            copy_head_of_line: true,
+        }
+    }
+}
+
+impl Config {
+    /// The paper's receive-buffer rule (section 2): `(sum of b_i) x max(d_i)` for paths of
+    /// `rate_bps` bits per second and round-trip time `rtt`, rather than `sum(b_i x d_i)`, so that
+    /// delay differences between paths do not stall the connection. At least 64 KiB and at most
+    /// what the 32-bit window field can advertise.
+    ///
+    /// `rtt` should be the round-trip time the flow sees under load, queueing included: a flow
+    /// that fills a drop-tail queue of one bandwidth-delay product doubles its RTT, and with
+    /// the base RTTs the shared window then limits the connection (the `ptcp-fig4` experiment's
+    /// `ptcp-base-rtt-buffer` rows).
+    pub fn receive_buffer_for(paths: &[(u64, Duration)]) -> u64 {
+        let rate_bytes_per_s: u128 = paths.iter().map(|&(r, _)| u128::from(r) / 8).sum();
+        let rtt_max = paths.iter().map(|&(_, d)| d).max().unwrap_or_default();
+        let bytes = rate_bytes_per_s * rtt_max.as_nanos() / 1_000_000_000;
+        u64::try_from(bytes)
+            .unwrap_or(u64::MAX)
+            .clamp(64 << 10, u64::from(u32::MAX))
+    }
+}
+
+/// What the connection tells its application.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The first micro-flow is established: data can flow.
+    Established,
+    /// A micro-flow was established.
+    FlowEstablished(FlowId),
+    /// A micro-flow closed (or gave up).
+    FlowClosed {
+        /// The flow.
+        flow: FlowId,
+        /// It gave up (handshake or FIN unanswered).
+        aborted: bool,
+    },
+    /// Every micro-flow is closed.
+    Closed,
+}
+
+/// The connection's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// No flow established yet.
+    Opening,
+    /// At least one flow established.
+    Open,
+    /// `close` was called; flows close once all data is acknowledged.
+    Closing,
+    /// All flows closed.
+    Closed,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Client,
+    Server,
+}
+
+/// Counters of a connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Datagrams that did not parse.
+    pub malformed: u64,
+    /// Segments for a flow that does not exist (and that could not open one).
+    pub unknown_flow: u64,
+    /// Payload bytes sent, every transmission counted.
+    pub bytes_sent: u64,
+    /// Payload bytes sent that had been sent before (retransmitted, re-striped or copied).
+    pub bytes_resent: u64,
+    /// Bytes unbound from a flow and re-striped (section 2 "Packet Re-striping").
+    pub restriped_bytes: u64,
+    /// Bytes copied to another flow on a timeout (section 2 "Redundant Striping").
+    pub redundant_bytes: u64,
+    /// Redundant copies dropped because the queue was full.
+    pub redundant_dropped: u64,
+    /// Empty virtual packets sent to fill a flow's sequence hole.
+    pub fillers: u64,
+    /// FREEZE answers to a flow's request to send.
+    pub freezes: u64,
+    /// Window probes sent.
+    pub probes: u64,
+    /// A peer's FIN with a final length that contradicts what was received.
+    pub bad_fin: u64,
+}
+
+/// The SM of one pTCP connection and its micro-flows.
+///
+/// Polling order: `handle_datagram` for every datagram and `handle_timeout` at `poll_timeout`;
+/// after either, and after `write`, `read` or `close`, `poll_transmit` until `None` and
+/// `poll_event` until `None`. `now` never goes backwards.
+#[derive(Clone, Debug)]
+pub struct StripedConnection {
+    config: Config,
+    role: Role,
+    state: State,
+    flows: Vec<MicroFlow>,
+    events: VecDeque<Event>,
+    stats: Stats,
+    /// Next flow to visit in `poll_transmit`.
+    turn: usize,
+    // Send side.
+    send_buf: VecDeque<u8>,
+    /// Stream offset of `send_buf[0]`: everything below is acknowledged (the peer's data_ack).
+    snd_base: u64,
+    /// First byte never bound.
+    next_new: u64,
+    /// The peer's advertised right edge.
+    peer_right_edge: u64,
+    bindings: BTreeMap<(FlowId, VirtualSeq), Range<u64>>,
+    /// Data unbound from a flow, waiting for any flow.
+    restripe: RangeSet,
+    /// Copies of a timed-out flow's in-window data, for any other flow.
+    redundant: VecDeque<(Range<u64>, FlowId)>,
+    close_requested: bool,
+    flows_closing: bool,
+    /// A flow was established at some point ([`Event::Established`] was issued).
+    established: bool,
+    persist_deadline: Option<Instant>,
+    persist_backoff: u32,
+    // Receive side.
+    recv: RecvBuffer,
+    advertised_right_edge: u64,
+}
+
+impl StripedConnection {
+    fn new(config: Config, role: Role) -> Self {
+        StripedConnection {
+            config,
+            role,
+            state: State::Opening,
+            flows: Vec::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            turn: 0,
+            send_buf: VecDeque::new(),
+            snd_base: 0,
+            next_new: 0,
+            peer_right_edge: 0,
+            bindings: BTreeMap::new(),
+            restripe: RangeSet::new(),
+            redundant: VecDeque::new(),
+            close_requested: false,
+            flows_closing: false,
+            established: false,
+            persist_deadline: None,
+            persist_backoff: 0,
+            recv: RecvBuffer::new(config.receive_buffer_bytes.min(u64::from(u32::MAX))),
+            advertised_right_edge: 0,
+        }
+    }
+
+    /// Opens a connection with one micro-flow over each of `paths` (a path may appear more than
+    /// once: several flows on one path, as the paper's weighted service of section 4.2).
+    ///
+    /// # Panics
+    /// If `paths` is empty or longer than [`MAX_FLOWS`].
+    pub fn connect(config: Config, now: Instant, paths: &[PathId]) -> Self {
+        assert!(
+            !paths.is_empty() && paths.len() <= MAX_FLOWS,
+            "connect: 1 to {MAX_FLOWS} paths"
+        );
+        let mut c = Self::new(config, Role::Client);
+        for (i, &p) in paths.iter().enumerate() {
+            let mut f = MicroFlow::connect(FlowId(i as u8), p, config.flow);
+            f.start(now);
+            c.flows.push(f);
+        }
+        c
+    }
+
+    /// A connection that waits for the peer's SYNs; each SYN opens the flow it names, over the
+    /// path it arrived on.
+    pub fn accept(config: Config) -> Self {
+        Self::new(config, Role::Server)
+    }
+
+    /// The state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+    /// The micro-flows.
+    pub fn flows(&self) -> &[MicroFlow] {
+        &self.flows
+    }
+    /// Counters of every flow.
+    pub fn flow_stats(&self) -> Vec<(FlowId, PathId, FlowStats)> {
+        self.flows
+            .iter()
+            .map(|f| (f.id(), f.path(), f.stats()))
+            .collect()
+    }
+    /// Bytes held in the receive buffer; never more than its capacity.
+    pub fn receive_buffered_bytes(&self) -> u64 {
+        self.recv.buffered_bytes()
+    }
+    /// The receive buffer's capacity.
+    pub fn receive_buffer_capacity(&self) -> u64 {
+        self.recv.capacity()
+    }
+    /// Bytes written and not yet acknowledged by the peer.
+    pub fn unacked_bytes(&self) -> u64 {
+        self.send_buf.len() as u64
+    }
+    /// Bytes received in order and not yet read.
+    pub fn readable_bytes(&self) -> u64 {
+        self.recv.readable_bytes()
+    }
+    /// The peer finished its stream and every byte of it was read.
+    pub fn is_finished(&self) -> bool {
+        self.recv.is_finished()
+    }
+
+    /// Queues data to send; returns how many bytes the send buffer took (0 once `close` was
+    /// called).
+    pub fn write(&mut self, data: &[u8]) -> usize {
+        if self.close_requested || self.state == State::Closed {
+            return 0;
+        }
+        let room = self
+            .config
+            .send_buffer_bytes
+            .saturating_sub(self.send_buf.len() as u64);
+        let n = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        self.send_buf.extend(&data[..n]);
+        if n > 0 {
+            self.resume_all();
+        }
+        n
+    }
+
+    /// Reads in-order data; returns how many bytes (0 when nothing is readable).
+    pub fn read(&mut self, buf: &mut [u8]) -> usize {
+        let n = self.recv.read(buf);
+        let grown = self.recv.right_edge() - self.advertised_right_edge.min(self.recv.right_edge());
+        let mss = self.config.flow.congestion.mss;
+        if n > 0 && grown >= (self.recv.capacity() / 4).max(mss) {
+            // A window update on every flow: tiny, and one of them is on a live, fast path.
+            for f in &mut self.flows {
+                f.request_ack();
+            }
+        }
+        n
+    }
+
+    /// No more data will be written: once everything written is acknowledged, every flow
+    /// closes.
+    pub fn close(&mut self, now: Instant) {
+        self.close_requested = true;
+        if self.state == State::Open || self.state == State::Opening {
+            self.state = State::Closing;
+        }
+        self.maybe_close_flows(now);
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`StripedConnection::handle_timeout`] must be called next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.flows
+            .iter()
+            .filter_map(MicroFlow::poll_timeout)
+            .chain(self.persist_deadline)
+            .min()
+    }
+
+    /// Runs the flows' timers and the window-probe timer.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for i in 0..self.flows.len() {
+            if self.flows[i].poll_timeout().is_some_and(|t| t <= now) {
+                self.flows[i].handle_timeout(now);
+                self.drain_signals(i, now);
+            }
+        }
+        if self.persist_deadline.is_some_and(|t| t <= now) {
+            self.persist_deadline = None;
+            self.persist_backoff = (self.persist_backoff + 1).min(16);
+            // A probe on every open flow: some of them may be on dead paths.
+            for f in self.flows.iter_mut().filter(|f| f.is_established()) {
+                f.request_probe();
+                self.stats.probes += 1;
+            }
+        }
+    }
+
+    fn flow_index(&self, id: FlowId) -> Option<usize> {
+        self.flows.iter().position(|f| f.id() == id)
+    }
+
+    /// One datagram that arrived on `path`. Malformed datagrams and segments of unknown flows
+    /// are dropped and counted.
+    pub fn handle_datagram(&mut self, now: Instant, path: PathId, bytes: &[u8]) {
+        let seg = match Segment::parse_bytes(bytes) {
+            Ok(s) => s,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        let idx = match self.flow_index(seg.flow) {
+            Some(i) => i,
+            None if self.role == Role::Server
+                && seg.flags.contains(Flags::SYN)
+                && self.state != State::Closed
+                && !self.close_requested =>
+            {
+                let mut f = MicroFlow::accept(seg.flow, path, self.config.flow);
+                f.start(now);
+                self.flows.push(f);
+                self.flows.len() - 1
+            }
+            None => {
+                self.stats.unknown_flow += 1;
+                return;
+            }
+        };
+        let open = self.flows[idx].handle_segment(now, &seg);
+        if open && seg.flags.contains(Flags::ACK) {
+            self.handle_peer_window(now, seg.data_ack, seg.window);
+        }
+        if open && seg.flags.contains(Flags::VPKT) && !seg.payload.is_empty() {
+            self.recv.insert(seg.offset, seg.payload);
+        }
+        if open && seg.flags.contains(Flags::FIN) && !self.recv.set_fin(seg.offset) {
+            self.stats.bad_fin += 1;
+        }
+        self.drain_signals(idx, now);
+    }
+
+    fn handle_peer_window(&mut self, now: Instant, data_ack: u64, window: u32) {
+        // Never past what was sent; never backwards.
+        let data_ack = data_ack.min(self.next_new);
+        if data_ack > self.snd_base {
+            let n = usize::try_from(data_ack - self.snd_base).unwrap_or(usize::MAX);
+            self.send_buf.drain(..n.min(self.send_buf.len()));
+            self.snd_base = data_ack;
+            self.restripe.remove_below(data_ack);
+            self.bindings.retain(|_, r| r.end > data_ack);
+            self.maybe_close_flows(now);
+        }
+        let edge = data_ack.saturating_add(u64::from(window));
+        if edge > self.peer_right_edge {
+            self.peer_right_edge = edge;
+            self.persist_deadline = None;
+            self.persist_backoff = 0;
+            self.resume_all();
+        }
+    }
+
+    fn resume_all(&mut self) {
+        for f in &mut self.flows {
+            f.resume();
+        }
+    }
+
+    fn maybe_close_flows(&mut self, now: Instant) {
+        if self.close_requested && !self.flows_closing && self.send_buf.is_empty() {
+            self.flows_closing = true;
+            for i in 0..self.flows.len() {
+                self.flows[i].close(now);
+                self.drain_signals(i, now);
+            }
+            self.check_closed();
+        }
+    }
+
+    fn check_closed(&mut self) {
+        let all = !self.flows.is_empty() && self.flows.iter().all(MicroFlow::is_closed);
+        if all && self.state != State::Closed {
+            self.state = State::Closed;
+            self.events.push_back(Event::Closed);
+        }
+    }
+
+    /// The SM's side of the upcalls of flow `idx`.
+    fn drain_signals(&mut self, idx: usize, now: Instant) {
+        let id = self.flows[idx].id();
+        while let Some(sig) = self.flows[idx].poll_signal() {
+            match sig {
+                Signal::Established => {
+                    self.events.push_back(Event::FlowEstablished(id));
+                    if !self.established {
+                        self.established = true;
+                        self.events.push_back(Event::Established);
+                    }
+                    if self.state == State::Opening {
+                        self.state = State::Open;
+                    }
+                    if self.flows_closing {
+                        self.flows[idx].close(now);
+                    }
+                }
+                Signal::Acked(v) => {
+                    self.bindings.remove(&(id, v));
+                }
+                Signal::Shrunk(v) => {
+                    if let Some(r) = self.bindings.remove(&(id, v)) {
+                        let r = r.start.max(self.snd_base)..r.end;
+                        if r.start < r.end {
+                            self.stats.restriped_bytes += r.end - r.start;
+                            self.restripe.insert(r);
+                            self.resume_all();
+                        }
+                    }
+                }
+                Signal::Timeout(v) => self.copy_to_another_flow(id, v),
+                Signal::Lost(v) => {
+                    // A loss holding up the peer's cumulative acknowledgement (the head of the
+                    // line): copy it to a faster flow too, rather than let the one receive
+                    // buffer fill behind it for a round trip of this flow (an extension: the
+                    // paper's section 2 leaves SACK-based re-striping open).
+                    let head = self
+                        .bindings
+                        .get(&(id, v))
+                        .is_some_and(|r| r.start <= self.snd_base);
+                    if head && self.config.copy_head_of_line {
+                        self.copy_to_another_flow(id, v);
+                    }
+                }
+                Signal::Closed { aborted } => {
+                    self.events
+                        .push_back(Event::FlowClosed { flow: id, aborted });
+                    self.check_closed();
+                }
+            }
+        }
+    }
+
+    /// Redundant striping: queues a copy of the data bound to `(id, v)` for any other flow.
+    fn copy_to_another_flow(&mut self, id: FlowId, v: VirtualSeq) {
+        let Some(r) = self.bindings.get(&(id, v)).cloned() else {
+            return;
+        };
+        if self.flows.len() < 2 {
+            return;
+        }
+        if self.redundant.len() >= self.config.redundant_queue_limit {
+            self.redundant.pop_front();
+            self.stats.redundant_dropped += 1;
+        }
+        self.redundant.push_back((r, id));
+        self.resume_all();
+    }
+
+    /// Chooses the data for `tx` of flow `idx` (delayed binding) and whether it was sent
+    /// before. `None` means FREEZE.
+    fn bind(&mut self, idx: usize, tx: Transmission) -> Option<(Range<u64>, bool)> {
+        let id = self.flows[idx].id();
+        let mss = self.config.flow.congestion.mss;
+        if tx.retransmit {
+            // The same data if it is still bound and not yet acknowledged; else the packet
+            // goes out empty (see the module docs).
+            let r = match self.bindings.remove(&(id, tx.vseq)) {
+                Some(r) if r.end > self.snd_base => r.start.max(self.snd_base)..r.end,
+                _ => self.snd_base..self.snd_base,
+            };
+            return Some((r, true));
+        }
+        // The oldest copy meant for another flow than the one it came from; copies already
+        // acknowledged are dropped on the way. (Not just the front: a copy from this flow at
+        // the front must not hide the others, or a silent flow would keep them forever.)
+        let snd_base = self.snd_base;
+        self.redundant.retain(|(r, _)| r.end > snd_base);
+        if let Some(i) = self.redundant.iter().position(|&(_, from)| from != id) {
+            if let Some((r, _)) = self.redundant.remove(i) {
+                let r = r.start.max(snd_base)..r.end;
+                self.stats.redundant_bytes += r.end - r.start;
+                return Some((r, true));
+            }
+        }
+        if let Some(r) = self.restripe.pop_front(mss) {
+            return Some((r, true));
+        }
+        let end = self.snd_base + self.send_buf.len() as u64;
+        let limit = end.min(self.peer_right_edge);
+        if self.next_new < limit {
+            let r = self.next_new..limit.min(self.next_new + mss);
+            self.next_new = r.end;
+            return Some((r, false));
+        }
+        None
+    }
+
+    /// The next datagram to send and the path to send it on.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<(PathId, Vec<u8>)> {
+        let n = self.flows.len();
+        for k in 0..n {
+            let idx = (self.turn + k) % n;
+            if let Some(flags) = self.flows[idx].poll_control() {
+                self.turn = idx + 1;
+                let offset = if flags.contains(Flags::FIN) {
+                    self.snd_base + self.send_buf.len() as u64
+                } else {
+                    0
+                };
+                return Some(self.emit(idx, flags, None, offset, 0..0));
+            }
+            if let Some(tx) = self.flows[idx].next_transmission() {
+                match self.bind(idx, tx) {
+                    Some((r, resent)) => {
+                        self.turn = idx + 1;
+                        return Some(self.send_bound(now, idx, tx, r, resent));
+                    }
+                    None => {
+                        self.stats.freezes += 1;
+                        self.flows[idx].freeze();
+                    }
+                }
+            }
+            if self.flows[idx].ack_pending() {
+                self.turn = idx + 1;
+                return Some(self.emit(idx, Flags::ACK, None, 0, 0..0));
+            }
+        }
+        self.arm_persist(now);
+        None
+    }
+
+    /// Arms the persist timer when the peer's window blocks new data.
+    fn arm_persist(&mut self, now: Instant) {
+        // Blocked by the peer's window: arm the probe timer (TCP's persist timer), since a
+        // lost window update would otherwise stall the connection. Unlike TCP, also with data in
+        // flight: it may be in flight on a dead path, whose acknowledgements never come.
+        let blocked = self.next_new < self.snd_base + self.send_buf.len() as u64
+            && self.next_new >= self.peer_right_edge
+            && self.restripe.is_empty();
+        if blocked && self.persist_deadline.is_none() {
+            let rto = self
+                .flows
+                .iter()
+                .filter(|f| f.is_established())
+                .map(|f| f.rtt().rto())
+                .min()
+                .unwrap_or(Duration::from_secs(1));
+            let backoff = rto
+                .saturating_mul(1 << self.persist_backoff)
+                .min(self.config.flow.rtt.rto_max);
+            self.persist_deadline = Some(now + backoff);
+        }
+    }
+
+    fn send_bound(
+        &mut self,
+        now: Instant,
+        idx: usize,
+        tx: Transmission,
+        r: Range<u64>,
+        resent: bool,
+    ) -> (PathId, Vec<u8>) {
+        let id = self.flows[idx].id();
+        let len = r.end - r.start;
+        if len == 0 {
+            self.stats.fillers += 1;
+        } else {
+            self.bindings.insert((id, tx.vseq), r.clone());
+            self.stats.bytes_sent += len;
+            if resent {
+                self.stats.bytes_resent += len;
+            }
+        }
+        self.flows[idx].on_sent(now, tx, len);
+        self.emit(idx, Flags::VPKT.with(Flags::ACK), Some(tx.vseq), r.start, r)
+    }
+
+    /// Builds a segment of flow `idx`.
+    fn emit(
+        &mut self,
+        idx: usize,
+        mut flags: Flags,
+        vseq: Option<VirtualSeq>,
+        offset: u64,
+        data: Range<u64>,
+    ) -> (PathId, Vec<u8>) {
+        if !self.flows[idx].can_ack() {
+            flags = Flags::from_bits(flags.bits() & !Flags::ACK.bits()).unwrap_or(flags);
+        }
+        let mut seg = Segment::new(self.flows[idx].id(), flags);
+        if let Some(v) = vseq {
+            seg.vseq = v;
+        }
+        seg.offset = offset;
+        if flags.contains(Flags::ACK) {
+            self.flows[idx].take_ack(&mut seg);
+            seg.data_ack = self.recv.contiguous_end();
+            let edge = self.recv.right_edge();
+            seg.window = u32::try_from(edge - seg.data_ack).unwrap_or(u32::MAX);
+            self.advertised_right_edge = self.advertised_right_edge.max(edge);
+        }
+        // `data` lies in the send buffer (bound data is never below `snd_base`) or is empty.
+        let payload: Vec<u8> = if data.is_empty() {
+            Vec::new()
+        } else {
+            let lo = usize::try_from(data.start.saturating_sub(self.snd_base)).unwrap_or(0);
+            let hi = usize::try_from(data.end.saturating_sub(self.snd_base)).unwrap_or(0);
+            let hi = hi.min(self.send_buf.len());
+            self.send_buf.range(lo.min(hi)..hi).copied().collect()
+        };
+        seg.payload = &payload;
+        let bytes = seg.to_vec();
+        (self.flows[idx].path(), bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Instant {
+        Instant::from_nanos(n * 1_000_000)
+    }
+
+    /// Client and server with `paths` flows, handshake done at time 0 (no loss, no delay).
+    fn open_pair(paths: u8) -> (StripedConnection, StripedConnection) {
+        open_pair_with(paths, Config::default())
+    }
+
+    fn open_pair_with(paths: u8, server: Config) -> (StripedConnection, StripedConnection) {
+        let ids: Vec<PathId> = (0..paths).map(PathId).collect();
+        let mut c = StripedConnection::connect(Config::default(), ms(0), &ids);
+        let mut s = StripedConnection::accept(server);
+        exchange(&mut c, &mut s, ms(0), |_, _| true);
+        assert_eq!(c.state(), State::Open);
+        assert_eq!(s.state(), State::Open);
+        (c, s)
+    }
+
+    /// Delivers everything both ends send at `now` whose path passes `keep`, until quiet;
+    /// returns the data segments the client sent as (flow, vseq, stream range).
+    fn exchange(
+        c: &mut StripedConnection,
+        s: &mut StripedConnection,
+        now: Instant,
+        mut keep: impl FnMut(PathId, &[u8]) -> bool,
+    ) -> Vec<(u8, u64, Range<u64>)> {
+        let mut sent = Vec::new();
+        loop {
+            let mut any = false;
+            while let Some((p, b)) = c.poll_transmit(now) {
+                any = true;
+                let seg = Segment::parse_bytes(&b).unwrap();
+                if seg.flags.contains(Flags::VPKT) {
+                    let end = seg.offset + seg.payload.len() as u64;
+                    sent.push((seg.flow.0, seg.vseq.0, seg.offset..end));
+                }
+                if keep(p, &b) {
+                    s.handle_datagram(now, p, &b);
+                }
+            }
+            while let Some((p, b)) = s.poll_transmit(now) {
+                any = true;
+                if keep(p, &b) {
+                    c.handle_datagram(now, p, &b);
+                }
+            }
+            if !any {
+                return sent;
+            }
+        }
+    }
+
+    #[test]
+    fn delayed_binding_stripes_in_turn_then_freezes_and_resumes() {
+        let (mut c, _s) = open_pair(2);
+        let freezes = c.stats().freezes;
+        assert_eq!(c.write(&[7; 3000]), 3000);
+        let mut got = Vec::new();
+        while let Some((p, b)) = c.poll_transmit(ms(1)) {
+            let seg = Segment::parse_bytes(&b).unwrap();
+            got.push((p.0, seg.offset, seg.payload.len()));
+        }
+        // Each flow is asked in turn and bound the next unsent data when it asks.
+        assert_eq!(got, vec![(0, 0, 1200), (1, 1200, 1200), (0, 2400, 600)]);
+        // Both then asked again and got FREEZE.
+        assert_eq!(c.stats().freezes - freezes, 2);
+        assert!(c.flows().iter().all(MicroFlow::is_frozen));
+        // New data resumes them.
+        c.write(&[8; 100]);
+        assert!(c.flows().iter().all(|f| !f.is_frozen()));
+        let (p, b) = c.poll_transmit(ms(2)).unwrap();
+        let seg = Segment::parse_bytes(&b).unwrap();
+        assert_eq!((seg.offset, seg.payload.len()), (3000, 100));
+        assert_eq!(p, PathId(1));
+    }
+
+    #[test]
+    fn advertised_window_limits_binding_until_the_reader_reads() {
+        let server = Config {
+            receive_buffer_bytes: 64 << 10,
+            ..Config::default()
+        };
+        let (mut c, mut s) = open_pair_with(1, server);
+        c.write(&[1; 200_000]);
+        let mut sent = 0;
+        for step in 1..100 {
+            sent += exchange(&mut c, &mut s, ms(step), |_, _| true)
+                .iter()
+                .map(|x| x.2.end - x.2.start)
+                .sum::<u64>();
+        }
+        // The peer's window stopped it there: the SM answered FREEZE with data still unsent.
+        assert!(c.flows()[0].is_frozen());
+        assert_eq!(sent, 64 << 10);
+        assert_eq!(s.receive_buffered_bytes(), 64 << 10);
+        // Reading a quarter of the buffer sends a window update that lets more through.
+        let mut buf = vec![0; 16 << 10];
+        assert_eq!(s.read(&mut buf), 16 << 10);
+        let more = exchange(&mut c, &mut s, ms(200), |_, _| true);
+        assert_eq!(
+            more.iter().map(|x| x.2.end - x.2.start).sum::<u64>(),
+            16 << 10
+        );
+    }
+
+    #[test]
+    fn timeout_copies_the_in_window_packet_and_restripes_the_rest() {
+        let (mut c, mut s) = open_pair(2);
+        c.write(&[3; 36_000]);
+        // Path 0 swallows everything from now on.
+        let sent = exchange(&mut c, &mut s, ms(10), |p, _| p != PathId(0));
+        let on0: Vec<_> = sent.iter().filter(|x| x.0 == 0).cloned().collect();
+        assert_eq!(on0.len(), 10);
+        let first = on0[0].2.clone();
+        // Flow 0's timer expires (1 s: no RTT sample on it).
+        let rto = c.flows()[0].poll_timeout().unwrap();
+        c.handle_timeout(rto);
+        assert_eq!(c.flows()[0].stats().timeouts, 1);
+        // Redundant striping: flow 0's one in-window packet is copied to flow 1; the nine
+        // others are unbound and re-striped.
+        assert_eq!(c.stats().restriped_bytes, 9 * 1200);
+        let sent = exchange(&mut c, &mut s, rto, |p, _| p != PathId(0));
+        assert!(
+            sent.contains(&(0, 0, first.clone())),
+            "flow 0 probes with its packet"
+        );
+        assert!(
+            sent.iter().any(|x| x.0 == 1 && x.2 == first),
+            "copied to flow 1"
+        );
+        assert_eq!(c.stats().redundant_bytes, 1200);
+        // Everything arrived through flow 1.
+        let mut buf = vec![0; 40_000];
+        assert_eq!(s.read(&mut buf), 36_000);
+        assert_eq!(c.unacked_bytes(), 0);
+    }
+
+    #[test]
+    fn head_of_line_loss_is_copied_to_another_flow() {
+        let (mut c, mut s) = open_pair(2);
+        c.write(&[9; 30_000]);
+        // The first data segment of flow 0 (stream bytes 0..1200) is lost, nothing else.
+        let mut dropped = false;
+        let sent = exchange(&mut c, &mut s, ms(1), |_, b| {
+            let seg = Segment::parse_bytes(b).unwrap();
+            let first = seg.flow == FlowId(0)
+                && seg.flags.contains(Flags::VPKT)
+                && seg.offset == 0
+                && !seg.payload.is_empty();
+            let drop = first && !dropped;
+            dropped |= drop;
+            !drop
+        });
+        assert!(dropped);
+        // Three later packets of flow 0 were SACKed: lost, and copied to flow 1 at once.
+        assert_eq!(c.stats().redundant_bytes, 1200);
+        assert!(sent.contains(&(1, 10, 0..1200)), "{sent:?}");
+        let mut buf = vec![0; 40_000];
+        assert_eq!(s.read(&mut buf), 30_000);
+    }
+
+    #[test]
+    fn a_copy_from_the_asking_flow_does_not_hide_the_others() {
+        let (mut c, _s) = open_pair(2);
+        c.write(&[1; 10_000]);
+        c.redundant.push_back((0..1200, FlowId(1)));
+        c.redundant.push_back((1200..2400, FlowId(0)));
+        let tx = Transmission {
+            vseq: VirtualSeq(0),
+            retransmit: false,
+        };
+        // Flow 1 may not take its own copy, but takes flow 0's behind it.
+        assert_eq!(c.bind(1, tx), Some((1200..2400, true)));
+        assert_eq!(c.bind(0, tx), Some((0..1200, true)));
+        assert!(c.redundant.is_empty());
+    }
+
+    #[test]
+    fn several_flows_on_one_path() {
+        // Section 4.2's weighted service opens w micro-flows on one path.
+        let mut c = StripedConnection::connect(Config::default(), ms(0), &[PathId(0); 4]);
+        let mut s = StripedConnection::accept(Config::default());
+        exchange(&mut c, &mut s, ms(0), |_, _| true);
+        assert_eq!(s.flows().len(), 4);
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        assert_eq!(c.write(&data), data.len());
+        let sent = exchange(&mut c, &mut s, ms(1), |_, _| true);
+        for f in 0..4 {
+            assert!(sent.iter().any(|x| x.0 == f), "flow {f} carried data");
+        }
+        let mut buf = vec![0; 200_000];
+        assert_eq!(s.read(&mut buf), data.len());
+        assert_eq!(&buf[..data.len()], &data[..]);
+    }
+
+    #[test]
+    fn closes_when_all_flows_closed() {
+        let (mut c, mut s) = open_pair(3);
+        c.write(b"hello");
+        c.close(ms(1));
+        exchange(&mut c, &mut s, ms(1), |_, _| true);
+        let mut buf = [0; 16];
+        assert_eq!(s.read(&mut buf), 5);
+        assert!(s.is_finished());
+        // Half-closed: the server still sends, and the client still receives.
+        assert_eq!(s.write(b"world"), 5);
+        s.close(ms(2));
+        exchange(&mut c, &mut s, ms(2), |_, _| true);
+        assert_eq!(c.read(&mut buf), 5);
+        assert_eq!(&buf[..5], b"world");
+        assert!(c.is_finished());
+        assert_eq!(c.state(), State::Closed);
+        assert_eq!(s.state(), State::Closed);
+        let ev: Vec<_> = core::iter::from_fn(|| c.poll_event()).collect();
+        assert_eq!(ev.last(), Some(&Event::Closed));
+        assert_eq!(
+            ev.iter()
+                .filter(|e| matches!(e, Event::FlowClosed { aborted: false, .. }))
+                .count(),
+            3
+        );
+        assert_eq!(c.write(b"more"), 0);
+    }
+
+    #[test]
+    fn receive_buffer_rule() {
+        // Figure 4(a): 500 kbit/s at 400 ms and 5 Mbit/s at 100 ms: 5.5 Mbit/s x 400 ms.
+        let b = Config::receive_buffer_for(&[
+            (500_000, Duration::from_millis(400)),
+            (5_000_000, Duration::from_millis(100)),
+        ]);
+        assert_eq!(b, 275_000);
+        assert_eq!(Config::receive_buffer_for(&[]), 64 << 10);
+    }
+}
