@@ -120,7 +120,8 @@ impl Default for BackupTimer {
 pub struct Pacing {
     /// Release rate in bit/s (e.g. the sum of the path rates); zero turns pacing off.
     pub rate_bps: u64,
-    /// Bytes that may leave back to back.
+    /// Bytes that may leave back to back (never less than
+    /// [`sequence::MIN_RELEASE_BURST`] of release time).
     pub burst_bytes: u64,
 }
 

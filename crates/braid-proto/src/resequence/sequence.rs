@@ -89,6 +89,9 @@ pub struct SequenceReceiver<P> {
     stats: ResequencerStats,
 }
 
+/// The paced release may always run this far ahead of its rate (see [`Pacing`]).
+pub const MIN_RELEASE_BURST: Duration = Duration::from_millis(2);
+
 /// Abandoned ranges remembered at most; the oldest go first.
 pub const MAX_ABANDONED: usize = 256;
 
@@ -276,7 +279,10 @@ impl<P> SequenceReceiver<P> {
         let Some(p) = self.pacing else {
             return now;
         };
-        let burst = crate::time::transmission_time(p.burst_bytes, p.rate_bps);
+        // At least MIN_RELEASE_BURST of release time: a driver whose timers fire a millisecond
+        // late (the daemon's event loop) could otherwise never reach the rate on a fast bond.
+        let burst =
+            crate::time::transmission_time(p.burst_bytes, p.rate_bps).max(MIN_RELEASE_BURST);
         let due = Instant::from_nanos(
             self.paced_until
                 .as_nanos()
