@@ -36,7 +36,7 @@
 mod pair;
 mod receiver;
 
-pub use pair::{PacketPair, NEW_SAMPLE_WEIGHT_PCT};
+pub use pair::{PacketPair, NEW_SAMPLE_WEIGHT_PCT, OUTLIER_FACTOR};
 pub use receiver::{PetReceiver, PetReceiverConfig, MAX_SIGACK_ENTRIES};
 
 use crate::path::{PathId, MAX_PATHS};

@@ -21,7 +21,7 @@ mod sequence;
 pub use equalize::DelayEqualizer;
 pub use logical::LogicalReceiver;
 pub use none::Passthrough;
-pub use sequence::SequenceReceiver;
+pub use sequence::{SequenceReceiver, MAX_ABANDONED, MIN_RELEASE_BURST};
 // BMP's options live beside the config below: `BackupTimer`, `Pacing`.
 
 use crate::path::{Marker, PathId};
@@ -121,7 +121,7 @@ pub struct Pacing {
     /// Release rate in bit/s (e.g. the sum of the path rates); zero turns pacing off.
     pub rate_bps: u64,
     /// Bytes that may leave back to back (never less than
-    /// [`sequence::MIN_RELEASE_BURST`] of release time).
+    /// [`MIN_RELEASE_BURST`] of release time).
     pub burst_bytes: u64,
 }
 
