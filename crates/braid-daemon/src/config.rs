@@ -294,8 +294,6 @@ pub struct PathConfig {
     /// Rate in bit/s (sets the scheduler's quantum); with scheduler `pet` and no `rate_mbit`,
     /// [`PET_PRIOR_RATE_BPS`], a guess PET replaces with its measurement.
     pub rate_bps: u64,
-    /// Whether `rate_bps` was configured (`rate_mbit`) rather than left to PET.
-    pub rate_configured: bool,
     /// The path's MTU (IP packet size on the link).
     pub mtu: u16,
 }
@@ -536,7 +534,6 @@ impl Config {
                         interface: p.interface.clone(),
                         remote: p.remote,
                         rate_bps,
-                        rate_configured: p.rate_mbit.is_some(),
                         mtu: p.mtu,
                     });
                 }
@@ -683,7 +680,7 @@ rate_mbit = 5
         let b = c.bond.unwrap();
         assert_eq!(b.scheduler, SchedulerKind::Pet);
         assert_eq!(b.rates_bps, vec![PET_PRIOR_RATE_BPS; 2]);
-        assert!(c.paths.iter().all(|p| !p.rate_configured));
+        assert!(c.paths.iter().all(|p| p.rate_bps == PET_PRIOR_RATE_BPS));
         // A path rate may still be given: PET starts from it.
         let c = parse(&client("[bond]\nscheduler = \"pet\"")).unwrap();
         assert_eq!(c.bond.unwrap().rates_bps, vec![20_000_000, 5_000_000]);

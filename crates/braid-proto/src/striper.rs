@@ -287,16 +287,33 @@ impl<P> Striper<P> {
         if len > self.max_packet {
             return false;
         }
-        let fits = |p: &TxPath<P>| p.queued_bytes + u64::from(len) <= self.queue_limit_bytes;
         if self.pet.is_some() {
             // PET's choice is made, and remembered, at send time: every path must have room.
-            return self.paths.iter().all(fits);
+            return self.all_have_room(len);
         }
         match &self.sched {
             // EDPF chooses at send time: any path with room will do.
-            Scheduler::Edpf(_) => self.paths.iter().any(fits),
-            _ => fits(&self.paths[self.sched.select().index()]),
+            Scheduler::Edpf(_) => (0..self.paths.len()).any(|i| self.has_room(i, len)),
+            _ => self.has_room(self.sched.select().index(), len),
         }
+    }
+
+    /// Whether path `i`'s transmit queue can take `len` more bytes.
+    fn has_room(&self, i: usize, len: u32) -> bool {
+        self.paths[i].queued_bytes + u64::from(len) <= self.queue_limit_bytes
+    }
+
+    /// Whether every path's transmit queue can take `len` more bytes.
+    fn all_have_room(&self, len: u32) -> bool {
+        (0..self.paths.len()).all(|i| self.has_room(i, len))
+    }
+
+    /// Among the active paths that `accept` takes, the one with the least measured one-way
+    /// delay (paths not measured yet last).
+    fn least_delay_path(&self, accept: impl Fn(usize) -> bool) -> Option<usize> {
+        (0..self.paths.len())
+            .filter(|&i| self.sched.is_active(PathId(i as u8)) && accept(i))
+            .min_by_key(|&i| (self.path_delay[i].is_zero(), self.path_delay[i]))
     }
 
     /// EDPF: set the one-way delay `D_l` of `path` (e.g. half its measured RTT). Ignored by the
@@ -324,9 +341,7 @@ impl<P> Striper<P> {
         if !self.sequence_numbers || len > SMALL_PACKET_BYTES {
             return None;
         }
-        (0..self.paths.len())
-            .filter(|&i| self.sched.is_active(PathId(i as u8)) && !self.path_delay[i].is_zero())
-            .min_by_key(|&i| self.path_delay[i])
+        self.least_delay_path(|i| !self.path_delay[i].is_zero())
             .map(|i| PathId(i as u8))
     }
 
@@ -342,13 +357,17 @@ impl<P> Striper<P> {
             return Err(SendError::TooLarge(payload));
         }
         let small = self.small_packet_path(len);
-        if let (None, Some(pet)) = (small, &mut self.pet) {
-            let fits = |p: &TxPath<P>| p.queued_bytes + u64::from(len) <= self.queue_limit_bytes;
-            if !self.paths.iter().all(fits) {
+        if small.is_none() && self.pet.is_some() {
+            if !self.all_have_room(len) {
                 self.stats.full += 1;
                 return Err(SendError::Full(payload));
             }
-            let path = pet.schedule(now, self.next_seq, len, false);
+            let seq = self.next_seq;
+            let path = self
+                .pet
+                .as_mut()
+                .expect("checked above")
+                .schedule(now, seq, len, false);
             self.enqueue_data(path.index(), len, payload);
             return Ok(path);
         }
@@ -358,7 +377,7 @@ impl<P> Striper<P> {
             (None, _) => self.sched.select(),
         };
         let i = path.index();
-        if self.paths[i].queued_bytes + u64::from(len) > self.queue_limit_bytes {
+        if !self.has_room(i, len) {
             self.stats.full += 1;
             return Err(SendError::Full(payload));
         }
@@ -418,7 +437,7 @@ impl<P> Striper<P> {
             return Err(SendError::TooLarge(payload));
         }
         let i = path.index();
-        if self.paths[i].queued_bytes + u64::from(len) > self.queue_limit_bytes {
+        if !self.has_room(i, len) {
             self.stats.full += 1;
             return Err(SendError::Full(payload));
         }
@@ -465,16 +484,7 @@ impl<P> Striper<P> {
         if !self.sequence_numbers || self.next_seq == 0 {
             return None;
         }
-        let delay = |i: usize| {
-            let d = self.path_delay[i];
-            (d.is_zero(), d)
-        };
-        let room = |p: &TxPath<P>| p.queued_bytes + u64::from(len) <= self.queue_limit_bytes;
-        let Some(i) = (0..self.paths.len())
-            .filter(|&i| i != first.index() && self.sched.is_active(PathId(i as u8)))
-            .filter(|&i| room(&self.paths[i]))
-            .min_by_key(|&i| delay(i))
-        else {
+        let Some(i) = self.least_delay_path(|i| i != first.index() && self.has_room(i, len)) else {
             self.stats.duplicates_dropped += 1;
             return None;
         };

@@ -100,6 +100,19 @@ fn ports(packet: &[u8], offset: usize, proto: u8) -> (Option<u16>, Option<u16>) 
 /// IPv6 extension headers followed to find the transport protocol, at most.
 const MAX_EXTENSION_HEADERS: usize = 8;
 
+/// The DSCP of an IPv4 packet's TOS byte or an IPv6 packet's Traffic Class, without parsing
+/// addresses and ports; `None` for the packets [`headers`] refuses for their IP header.
+pub fn dscp(packet: &[u8]) -> Option<u8> {
+    match packet {
+        [b0, b1, ..] if b0 >> 4 == 4 => {
+            let ihl = usize::from(b0 & 0x0f) * 4;
+            (ihl >= 20 && packet.len() >= ihl).then_some(b1 >> 2)
+        }
+        [b0, b1, ..] if b0 >> 4 == 6 && packet.len() >= 40 => Some(((b0 << 4) | (b1 >> 4)) >> 2),
+        _ => None,
+    }
+}
+
 /// The headers of an IPv4 or IPv6 packet, or `None` if the bytes are not one.
 pub fn headers(packet: &[u8]) -> Option<Headers> {
     match packet.first()? >> 4 {
@@ -208,19 +221,8 @@ impl Classifier {
     /// The class of a raw IP packet (from the TUN device).
     pub fn classify(&self, packet: &[u8]) -> ClassId {
         if self.filters.is_empty() {
-            // Only the DSCP matters: no need to parse addresses and ports, but the same
-            // packets as `headers` accepts.
-            let dscp = match packet {
-                [b0, b1, ..] if b0 >> 4 == 4 => {
-                    let ihl = usize::from(b0 & 0x0f) * 4;
-                    (ihl >= 20 && packet.len() >= ihl).then_some(b1 >> 2)
-                }
-                [b0, b1, ..] if b0 >> 4 == 6 && packet.len() >= 40 => {
-                    Some(((b0 << 4) | (b1 >> 4)) >> 2)
-                }
-                _ => None,
-            };
-            return dscp
+            // Only the DSCP matters: no need to parse addresses and ports.
+            return dscp(packet)
                 .and_then(|d| self.dscp[usize::from(d)])
                 .unwrap_or(self.default);
         }

@@ -4,7 +4,7 @@
 //! simulator's in-memory `Pair` drives it bare.
 
 use braid_proto::credit::{CreditConfig, CreditGrantor};
-use braid_proto::pet::{PetEvent, PetReceiver, PetReceiverConfig, SigAckEntry};
+use braid_proto::pet::{PetReceiver, PetReceiverConfig, SigAckEntry};
 use braid_proto::resequence::ResequenceMode;
 use braid_proto::resequence::{Resequencer, ResequencerConfig};
 use braid_proto::scheduler::ConfigError;
@@ -51,8 +51,6 @@ pub struct EndpointStats {
     pub sig_acks_received: u64,
     /// SIG-ACKs not sent: the queue was full, or the receiver's batch overflowed.
     pub sig_acks_dropped: u64,
-    /// PET blackouts: paths PET took out for lack of SIG-ACKs.
-    pub pet_blackouts: u64,
 }
 
 /// One end of a bond, without I/O.
@@ -132,7 +130,8 @@ impl Endpoint {
         let sent = self.send(now, payload);
         if let Ok(first) = sent {
             if self.duplicate_dscp != 0
-                && dscp(packet).is_some_and(|d| self.duplicate_dscp & (1 << d) != 0)
+                && braid_qos::classifier::dscp(packet)
+                    .is_some_and(|d| self.duplicate_dscp & (1 << d) != 0)
             {
                 let copy = self.buffer(packet);
                 let len = u32::try_from(packet.len()).unwrap_or(u32::MAX);
@@ -294,14 +293,11 @@ impl Endpoint {
         }
     }
 
+    /// Discard PET's events: the session reads PET's state and counters directly
+    /// (`Striper::pet`), and the queue must not grow.
     fn drain_pet_events(&mut self) {
-        let Some(pet) = self.striper.pet_mut() else {
-            return;
-        };
-        while let Some(e) = pet.poll_event() {
-            if let PetEvent::PathDown(_) = e {
-                self.stats.pet_blackouts += 1;
-            }
+        if let Some(pet) = self.striper.pet_mut() {
+            while pet.poll_event().is_some() {}
         }
     }
 
@@ -391,15 +387,6 @@ impl Endpoint {
         .into_iter()
         .flatten()
         .min()
-    }
-}
-
-/// The DSCP of an IPv4 or IPv6 packet.
-fn dscp(packet: &[u8]) -> Option<u8> {
-    match packet.first()? >> 4 {
-        4 => Some(packet.get(1)? >> 2),
-        6 => Some(((packet[0] & 0x0f) << 2) | (packet.get(1)? >> 6)),
-        _ => None,
     }
 }
 

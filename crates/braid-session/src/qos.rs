@@ -105,16 +105,16 @@ impl QosShaper {
         })
     }
 
-    /// The bond's rate changed (a path went down or came back): shape at
+    /// The bond's rate now (paths go down and come back, estimates move): shape at
     /// [`SHAPE_FRACTION`] of `bond_rate_bps` from now on, and give JoBS the matching capacity,
     /// so the per-class rates it hands out are ones the bond can carry. Ignored with
-    /// `[qos] rate_mbit` (a fixed rate) or a rate of zero.
+    /// `[qos] rate_mbit` (a fixed rate), for a rate of zero, and for a change under 2%.
     pub fn set_bond_rate(&mut self, now: Instant, bond_rate_bps: u64) {
         if self.fixed_rate || bond_rate_bps == 0 {
             return;
         }
         let rate_bps = ((bond_rate_bps as f64 * SHAPE_FRACTION) as u64).max(1);
-        if rate_bps == self.rate_bps {
+        if rate_bps.abs_diff(self.rate_bps) * 50 <= self.rate_bps {
             return;
         }
         self.refill(now);
@@ -123,11 +123,6 @@ impl QosShaper {
         self.tokens = self.tokens.min(self.burst);
         let inner = rate_bps * u64::from(self.mtu) / u64::from(self.mtu + WIRE_OVERHEAD_BYTES);
         self.jobs.set_capacity(now, inner.max(1));
-    }
-
-    /// The shaping rate on the wire, bit/s.
-    pub fn rate_bps(&self) -> u64 {
-        self.rate_bps
     }
 
     /// Classify and queue an IP packet; JoBS may drop it or another packet.

@@ -796,12 +796,11 @@ impl Session {
     }
 
     /// Keep the `[qos]` shaper at the bond's rate: paths go down and come back, and PET's
-    /// estimates move. Changes under 2% are ignored.
+    /// estimates move.
     fn update_qos_rate(&mut self, now: Instant) {
-        let rate = self.bond_rate_bps();
-        if let Some(q) = &mut self.qos {
-            let shaped = (rate as f64 * crate::qos::SHAPE_FRACTION) as u64;
-            if rate > 0 && shaped.abs_diff(q.rate_bps()) * 50 > q.rate_bps() {
+        if self.qos.is_some() {
+            let rate = self.bond_rate_bps();
+            if let Some(q) = &mut self.qos {
                 q.set_bond_rate(now, rate);
             }
         }

@@ -54,27 +54,35 @@ struct Net {
     free_at: Vec<Instant>,
 }
 
+/// The client's session config for the bond `p`, with the keys every test uses.
+fn client_config(p: BondParams) -> SessionConfig {
+    SessionConfig::new(
+        Role::Initiator,
+        PrivateKey::from_random([1; 32]),
+        PrivateKey::from_random([2; 32]).public_key(),
+        Some(p),
+    )
+}
+
+/// The server's session config, with the keys every test uses.
+fn server_config() -> SessionConfig {
+    SessionConfig::new(
+        Role::Responder,
+        PrivateKey::from_random([2; 32]),
+        PrivateKey::from_random([1; 32]).public_key(),
+        None,
+    )
+}
+
+/// A session started at time zero, its randomness from `seed`.
+fn session(cfg: SessionConfig, seed: u8) -> Session {
+    Session::new(cfg, Instant::ZERO, [seed; 32], 1_700_000_000_000_000_000)
+}
+
 impl Net {
     fn new(paths: usize, mode: ResequenceMode) -> Net {
-        let ck = PrivateKey::from_random([1; 32]);
-        let sk = PrivateKey::from_random([2; 32]);
-        let client = Session::new(
-            SessionConfig::new(
-                Role::Initiator,
-                ck.clone(),
-                sk.public_key(),
-                Some(params(paths, mode)),
-            ),
-            Instant::ZERO,
-            [3; 32],
-            1_700_000_000_000_000_000,
-        );
-        let server = Session::new(
-            SessionConfig::new(Role::Responder, sk, ck.public_key(), None),
-            Instant::ZERO,
-            [4; 32],
-            1_700_000_000_000_000_000,
-        );
+        let client = session(client_config(params(paths, mode)), 3);
+        let server = session(server_config(), 4);
         Net {
             client,
             server,
@@ -364,18 +372,9 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
 #[test]
 fn rekey_keeps_traffic_flowing() {
     let mut net = Net::new(2, ResequenceMode::Sequence);
-    net.client = {
-        let ck = PrivateKey::from_random([1; 32]);
-        let sk = PrivateKey::from_random([2; 32]);
-        let mut cfg = SessionConfig::new(
-            Role::Initiator,
-            ck,
-            sk.public_key(),
-            Some(params(2, ResequenceMode::Sequence)),
-        );
-        cfg.rekey_after = Duration::from_millis(300);
-        Session::new(cfg, Instant::ZERO, [3; 32], 1_700_000_000_000_000_000)
-    };
+    let mut cfg = client_config(params(2, ResequenceMode::Sequence));
+    cfg.rekey_after = Duration::from_millis(300);
+    net.client = session(cfg, 3);
     net.established();
     let mut next = 0;
     for _ in 0..2000 {
@@ -441,17 +440,7 @@ fn what_a_lossy_path_loses_is_resent_and_nothing_is_lost() {
         if !retransmit {
             let mut p = params(2, ResequenceMode::Sequence);
             p.retransmit = false;
-            net.client = Session::new(
-                SessionConfig::new(
-                    Role::Initiator,
-                    PrivateKey::from_random([1; 32]),
-                    PrivateKey::from_random([2; 32]).public_key(),
-                    Some(p),
-                ),
-                Instant::ZERO,
-                [3; 32],
-                1_700_000_000_000_000_000,
-            );
+            net.client = session(client_config(p), 3);
         }
         net.established();
         // Path 1 (25 ms) loses every 20th data packet.
@@ -489,14 +478,9 @@ fn qos_net() -> Net {
         "buffer_packets = 400\n[[class]]\nname = \"voice\"\ndscp = [46]\n[[class]]\nname = \"bulk\"\ndefault = true\n",
     )
     .unwrap();
-    let mut cfg = SessionConfig::new(
-        Role::Initiator,
-        PrivateKey::from_random([1; 32]),
-        PrivateKey::from_random([2; 32]).public_key(),
-        Some(params(2, ResequenceMode::Sequence)),
-    );
+    let mut cfg = client_config(params(2, ResequenceMode::Sequence));
     cfg.qos = Some(qos);
-    net.client = Session::new(cfg, Instant::ZERO, [3; 32], 1_700_000_000_000_000_000);
+    net.client = session(cfg, 3);
     net.established();
     net
 }
@@ -547,14 +531,7 @@ fn pet_learns_the_rates_it_was_not_given_and_delivers_in_order() {
     p.scheduler = SchedulerKind::Pet;
     p.rates_bps = vec![10_000_000; 3];
     p.marker_interval_rounds = 0;
-    let ck = PrivateKey::from_random([1; 32]);
-    let sk = PrivateKey::from_random([2; 32]);
-    net.client = Session::new(
-        SessionConfig::new(Role::Initiator, ck, sk.public_key(), Some(p)),
-        Instant::ZERO,
-        [3; 32],
-        1_700_000_000_000_000_000,
-    );
+    net.client = session(client_config(p), 3);
     let rates = [8_000_000u64, 4_000_000, 2_000_000];
     net.rate_bps = rates.iter().map(|&r| Some(r)).collect();
     net.established();
@@ -602,17 +579,7 @@ fn a_congestion_run_is_abandoned_and_the_receiver_stops_waiting_at_once() {
         p.retransmit = retransmit;
         // No markers between the data datagrams: the run is one gap of the path's counters.
         p.marker_interval_rounds = 0;
-        net.client = Session::new(
-            SessionConfig::new(
-                Role::Initiator,
-                PrivateKey::from_random([1; 32]),
-                PrivateKey::from_random([2; 32]).public_key(),
-                Some(p),
-            ),
-            Instant::ZERO,
-            [3; 32],
-            1_700_000_000_000_000_000,
-        );
+        net.client = session(client_config(p), 3);
         net.established();
         // Path 0 (5 ms) drops everything for 8 ms: a run of data datagrams too long to be
         // random loss.
@@ -669,14 +636,9 @@ fn packets_of_a_duplicated_class_survive_a_lossy_path() {
     let mut p = params(2, ResequenceMode::Sequence);
     // No resends: only the copies can save what path 0 loses.
     p.retransmit = false;
-    let mut cfg = SessionConfig::new(
-        Role::Initiator,
-        PrivateKey::from_random([1; 32]),
-        PrivateKey::from_random([2; 32]).public_key(),
-        Some(p),
-    );
+    let mut cfg = client_config(p);
     cfg.duplicate_dscp = 1 << 46;
-    net.client = Session::new(cfg, Instant::ZERO, [3; 32], 1_700_000_000_000_000_000);
+    net.client = session(cfg, 3);
     net.established();
     // Path 0 loses every third data datagram.
     net.drop_every[0] = Some(3);
@@ -759,30 +721,13 @@ fn the_receiver_paces_what_a_filled_hole_releases() {
         let mut net = Net::new(2, ResequenceMode::Sequence);
         let mut p = params(2, ResequenceMode::Sequence);
         p.marker_interval_rounds = 0;
-        let mut cfg = SessionConfig::new(
-            Role::Initiator,
-            PrivateKey::from_random([1; 32]),
-            PrivateKey::from_random([2; 32]).public_key(),
-            Some(p),
-        );
+        let mut cfg = client_config(p);
         cfg.release_pacing_pct = pct;
-        net.client = Session::new(cfg, Instant::ZERO, [3; 32], 1_700_000_000_000_000_000);
+        net.client = session(cfg, 3);
         // The server paces what it delivers: 120% of the bond's 30 Mbit/s.
-        net.server = Session::new(
-            {
-                let mut c = SessionConfig::new(
-                    Role::Responder,
-                    PrivateKey::from_random([2; 32]),
-                    PrivateKey::from_random([1; 32]).public_key(),
-                    None,
-                );
-                c.release_pacing_pct = pct;
-                c
-            },
-            Instant::ZERO,
-            [4; 32],
-            1_700_000_000_000_000_000,
-        );
+        let mut cfg = server_config();
+        cfg.release_pacing_pct = pct;
+        net.server = session(cfg, 4);
         net.established();
         // Path 1 (25 ms) goes dark for 20 ms: what path 0 delivers meanwhile waits behind the
         // hole until the run is abandoned, then leaves at once, or paced.
