@@ -237,8 +237,8 @@ struct RawPath {
 }
 
 /// The receiver's paced release, in percent of the bond's rate, by default (`[bond]
-/// release_pacing_pct`). Measured on the lab's three paths with CUBIC: 12.3 Mbit/s paced at
-/// 120%, 9.1 unpaced; with 1% loss on a path, 11.1 against 5.1-6.3.
+/// release_pacing_pct`). Measured on the lab's three paths with CUBIC: 12.34 Mbit/s paced at
+/// 120%, 9.08 unpaced; with 1% loss on a path, 11.04 against 5.08 (docs/benchmarks.md).
 pub const DEFAULT_RELEASE_PACING_PCT: u32 = 120;
 
 /// The rate PET assumes for a path without `rate_mbit` until its first packet pairs are
