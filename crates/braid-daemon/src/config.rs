@@ -75,6 +75,27 @@ impl FromStr for Cidr {
     }
 }
 
+impl Cidr {
+    /// Whether `ip` is inside this prefix.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.addr, self.prefix)
@@ -147,7 +168,9 @@ struct Raw {
     role: Role,
     private_key: Option<String>,
     private_key_file: Option<PathBuf>,
-    peer_public_key: String,
+    peer_public_key: Option<String>,
+    #[serde(default, rename = "client")]
+    clients: Vec<RawClient>,
     #[serde(default, deserialize_with = "opt_socket_addr")]
     listen: Option<SocketAddr>,
     interface: RawInterface,
@@ -161,12 +184,24 @@ struct Raw {
     qos: Option<braid_qos::QosConfig>,
 }
 
+/// A server's `[[client]]` table (the proxy role).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClient {
+    name: Option<String>,
+    public_key: String,
+    #[serde(default, deserialize_with = "from_str_vec")]
+    address: Vec<IpAddr>,
+    #[serde(default, deserialize_with = "from_str_vec")]
+    routes: Vec<Cidr>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawInterface {
     #[serde(default = "default_ifname")]
     name: String,
-    #[serde(deserialize_with = "from_str_vec")]
+    #[serde(default, deserialize_with = "from_str_vec")]
     address: Vec<Cidr>,
     mtu: Option<u16>,
     #[serde(default, deserialize_with = "from_str_vec")]
@@ -298,6 +333,33 @@ pub struct PathConfig {
     pub mtu: u16,
 }
 
+/// A peer this end talks to: a client's server, or one of a server's clients.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerConfig {
+    /// A name for `status` (a `[[client]]`'s `name`; `server` or `client` otherwise).
+    pub name: String,
+    /// Its static public key.
+    pub public_key: PublicKey,
+    /// Server, `[[client]]`: the tunnel addresses handed to this client, each with the prefix
+    /// of the server's interface address that contains it. Packets to them go to this client.
+    pub addresses: Vec<Cidr>,
+    /// Server, `[[client]]`: more prefixes behind this client (its LAN), routed to it.
+    pub routes: Vec<Cidr>,
+    /// `true` for the one peer of `peer_public_key`: every packet goes to it and it may send
+    /// from any address. `false` for a `[[client]]`: only its `addresses` and `routes` are
+    /// routed to it, and packets it sends from any other source are dropped.
+    pub catch_all: bool,
+}
+
+impl PeerConfig {
+    /// Whether `ip` is one of this peer's addresses or inside one of its routes.
+    pub fn owns(&self, ip: IpAddr) -> bool {
+        self.catch_all
+            || self.addresses.iter().any(|c| c.addr == ip)
+            || self.routes.iter().any(|c| c.contains(ip))
+    }
+}
+
 /// A checked configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -305,8 +367,9 @@ pub struct Config {
     pub role: Role,
     /// This end's key.
     pub private_key: PrivateKey,
-    /// The peer's key.
-    pub peer_public_key: PublicKey,
+    /// Who this end talks to: a client's one server; a server's one client (`peer_public_key`)
+    /// or its `[[client]]` tables, in file order.
+    pub peers: Vec<PeerConfig>,
     /// Server: the UDP address to listen on.
     pub listen: Option<SocketAddr>,
     /// TUN name.
@@ -400,14 +463,7 @@ impl Config {
                 ))
             }
         };
-        let peer_public_key = PublicKey::from_base64(&raw.peer_public_key)
-            .map_err(|e| invalid(format!("peer_public_key: {e} (the peer's `braid pubkey`)")))?;
-        if peer_public_key == private_key.public_key() {
-            return Err(invalid(
-                "peer_public_key is this end's own public key: put the other end's key there"
-                    .into(),
-            ));
-        }
+        let peers = peers(&raw, &private_key).map_err(invalid)?;
         let ifname = raw.interface.name.clone();
         if ifname.is_empty()
             || ifname.len() > 15
@@ -419,7 +475,7 @@ impl Config {
                 "interface.name `{ifname}`: use 1 to 15 letters, digits, '-', '_' or '.'"
             )));
         }
-        if raw.interface.address.is_empty() {
+        if raw.interface.address.is_empty() && raw.role == Role::Responder {
             return Err(invalid("interface.address is empty: give the tunnel at least one address, e.g. [\"10.77.0.1/30\"]".into()));
         }
         let l = &raw.liveness;
@@ -608,7 +664,7 @@ impl Config {
         Ok(Config {
             role: raw.role,
             private_key,
-            peer_public_key,
+            peers,
             listen: raw.listen,
             ifname,
             addresses: raw.interface.address,
@@ -627,6 +683,95 @@ impl Config {
             duplicate_dscp,
             release_pacing_pct,
         })
+    }
+}
+
+/// The peers of `raw`: `peer_public_key` (one peer, every address), or a server's
+/// `[[client]]` tables, each with its handed addresses. Errors name the key and the fix.
+fn peers(raw: &Raw, private_key: &PrivateKey) -> Result<Vec<PeerConfig>, String> {
+    let own = private_key.public_key();
+    let key = |what: &str, text: &str| {
+        let k = PublicKey::from_base64(text)
+            .map_err(|e| format!("{what}: {e} (the peer's `braid pubkey`)"))?;
+        if k == own {
+            return Err(format!(
+                "{what} is this end's own public key: put the other end's key there"
+            ));
+        }
+        Ok(k)
+    };
+    match (&raw.peer_public_key, raw.clients.is_empty(), raw.role) {
+        (Some(k), true, role) => Ok(vec![PeerConfig {
+            name: if role == Role::Initiator { "server" } else { "client" }.into(),
+            public_key: key("peer_public_key", k)?,
+            addresses: Vec::new(),
+            routes: Vec::new(),
+            catch_all: true,
+        }]),
+        (None, true, Role::Initiator) => Err(
+            "peer_public_key is missing: give the server's public key (`braid pubkey` on the server)".into(),
+        ),
+        (None, true, Role::Responder) => Err(
+            "no client: give peer_public_key = \"...\" for one client, or one [[client]] table per client (public_key, address)".into(),
+        ),
+        (Some(_), false, _) => Err(
+            "both peer_public_key and [[client]] tables: keep peer_public_key for a single client, or move it into a [[client]] table".into(),
+        ),
+        (None, false, Role::Initiator) => Err(
+            "[[client]] tables are for role = \"server\"; a client names its server with peer_public_key".into(),
+        ),
+        (None, false, Role::Responder) => {
+            let mut out: Vec<PeerConfig> = Vec::new();
+            for (i, c) in raw.clients.iter().enumerate() {
+                let name = c.name.clone().unwrap_or_else(|| format!("client{i}"));
+                let public_key = key(&format!("[[client]] {name}: public_key"), &c.public_key)?;
+                if c.address.is_empty() || c.address.len() > braid_session::session::MAX_HANDED_ADDRESSES {
+                    return Err(format!(
+                        "[[client]] {name}: give address = [\"10.77.0.2\"], the tunnel address(es) this client is handed (1 to {})",
+                        braid_session::session::MAX_HANDED_ADDRESSES
+                    ));
+                }
+                let mut addresses = Vec::new();
+                for &a in &c.address {
+                    let Some(net) = raw.interface.address.iter().find(|n| n.contains(a)) else {
+                        return Err(format!(
+                            "[[client]] {name}: address {a} is outside the server's interface.address prefixes: pick an address inside one of them (e.g. 10.77.0.2 for 10.77.0.1/24), so the client reaches the server through the tunnel"
+                        ));
+                    };
+                    if raw.interface.address.iter().any(|n| n.addr == a) {
+                        return Err(format!(
+                            "[[client]] {name}: address {a} is the server's own tunnel address: pick another"
+                        ));
+                    }
+                    addresses.push(Cidr { addr: a, prefix: net.prefix });
+                }
+                for other in &out {
+                    if other.public_key == public_key {
+                        return Err(format!(
+                            "[[client]] {name} has the same public_key as {}: each client needs its own key pair",
+                            other.name
+                        ));
+                    }
+                    if let Some(a) = addresses.iter().find(|a| other.owns(a.addr)) {
+                        return Err(format!(
+                            "[[client]] {name}: address {} is already {}'s: each client needs its own",
+                            a.addr, other.name
+                        ));
+                    }
+                    if other.name == name {
+                        return Err(format!("two [[client]] tables are named {name}: rename one"));
+                    }
+                }
+                out.push(PeerConfig {
+                    name,
+                    public_key,
+                    addresses,
+                    routes: c.routes.clone(),
+                    catch_all: false,
+                });
+            }
+            Ok(out)
+        }
     }
 }
 
@@ -818,5 +963,116 @@ prometheus = "127.0.0.1:9477"
         assert_eq!(c.addresses.len(), 2);
         assert_eq!(c.routes[0].to_string(), "10.1.0.0/16");
         assert!(c.prometheus.is_some());
+    }
+
+    /// A proxy server's config with the given `[[client]]` tables.
+    fn proxy(clients: &str) -> String {
+        format!(
+            r#"
+role = "server"
+private_key = "{CLIENT_KEY}"
+listen = "0.0.0.0:7000"
+[interface]
+address = ["10.77.0.1/24", "fd77::1/64"]
+{clients}
+"#
+        )
+    }
+
+    const KEY_A: &str = "j2i3NRapy6PhI5sCicBlkSaMFd2zcc12kg7qHK+aHhs=";
+
+    #[test]
+    fn a_proxy_hands_each_client_its_address_and_routes_by_it() {
+        let c = parse(&proxy(&format!(
+            r#"
+[[client]]
+name = "home"
+public_key = "{SERVER_PUB}"
+address = ["10.77.0.2", "fd77::2"]
+routes = ["192.168.50.0/24"]
+[[client]]
+public_key = "{KEY_A}"
+address = ["10.77.0.3"]
+"#
+        )))
+        .unwrap();
+        assert_eq!(c.peers.len(), 2);
+        let (home, other) = (&c.peers[0], &c.peers[1]);
+        assert_eq!(home.name, "home");
+        assert_eq!(other.name, "client1");
+        assert_eq!(
+            home.addresses
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>(),
+            ["10.77.0.2/24", "fd77::2/64"],
+            "each handed address takes the prefix of the server's own that holds it"
+        );
+        assert!(home.owns("192.168.50.9".parse().unwrap()));
+        assert!(home.owns("10.77.0.2".parse().unwrap()));
+        assert!(!home.owns("10.77.0.3".parse().unwrap()));
+        assert!(other.owns("10.77.0.3".parse().unwrap()) && !other.catch_all);
+    }
+
+    #[test]
+    fn proxy_mistakes_are_named() {
+        let one = |extra: &str| {
+            format!("[[client]]\npublic_key = \"{SERVER_PUB}\"\naddress = [\"10.77.0.2\"]\n{extra}")
+        };
+        let cases = [
+            (proxy(""), "no client"),
+            (
+                proxy("[[client]]\npublic_key = \"xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=\"\n"),
+                "give address",
+            ),
+            (
+                proxy(&format!("[[client]]\npublic_key = \"{SERVER_PUB}\"\naddress = [\"10.9.0.2\"]\n")),
+                "outside the server's interface.address",
+            ),
+            (
+                proxy(&format!("[[client]]\npublic_key = \"{SERVER_PUB}\"\naddress = [\"10.77.0.1\"]\n")),
+                "the server's own tunnel address",
+            ),
+            (
+                proxy(&format!(
+                    "{}[[client]]\npublic_key = \"{KEY_A}\"\naddress = [\"10.77.0.2\"]\n",
+                    one("")
+                )),
+                "is already client0's",
+            ),
+            (
+                proxy(&format!(
+                    "{}[[client]]\npublic_key = \"{SERVER_PUB}\"\naddress = [\"10.77.0.4\"]\n",
+                    one("")
+                )),
+                "same public_key",
+            ),
+            (
+                proxy(&one("")).replace(
+                    "listen =",
+                    &format!("peer_public_key = \"{KEY_A}\"\nlisten ="),
+                ),
+                "both peer_public_key and [[client]]",
+            ),
+            (
+                client("").replace(
+                    "[interface]",
+                    &format!("[[client]]\npublic_key = \"{KEY_A}\"\naddress = [\"10.77.0.2\"]\n[interface]"),
+                ),
+                "both peer_public_key and [[client]]",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains(want), "{want:?} not in {err:?}\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_client_may_leave_its_address_to_the_server() {
+        let text = client("").replace("address = [\"10.77.0.2/30\"]\n", "");
+        assert!(!text.contains("10.77.0.2/30"), "{text}");
+        let c = parse(&text).unwrap();
+        assert!(c.addresses.is_empty());
     }
 }

@@ -14,7 +14,7 @@ pub mod control;
 mod metrics;
 mod net;
 
-use crate::config::Config;
+use crate::config::{Config, PeerConfig};
 use braid_proto::time::Instant;
 use braid_proto::PathId;
 use braid_session::{Role, Session, SessionConfig};
@@ -23,7 +23,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use serde::Serialize;
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
@@ -98,10 +98,17 @@ pub struct Status {
     pub mtu: u16,
     /// `configured` or `derived: smallest path MTU minus braid's overhead`.
     pub mtu_source: String,
-    /// Path names and peer addresses, in path order.
-    pub paths: Vec<PathInfo>,
-    /// The session's own status.
-    pub session: braid_session::SessionStatus,
+    /// Client or server.
+    pub role: Role,
+    /// This end's tunnel addresses (a client's include what the server handed it).
+    pub addresses: Vec<String>,
+    /// Each peer: a client's server, or a server's clients, in config order.
+    pub peers: Vec<PeerStatus>,
+    /// Server with `[[client]]` tables: TUN packets to an address no client owns (dropped).
+    pub unrouted_packets: u64,
+    /// Server with `[[client]]` tables: datagrams no client's session claimed (unknown key or
+    /// index, malformed; dropped unanswered).
+    pub unclaimed_datagrams: u64,
     /// Whether the TUN device runs with the kernel's offloads (TSO/USO super-packets read and
     /// GRO-coalesced writes), or moves one packet per system call.
     pub tun_offload: bool,
@@ -123,6 +130,26 @@ pub struct Status {
     pub cpu_system_s: f64,
 }
 
+/// One peer in `status`.
+#[derive(Debug, Serialize)]
+pub struct PeerStatus {
+    /// `server`, `client`, or a `[[client]]`'s name.
+    pub name: String,
+    /// Its public key (base64).
+    pub public_key: String,
+    /// Server, `[[client]]`: the tunnel addresses handed to it and the prefixes behind it.
+    pub addresses: Vec<String>,
+    /// Server, `[[client]]`: prefixes routed to it.
+    pub routes: Vec<String>,
+    /// Path names and peer addresses, in path order.
+    pub paths: Vec<PathInfo>,
+    /// The session's own status.
+    pub session: braid_session::SessionStatus,
+    /// Server, `[[client]]`: packets from this client with a source address that is not its
+    /// own (dropped: a client cannot pose as another).
+    pub spoofed_packets: u64,
+}
+
 /// A path's identity in `status`.
 #[derive(Debug, Serialize)]
 pub struct PathInfo {
@@ -132,16 +159,27 @@ pub struct PathInfo {
     pub peer: Option<SocketAddr>,
 }
 
+/// One peer's session and what the daemon keeps for it.
+struct Peer {
+    cfg: PeerConfig,
+    session: Session,
+    /// Where each path's datagrams go: the client's configured remotes, or what the server
+    /// learned from authenticated packets.
+    addrs: Vec<Option<SocketAddr>>,
+    spoofed: u64,
+    /// Client: the handed addresses already put on the TUN.
+    applied: Vec<(IpAddr, u8)>,
+}
+
 struct Daemon {
     cfg: Config,
-    session: Session,
+    peers: Vec<Peer>,
     tun: net::Tun,
     mtu: u16,
     mtu_source: String,
     sockets: Vec<UdpSocket>,
     /// quinn-udp's per-socket state: GSO support and segment limits.
     gso: Vec<quinn_udp::UdpSocketState>,
-    peers: Vec<Option<SocketAddr>>,
     names: Vec<String>,
     /// The status JSON the control thread serves, refreshed by the loop.
     snapshot: Arc<Mutex<String>>,
@@ -154,6 +192,8 @@ struct Daemon {
     tun_tx: u64,
     tun_tx_errors: u64,
     send_errors: u64,
+    unrouted: u64,
+    unclaimed: u64,
     tun_readable: bool,
     /// Receive buffer for (possibly GRO-coalesced) datagrams.
     rx: Vec<u8>,
@@ -174,6 +214,23 @@ pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
     result
 }
 
+/// The destination (`source = false`) or source address of an IPv4 or IPv6 packet.
+fn packet_address(packet: &[u8], source: bool) -> Option<IpAddr> {
+    match packet.first()? >> 4 {
+        4 => {
+            let at = if source { 12 } else { 16 };
+            let b: [u8; 4] = packet.get(at..at + 4)?.try_into().ok()?;
+            Some(IpAddr::from(b))
+        }
+        6 => {
+            let at = if source { 8 } else { 24 };
+            let b: [u8; 16] = packet.get(at..at + 16)?.try_into().ok()?;
+            Some(IpAddr::from(b))
+        }
+        _ => None,
+    }
+}
+
 impl Daemon {
     fn start(cfg: Config) -> Result<Daemon, DaemonError> {
         let (mtu, mtu_source) = match (cfg.role, cfg.mtu, cfg.mtu_configured) {
@@ -185,7 +242,7 @@ impl Daemon {
             _ => (1428, "1428 until the client's handshake sets it".to_owned()),
         };
         let tun = net::open_tun(&cfg, mtu)?;
-        let (sockets, peers, names) = net::open_sockets(&cfg)?;
+        let (sockets, addrs, names) = net::open_sockets(&cfg)?;
         let gso = sockets
             .iter()
             .map(|s| quinn_udp::UdpSocketState::new(quinn_udp::UdpSockRef::from(s)))
@@ -215,31 +272,41 @@ impl Daemon {
             metrics::serve(l, text.clone());
             text
         });
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| DaemonError::Io(io::Error::other(e.to_string())))?;
-        let mut scfg = SessionConfig::new(
-            cfg.role,
-            cfg.private_key.clone(),
-            cfg.peer_public_key,
-            cfg.bond.clone(),
-        );
-        scfg.probe_interval = cfg.probe_interval;
-        scfg.qos = cfg.qos.clone();
-        scfg.duplicate_dscp = cfg.duplicate_dscp;
-        scfg.release_pacing_pct = cfg.release_pacing_pct;
-        scfg.dead_after = cfg.dead_after;
-        scfg.rekey_after = cfg.rekey_after;
+        let mut peers = Vec::new();
+        for p in &cfg.peers {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed)
+                .map_err(|e| DaemonError::Io(io::Error::other(e.to_string())))?;
+            let mut scfg = SessionConfig::new(
+                cfg.role,
+                cfg.private_key.clone(),
+                p.public_key,
+                cfg.bond.clone(),
+            );
+            scfg.probe_interval = cfg.probe_interval;
+            scfg.qos = cfg.qos.clone();
+            scfg.duplicate_dscp = cfg.duplicate_dscp;
+            scfg.release_pacing_pct = cfg.release_pacing_pct;
+            scfg.dead_after = cfg.dead_after;
+            scfg.rekey_after = cfg.rekey_after;
+            scfg.handed_addresses = p.addresses.iter().map(|c| (c.addr, c.prefix)).collect();
+            peers.push(Peer {
+                cfg: p.clone(),
+                session: Session::new(scfg, Instant::ZERO, seed, wall_ns()),
+                addrs: addrs.clone(),
+                spoofed: 0,
+                applied: Vec::new(),
+            });
+        }
         let clock = std::time::Instant::now();
-        let session = Session::new(scfg, Instant::ZERO, seed, wall_ns());
         Ok(Daemon {
             cfg,
-            session,
+            peers,
             tun,
             mtu,
             mtu_source,
             sockets,
             gso,
-            peers,
             names,
             snapshot,
             metrics_text,
@@ -250,6 +317,8 @@ impl Daemon {
             tun_tx: 0,
             tun_tx_errors: 0,
             send_errors: 0,
+            unrouted: 0,
+            unclaimed: 0,
             tun_readable: true,
             rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
             out: vec![0u8; (MAX_BATCH + 1) * DATAGRAM_ROOM],
@@ -258,6 +327,15 @@ impl Daemon {
 
     fn now(&self) -> Instant {
         Instant::from_nanos(self.clock.elapsed().as_nanos() as u64)
+    }
+
+    /// One peer that takes every packet (a client, or a server with `peer_public_key`).
+    fn single(&self) -> bool {
+        self.peers.len() == 1 && self.peers[0].cfg.catch_all
+    }
+
+    fn any_established(&self) -> bool {
+        self.peers.iter().any(|p| p.session.is_established())
     }
 
     fn event_loop(&mut self, stop: &AtomicBool) -> Result<(), DaemonError> {
@@ -273,21 +351,21 @@ impl Daemon {
         while !stop.load(Ordering::Relaxed) {
             let now = self.now();
             let timeout = self
-                .session
-                .poll_timeout()
+                .peers
+                .iter()
+                .filter_map(|p| p.session.poll_timeout())
+                .min()
                 .map(
                     |t| StdDuration::from_nanos(t.saturating_duration_since(now).as_nanos() as u64),
                 )
                 .unwrap_or(StdDuration::from_millis(100))
                 .min(StdDuration::from_millis(100));
-            let timeout = if self.tun_readable
-                && self.tun.pending().is_none()
-                && self.session.is_established()
-            {
-                StdDuration::ZERO
-            } else {
-                timeout
-            };
+            let timeout =
+                if self.tun_readable && self.tun.pending().is_none() && self.any_established() {
+                    StdDuration::ZERO
+                } else {
+                    timeout
+                };
             match poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -301,8 +379,11 @@ impl Daemon {
                 }
             }
             let now = self.now();
-            self.session.handle_timeout(now);
+            for p in &mut self.peers {
+                p.session.handle_timeout(now);
+            }
             self.adopt_mtu();
+            self.adopt_addresses();
             self.read_tun();
             self.flush();
             if now >= self.next_publish {
@@ -313,13 +394,18 @@ impl Daemon {
         Ok(())
     }
 
-    /// A server learns the client's `max_packet` in the handshake: match the TUN MTU to it, so
-    /// the kernel never hands the bond a packet it must refuse.
+    /// A server learns each client's `max_packet` in its handshake: match the TUN MTU to the
+    /// smallest, so the kernel never hands the bond a packet it must refuse.
     fn adopt_mtu(&mut self) {
-        if self.cfg.role != Role::Responder {
+        if self.cfg.role != Role::Responder || self.cfg.mtu_configured {
             return;
         }
-        let Some(max) = self.session.params().map(|p| p.max_packet) else {
+        let Some(max) = self
+            .peers
+            .iter()
+            .filter_map(|p| p.session.params().map(|p| p.max_packet))
+            .min()
+        else {
             return;
         };
         let Ok(max) = u16::try_from(max) else {
@@ -340,8 +426,43 @@ impl Daemon {
             if ok {
                 self.mtu = max;
                 self.tun.set_mtu(max);
-                self.mtu_source = "the client's, from the handshake".to_owned();
+                self.mtu_source = if self.single() {
+                    "the client's, from the handshake".to_owned()
+                } else {
+                    "the smallest of the clients', from their handshakes".to_owned()
+                };
             }
+        }
+    }
+
+    /// Client: put the tunnel addresses the server handed over (the proxy role's fixed
+    /// address) on the TUN, once per new set.
+    fn adopt_addresses(&mut self) {
+        if self.cfg.role != Role::Initiator {
+            return;
+        }
+        let ifname = self.cfg.ifname.clone();
+        for p in &mut self.peers {
+            let handed = p.session.handed_addresses();
+            if handed == &p.applied[..] {
+                continue;
+            }
+            for (a, prefix) in handed {
+                if p.applied.contains(&(*a, *prefix)) {
+                    continue;
+                }
+                let spec = format!("{a}/{prefix}");
+                let ok = std::process::Command::new("ip")
+                    .args(["addr", "replace", &spec, "dev", &ifname])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if ok {
+                    eprintln!("braid: the server handed this end {spec}: on {ifname}");
+                } else {
+                    eprintln!("braid: cannot put the handed address {spec} on {ifname}");
+                }
+            }
+            p.applied = handed.to_vec();
         }
     }
 
@@ -361,16 +482,51 @@ impl Daemon {
         }
     }
 
-    /// Read from the TUN while the bond can take packets. A packet the bond cannot take yet
-    /// stays pending in the read batch with the rest of its batch behind it, and reading stops
-    /// until it goes, so backpressure reaches the sender through the kernel's TUN queue.
+    /// The peer a packet from the TUN goes to: the only one, or the client that owns its
+    /// destination (its handed address, or a route behind it; the longest prefix wins).
+    fn route(&self, packet: &[u8]) -> Option<usize> {
+        if self.single() {
+            return Some(0);
+        }
+        let dst = packet_address(packet, false)?;
+        let mut best: Option<(u8, usize)> = None;
+        for (i, p) in self.peers.iter().enumerate() {
+            let len = if p.cfg.addresses.iter().any(|c| c.addr == dst) {
+                Some(if dst.is_ipv4() { 32 } else { 128 })
+            } else {
+                p.cfg
+                    .routes
+                    .iter()
+                    .filter(|r| r.contains(dst))
+                    .map(|r| r.prefix)
+                    .max()
+            };
+            if let Some(len) = len {
+                if best.is_none_or(|(b, _)| len > b) {
+                    best = Some((len, i));
+                }
+            }
+        }
+        best.map(|(_, i)| i)
+    }
+
+    /// Read from the TUN while the bond can take packets. With one peer, a packet the bond
+    /// cannot take yet stays pending in the read batch with the rest of its batch behind it,
+    /// and reading stops until it goes, so backpressure reaches the sender through the
+    /// kernel's TUN queue. With several clients one full client must not stall the others:
+    /// its packet is dropped (and counted by its session), as a router's full queue would.
     fn read_tun(&mut self) {
         let now = self.now();
-        if !self.session.is_established() {
+        if !self.any_established() {
             // Nowhere to send: drain so the kernel queue holds nothing stale (counted as dropped).
             for _ in 0..MAX_TUN_READS {
                 while let Some(p) = self.tun.pending() {
-                    let _ = self.session.send(now, p);
+                    match self.route(p) {
+                        Some(i) => {
+                            let _ = self.peers[i].session.send(now, p);
+                        }
+                        None => self.unrouted += 1,
+                    }
                     self.tun.advance();
                 }
                 match self.tun.read() {
@@ -382,17 +538,24 @@ impl Daemon {
             self.tun_readable = false;
             return;
         }
+        let single = self.single();
         for _ in 0..MAX_TUN_READS {
-            while let Some(len) = self.tun.pending().map(<[u8]>::len) {
+            while let Some(p) = self.tun.pending() {
+                let len = p.len();
+                let Some(i) = self.route(p) else {
+                    self.unrouted += 1;
+                    self.tun.advance();
+                    continue;
+                };
                 // Larger than the bond carries: send drops it (and counts it).
-                if !self.session.can_send(len) && len <= usize::from(self.mtu) {
+                if single && !self.peers[i].session.can_send(len) && len <= usize::from(self.mtu) {
                     self.flush();
-                    if !self.session.can_send(len) {
+                    if !self.peers[i].session.can_send(len) {
                         return;
                     }
                 }
                 if let Some(p) = self.tun.pending() {
-                    self.session.send(now, p);
+                    self.peers[i].session.send(now, p);
                 }
                 self.tun.advance();
             }
@@ -409,6 +572,25 @@ impl Daemon {
                 // A super-packet that would not split: dropped, counted, read on.
                 Err(_) => self.tun_rx_errors += 1,
             }
+        }
+    }
+
+    /// The peer a datagram is for: the only one; else the client whose key made a handshake
+    /// initiation, or whose session owns a transport message's receiver index.
+    fn claim(&self, datagram: &[u8]) -> Option<usize> {
+        if self.peers.len() == 1 {
+            return Some(0);
+        }
+        match braid_wire::outer::Outer::parse(datagram).ok()? {
+            braid_wire::outer::Outer::HandshakeInit { .. } => {
+                let key = braid_session::initiator_key(&self.cfg.private_key, datagram)?;
+                self.peers.iter().position(|p| p.cfg.public_key == key)
+            }
+            braid_wire::outer::Outer::Transport { receiver_index, .. } => self
+                .peers
+                .iter()
+                .position(|p| p.session.owns_index(receiver_index)),
+            braid_wire::outer::Outer::HandshakeResponse { .. } => None,
         }
     }
 
@@ -440,35 +622,51 @@ impl Daemon {
                 while at < m.len.min(RX_BUFFER_BYTES) {
                     let end = (at + stride).min(m.len).min(RX_BUFFER_BYTES);
                     let datagram = &self.rx[base + at..base + end];
-                    if let Ok(path) = self.session.handle_datagram(now, arrived_on, datagram) {
+                    at = end;
+                    let Some(c) = self.claim(datagram) else {
+                        self.unclaimed += 1;
+                        continue;
+                    };
+                    let peer = &mut self.peers[c];
+                    if let Ok(path) = peer.session.handle_datagram(now, arrived_on, datagram) {
                         if self.cfg.role == Role::Responder {
                             let p = path.index();
-                            if self.peers.len() <= p {
-                                self.peers.resize(p + 1, None);
+                            if peer.addrs.len() <= p {
+                                peer.addrs.resize(p + 1, None);
                             }
                             // Authenticated: learn (or follow) the client's address for this
                             // path.
-                            self.peers[p] = Some(m.addr);
+                            peer.addrs[p] = Some(m.addr);
                         }
                     }
-                    at = end;
                 }
             }
             self.deliver();
         }
     }
 
-    /// Queue what the session delivers for the TUN, writing whenever a batch is full.
+    /// Queue what the sessions deliver for the TUN, writing whenever a batch is full. A
+    /// `[[client]]`'s packets must come from its own addresses.
     fn deliver(&mut self) {
         let now = self.now();
-        while let Some(p) = self.session.poll_deliver(now) {
-            if self.tun.queue_full() {
-                self.write_tun();
+        for k in 0..self.peers.len() {
+            while let Some(p) = self.peers[k].session.poll_deliver(now) {
+                let peer = &mut self.peers[k];
+                let own = peer.cfg.catch_all
+                    || packet_address(&p, true).is_some_and(|src| peer.cfg.owns(src));
+                if !own {
+                    peer.spoofed += 1;
+                    peer.session.recycle(p);
+                    continue;
+                }
+                if self.tun.queue_full() {
+                    self.write_tun();
+                }
+                if let Some(b) = self.tun.queue() {
+                    b.extend_from_slice(&p);
+                }
+                self.peers[k].session.recycle(p);
             }
-            if let Some(b) = self.tun.queue() {
-                b.extend_from_slice(&p);
-            }
-            self.session.recycle(p);
         }
     }
 
@@ -482,47 +680,50 @@ impl Daemon {
         self.deliver();
         self.write_tun();
         let now = self.now();
-        for p in 0..self.session.paths() {
-            let path = PathId(p as u8);
-            let (sock_index, peer) = match self.cfg.role {
-                Role::Initiator => (p, self.peers.get(p).copied().flatten()),
-                Role::Responder => (0, self.peers.get(p).copied().flatten()),
-            };
-            // Batch the path's datagrams for one GSO send: all segments the size of the first,
-            // except a shorter last one (the kernel's rule for UDP_SEGMENT).
-            let max_segments = self
-                .gso
-                .get(sock_index)
-                .map_or(1, |g| g.max_gso_segments())
-                .clamp(1, MAX_BATCH);
-            let mut used = 0usize;
-            let mut segment = 0usize;
-            let mut count = 0usize;
-            loop {
-                let room = &mut self.out[used..used + DATAGRAM_ROOM];
-                let Some(n) = self.session.poll_transmit(now, path, room) else {
-                    break;
+        for k in 0..self.peers.len() {
+            for p in 0..self.peers[k].session.paths() {
+                let path = PathId(p as u8);
+                let sock_index = match self.cfg.role {
+                    Role::Initiator => p,
+                    Role::Responder => 0,
                 };
-                if count > 0 && n > segment {
-                    // Larger than the batch's segments: send the batch, start anew with it.
+                let peer = self.peers[k].addrs.get(p).copied().flatten();
+                // Batch the path's datagrams for one GSO send: all segments the size of the
+                // first, except a shorter last one (the kernel's rule for UDP_SEGMENT).
+                let max_segments = self
+                    .gso
+                    .get(sock_index)
+                    .map_or(1, |g| g.max_gso_segments())
+                    .clamp(1, MAX_BATCH);
+                let mut used = 0usize;
+                let mut segment = 0usize;
+                let mut count = 0usize;
+                loop {
+                    let room = &mut self.out[used..used + DATAGRAM_ROOM];
+                    let Some(n) = self.peers[k].session.poll_transmit(now, path, room) else {
+                        break;
+                    };
+                    if count > 0 && n > segment {
+                        // Larger than the batch's segments: send the batch, start anew with it.
+                        self.send_batch(sock_index, peer, used, segment, count);
+                        self.out.copy_within(used..used + n, 0);
+                        used = 0;
+                        count = 0;
+                    }
+                    if count == 0 {
+                        segment = n;
+                    }
+                    used += n;
+                    count += 1;
+                    if n < segment || count >= max_segments || used + segment > MAX_BATCH_BYTES {
+                        self.send_batch(sock_index, peer, used, segment, count);
+                        used = 0;
+                        count = 0;
+                    }
+                }
+                if count > 0 {
                     self.send_batch(sock_index, peer, used, segment, count);
-                    self.out.copy_within(used..used + n, 0);
-                    used = 0;
-                    count = 0;
                 }
-                if count == 0 {
-                    segment = n;
-                }
-                used += n;
-                count += 1;
-                if n < segment || count >= max_segments || used + segment > MAX_BATCH_BYTES {
-                    self.send_batch(sock_index, peer, used, segment, count);
-                    used = 0;
-                    count = 0;
-                }
-            }
-            if count > 0 {
-                self.send_batch(sock_index, peer, used, segment, count);
             }
         }
     }
@@ -559,22 +760,48 @@ impl Daemon {
 
     fn status(&self) -> Status {
         let cpu = net::cpu_time_s();
-        let n = self.session.paths().max(self.names.len());
+        let mut addresses: Vec<String> = self.cfg.addresses.iter().map(|a| a.to_string()).collect();
+        for p in &self.peers {
+            for (a, prefix) in &p.applied {
+                let s = format!("{a}/{prefix}");
+                if !addresses.contains(&s) {
+                    addresses.push(s);
+                }
+            }
+        }
         Status {
             interface: self.cfg.ifname.clone(),
             mtu: self.mtu,
             mtu_source: self.mtu_source.clone(),
-            paths: (0..n)
-                .map(|i| PathInfo {
-                    name: self
-                        .names
-                        .get(i)
-                        .cloned()
-                        .unwrap_or_else(|| format!("path{i}")),
-                    peer: self.peers.get(i).copied().flatten(),
+            role: self.cfg.role,
+            addresses,
+            peers: self
+                .peers
+                .iter()
+                .map(|p| {
+                    let n = p.session.paths().max(self.names.len());
+                    PeerStatus {
+                        name: p.cfg.name.clone(),
+                        public_key: p.cfg.public_key.to_base64(),
+                        addresses: p.cfg.addresses.iter().map(|a| a.to_string()).collect(),
+                        routes: p.cfg.routes.iter().map(|a| a.to_string()).collect(),
+                        paths: (0..n)
+                            .map(|i| PathInfo {
+                                name: self
+                                    .names
+                                    .get(i)
+                                    .cloned()
+                                    .unwrap_or_else(|| format!("path{i}")),
+                                peer: p.addrs.get(i).copied().flatten(),
+                            })
+                            .collect(),
+                        session: p.session.status(),
+                        spoofed_packets: p.spoofed,
+                    }
                 })
                 .collect(),
-            session: self.session.status(),
+            unrouted_packets: self.unrouted,
+            unclaimed_datagrams: self.unclaimed,
             tun_offload: self.tun.offload(),
             tun_rx_packets: self.tun_rx,
             tun_rx_errors: self.tun_rx_errors,

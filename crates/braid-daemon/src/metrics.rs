@@ -9,87 +9,163 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabels {
+    peer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PathLabels {
+    peer: String,
     path: String,
     name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClassLabels {
+    peer: String,
     class: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
+    peer: String,
     reason: String,
 }
 
 type F64Gauge = Gauge<f64, AtomicU64>;
 
-/// Render the status as OpenMetrics text.
+/// Render the status as OpenMetrics text. Every series has a `peer` label: the peer's name
+/// (`server` on a client; `client` or the `[[client]]` names on a server).
 pub fn render(st: &Status) -> String {
     let mut reg = Registry::with_prefix("braid");
-    let per_path = |reg: &mut Registry, name: &str, help: &str, value: &dyn Fn(usize) -> f64| {
+    let per_path = |reg: &mut Registry,
+                    name: &str,
+                    help: &str,
+                    value: &dyn Fn(&braid_session::PathStatus) -> f64| {
         let fam = Family::<PathLabels, F64Gauge>::default();
-        for (i, info) in st.paths.iter().enumerate() {
-            fam.get_or_create(&PathLabels {
-                path: i.to_string(),
-                name: info.name.clone(),
-            })
-            .set(value(i));
+        for peer in &st.peers {
+            for (i, p) in peer.session.paths.iter().enumerate() {
+                fam.get_or_create(&PathLabels {
+                    peer: peer.name.clone(),
+                    path: i.to_string(),
+                    name: peer
+                        .paths
+                        .get(i)
+                        .map_or_else(|| format!("path{i}"), |x| x.name.clone()),
+                })
+                .set(value(p));
+            }
         }
         reg.register(name, help, fam);
     };
-    let p = &st.session.paths;
-    let get = |i: usize, f: &dyn Fn(&braid_session::PathStatus) -> f64| p.get(i).map_or(0.0, f);
     per_path(
         &mut reg,
         "path_up",
         "1 if the path is in the rotation",
-        &|i| get(i, &|p| f64::from(u8::from(p.state == "up"))),
+        &|p| f64::from(u8::from(p.state == "up")),
     );
     per_path(
         &mut reg,
         "path_rtt_seconds",
         "Smoothed probe round-trip time",
-        &|i| get(i, &|p| p.rtt_ms.unwrap_or(0.0) / 1e3),
+        &|p| p.rtt_ms.unwrap_or(0.0) / 1e3,
     );
-    per_path(&mut reg, "path_loss_ratio", "Estimated probe loss", &|i| {
-        get(i, &|p| p.loss_pct / 100.0)
+    per_path(&mut reg, "path_loss_ratio", "Estimated probe loss", &|p| {
+        p.loss_pct / 100.0
     });
-    per_path(&mut reg, "path_tx_bits_per_second", "Transmit rate", &|i| {
-        get(i, &|p| p.tx_bps)
+    per_path(&mut reg, "path_tx_bits_per_second", "Transmit rate", &|p| {
+        p.tx_bps
     });
-    per_path(&mut reg, "path_rx_bits_per_second", "Receive rate", &|i| {
-        get(i, &|p| p.rx_bps)
+    per_path(&mut reg, "path_rx_bits_per_second", "Receive rate", &|p| {
+        p.rx_bps
     });
-    per_path(&mut reg, "path_tx_bytes", "Bytes sent", &|i| {
-        get(i, &|p| p.tx_bytes as f64)
+    per_path(&mut reg, "path_tx_bytes", "Bytes sent", &|p| {
+        p.tx_bytes as f64
     });
-    per_path(&mut reg, "path_rx_bytes", "Bytes received", &|i| {
-        get(i, &|p| p.rx_bytes as f64)
+    per_path(&mut reg, "path_rx_bytes", "Bytes received", &|p| {
+        p.rx_bytes as f64
     });
     per_path(
         &mut reg,
         "path_reorder_buffer_bytes",
         "Bytes waiting in the receive buffer",
-        &|i| get(i, &|p| p.reorder_buffer_bytes as f64),
+        &|p| p.reorder_buffer_bytes as f64,
     );
     per_path(
         &mut reg,
         "path_down_events",
         "Times the path went down",
-        &|i| get(i, &|p| p.down_events as f64),
+        &|p| p.down_events as f64,
     );
     let drops = Family::<ReasonLabels, F64Gauge>::default();
-    for (reason, n) in &st.session.dropped {
-        let reason = serde_json::to_value(reason)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        drops.get_or_create(&ReasonLabels { reason }).set(*n as f64);
+    for peer in &st.peers {
+        for (reason, n) in &peer.session.dropped {
+            let reason = serde_json::to_value(reason)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            drops
+                .get_or_create(&ReasonLabels {
+                    peer: peer.name.clone(),
+                    reason,
+                })
+                .set(*n as f64);
+        }
     }
     reg.register("dropped_datagrams", "Datagrams dropped, by reason", drops);
+    let per_peer =
+        |reg: &mut Registry, name: &str, help: &str, value: &dyn Fn(&crate::PeerStatus) -> f64| {
+            let fam = Family::<PeerLabels, F64Gauge>::default();
+            for peer in &st.peers {
+                fam.get_or_create(&PeerLabels {
+                    peer: peer.name.clone(),
+                })
+                .set(value(peer));
+            }
+            reg.register(name, help, fam);
+        };
+    per_peer(
+        &mut reg,
+        "established",
+        "1 once keys are established",
+        &|p| f64::from(u8::from(p.session.established)),
+    );
+    per_peer(
+        &mut reg,
+        "delivered_packets",
+        "Packets delivered to the TUN",
+        &|p| p.session.delivered_packets as f64,
+    );
+    per_peer(
+        &mut reg,
+        "lost_packets",
+        "Packets the receiver declared lost",
+        &|p| p.session.lost_packets as f64,
+    );
+    per_peer(
+        &mut reg,
+        "send_dropped_packets",
+        "Packets from the TUN the bond could not take",
+        &|p| p.session.send_dropped as f64,
+    );
+    per_peer(
+        &mut reg,
+        "nacks_sent",
+        "NACKs sent for gaps in the peer's per-path counters",
+        &|p| p.session.nacks_sent as f64,
+    );
+    per_peer(
+        &mut reg,
+        "retransmitted_packets",
+        "Data packets resent on the peer's NACKs",
+        &|p| p.session.retransmitted_packets as f64,
+    );
+    per_peer(
+        &mut reg,
+        "spoofed_packets",
+        "Packets from a client with a source address not its own (dropped)",
+        &|p| p.spoofed_packets as f64,
+    );
     let scalar = |reg: &mut Registry, name: &str, help: &str, v: f64| {
         let g = F64Gauge::default();
         g.set(v);
@@ -97,55 +173,33 @@ pub fn render(st: &Status) -> String {
     };
     scalar(
         &mut reg,
-        "established",
-        "1 once keys are established",
-        f64::from(u8::from(st.session.established)),
+        "unrouted_packets",
+        "TUN packets to an address no client owns (dropped)",
+        st.unrouted_packets as f64,
     );
     scalar(
         &mut reg,
-        "delivered_packets",
-        "Packets delivered to the TUN",
-        st.session.delivered_packets as f64,
-    );
-    scalar(
-        &mut reg,
-        "lost_packets",
-        "Packets the receiver declared lost",
-        st.session.lost_packets as f64,
-    );
-    scalar(
-        &mut reg,
-        "send_dropped_packets",
-        "Packets from the TUN the bond could not take",
-        st.session.send_dropped as f64,
-    );
-    scalar(
-        &mut reg,
-        "nacks_sent",
-        "NACKs sent for gaps in the peer's per-path counters",
-        st.session.nacks_sent as f64,
-    );
-    scalar(
-        &mut reg,
-        "retransmitted_packets",
-        "Data packets resent on the peer's NACKs",
-        st.session.retransmitted_packets as f64,
+        "unclaimed_datagrams",
+        "Datagrams no client's session claimed (dropped)",
+        st.unclaimed_datagrams as f64,
     );
     // Per-class service (JoBS), when [qos] is on.
-    let classes = &st.session.classes;
     let per_class = |reg: &mut Registry,
                      name: &str,
                      help: &str,
                      value: &dyn Fn(&braid_session::qos::ClassReport) -> f64| {
-        if classes.is_empty() {
+        if st.peers.iter().all(|p| p.session.classes.is_empty()) {
             return;
         }
         let fam = Family::<ClassLabels, F64Gauge>::default();
-        for c in classes {
-            fam.get_or_create(&ClassLabels {
-                class: c.name.clone(),
-            })
-            .set(value(c));
+        for peer in &st.peers {
+            for c in &peer.session.classes {
+                fam.get_or_create(&ClassLabels {
+                    peer: peer.name.clone(),
+                    class: c.name.clone(),
+                })
+                .set(value(c));
+            }
         }
         reg.register(name, help, fam);
     };

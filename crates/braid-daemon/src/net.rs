@@ -224,7 +224,9 @@ pub fn open_tun(cfg: &Config, mtu: u16) -> Result<Tun, DaemonError> {
         )?;
     }
     ip(&["link", "set", "dev", name, "up"], format!("{name} up"))?;
-    for r in &cfg.routes {
+    // The interface's routes, and a server's routes to the prefixes behind its clients.
+    let client_routes = cfg.peers.iter().flat_map(|p| &p.routes);
+    for r in cfg.routes.iter().chain(client_routes) {
         ip(
             &["route", "replace", &r.to_string(), "dev", name],
             format!("route {r} via {name}"),

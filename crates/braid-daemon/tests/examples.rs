@@ -45,8 +45,29 @@ fn the_example_server_parses_and_matches_the_client() {
     assert_eq!(s.listen.map(|a| a.port()), Some(7000));
     assert!(c.paths.iter().all(|p| p.remote.port() == 7000));
     // Each end names the other's key.
-    assert_eq!(s.peer_public_key, c.private_key.public_key());
-    assert_eq!(c.peer_public_key, s.private_key.public_key());
+    assert_eq!(s.peers.len(), 1);
+    assert_eq!(c.peers.len(), 1);
+    assert_eq!(s.peers[0].public_key, c.private_key.public_key());
+    assert_eq!(c.peers[0].public_key, s.private_key.public_key());
     // The server's TUN MTU must not exceed the client's.
     assert_eq!(s.mtu, c.mtu);
+}
+
+#[test]
+fn the_example_proxy_parses_and_hands_the_example_client_its_address() {
+    let p = load("proxy.toml");
+    let c = load("client.toml");
+    assert_eq!(p.role, Role::Responder);
+    assert_eq!(p.peers.len(), 2);
+    let van = &p.peers[0];
+    assert_eq!(van.public_key, c.private_key.public_key());
+    assert_eq!(
+        van.addresses
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>(),
+        ["10.77.0.2/24", "fd77::2/64"]
+    );
+    assert!(p.peers[1].owns("192.168.60.7".parse().unwrap()));
+    assert_eq!(c.peers[0].public_key, p.private_key.public_key());
 }

@@ -22,4 +22,6 @@ pub mod session;
 
 pub use keys::{PrivateKey, PublicKey};
 pub use params::BondParams;
-pub use session::{DropReason, PathStatus, PetStatus, Role, Session, SessionConfig, SessionStatus};
+pub use session::{
+    initiator_key, DropReason, PathStatus, PetStatus, Role, Session, SessionConfig, SessionStatus,
+};

@@ -42,6 +42,7 @@ use rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
 use snow::{HandshakeState, StatelessTransportState};
 use std::collections::VecDeque;
+use std::net::IpAddr;
 
 /// The paced release may send this many full packets back to back.
 const RELEASE_BURST_PACKETS: u64 = 8;
@@ -93,6 +94,9 @@ pub struct SessionConfig {
     /// rate (the BAG paper's BMP criterion 5: no bursts into TCP after a hole fills); 0: off.
     /// Only with `resequence = "sequence"`.
     pub release_pacing_pct: u32,
+    /// Responder: the tunnel addresses (address, prefix length) this peer is handed in the
+    /// handshake response (the BAG paper's fixed IP: the proxy role); empty: none.
+    pub handed_addresses: Vec<(IpAddr, u8)>,
 }
 
 impl SessionConfig {
@@ -116,6 +120,7 @@ impl SessionConfig {
             qos: None,
             duplicate_dscp: 0,
             release_pacing_pct: 0,
+            handed_addresses: Vec::new(),
         }
     }
 }
@@ -378,6 +383,8 @@ pub struct Session {
     qos_wake: Option<Instant>,
     /// The last `now` seen (for status snapshots).
     last_now: Instant,
+    /// Initiator: the tunnel addresses the responder handed over in its last response.
+    handed: Vec<(IpAddr, u8)>,
 }
 
 impl Session {
@@ -417,6 +424,7 @@ impl Session {
             qos: None,
             qos_wake: None,
             last_now: now,
+            handed: Vec::new(),
             cfg,
         };
         if let Some(p) = s.cfg.bond.clone() {
@@ -648,7 +656,8 @@ impl Session {
         }
         let local_index = self.random_index();
         let mut msg = vec![0u8; 1024];
-        let Ok(m) = state.write_message(&[], &mut msg) else {
+        let handed = encode_addresses(&self.cfg.handed_addresses);
+        let Ok(m) = state.write_message(&handed, &mut msg) else {
             return Err(self.drop(DropReason::BadHandshake));
         };
         let Ok(transport) = state.into_stateless_transport_mode() else {
@@ -687,11 +696,15 @@ impl Session {
         }
         let mut pending = self.pending.take().expect("checked");
         let mut payload = vec![0u8; 1024];
-        if pending.state.read_message(noise, &mut payload).is_err() {
+        let Ok(n) = pending.state.read_message(noise, &mut payload) else {
             // Keep waiting for a genuine response.
             self.pending = Some(pending);
             return Err(self.drop(DropReason::BadHandshake));
-        }
+        };
+        let Some(handed) = decode_addresses(&payload[..n]) else {
+            return Err(self.drop(DropReason::BadParams));
+        };
+        self.handed = handed;
         let Ok(transport) = pending.state.into_stateless_transport_mode() else {
             return Err(self.drop(DropReason::BadHandshake));
         };
@@ -804,6 +817,21 @@ impl Session {
                 q.set_bond_rate(now, rate);
             }
         }
+    }
+
+    /// Whether transport messages for receiver index `index` are this session's (under its
+    /// current or previous keys). A server with several clients routes datagrams with it.
+    pub fn owns_index(&self, index: u32) -> bool {
+        [self.current.as_ref(), self.previous.as_ref()]
+            .into_iter()
+            .flatten()
+            .any(|k| k.local_index == index)
+    }
+
+    /// Initiator: the tunnel addresses (address, prefix length) the responder handed over in
+    /// its last handshake response; empty if it handed none.
+    pub fn handed_addresses(&self) -> &[(IpAddr, u8)] {
+        &self.handed
     }
 
     fn handle_transport(
@@ -1383,6 +1411,84 @@ impl Session {
 
 /// The Noise prologue of a handshake: the protocol label, plus the initiation's cleartext header
 /// fields (path and the initiator's index), so tampering with them makes the handshake fail.
+/// The static key of the initiator of a handshake initiation, read with this end's
+/// `private_key`; `None` if `datagram` is not an initiation or does not decrypt. A server with
+/// several clients (the proxy role) uses it to find the session an initiation is for; the
+/// session then checks it again, timestamp and all. Costs two Diffie-Hellman operations.
+pub fn initiator_key(private_key: &PrivateKey, datagram: &[u8]) -> Option<PublicKey> {
+    let Ok(Outer::HandshakeInit {
+        path,
+        sender_index,
+        noise,
+    }) = Outer::parse(datagram)
+    else {
+        return None;
+    };
+    // Reading message 1 draws no randomness: any seed will do.
+    let prologue = prologue(path, sender_index);
+    let mut state = snow::Builder::with_resolver(
+        PATTERN.parse().expect("valid Noise pattern"),
+        Box::new(SeededResolver::new([0; 32])),
+    )
+    .local_private_key(&private_key.0)
+    .and_then(|b| b.prologue(&prologue))
+    .and_then(|b| b.build_responder())
+    .ok()?;
+    let mut payload = vec![0u8; 1024];
+    state.read_message(noise, &mut payload).ok()?;
+    let key: [u8; 32] = state.get_remote_static()?.try_into().ok()?;
+    Some(PublicKey(key))
+}
+
+/// Encode handed addresses for the handshake response: per address its IP version (4 or 6),
+/// its 4 or 16 bytes and its prefix length. Nothing at all: no addresses.
+fn encode_addresses(addresses: &[(IpAddr, u8)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (a, prefix) in addresses {
+        match a {
+            IpAddr::V4(v4) => {
+                out.push(4);
+                out.extend(v4.octets());
+            }
+            IpAddr::V6(v6) => {
+                out.push(6);
+                out.extend(v6.octets());
+            }
+        }
+        out.push(*prefix);
+    }
+    out
+}
+
+/// The inverse of [`encode_addresses`]; `None` for anything malformed (a wrong version byte,
+/// a truncated address, a prefix longer than the address).
+fn decode_addresses(mut bytes: &[u8]) -> Option<Vec<(IpAddr, u8)>> {
+    let mut out = Vec::new();
+    while let Some((&version, rest)) = bytes.split_first() {
+        let (addr, bits, rest): (IpAddr, u8, &[u8]) = match version {
+            4 => {
+                let (a, r) = rest.split_first_chunk::<4>()?;
+                ((*a).into(), 32, r)
+            }
+            6 => {
+                let (a, r) = rest.split_first_chunk::<16>()?;
+                ((*a).into(), 128, r)
+            }
+            _ => return None,
+        };
+        let (&prefix, rest) = rest.split_first()?;
+        if prefix > bits || out.len() >= MAX_HANDED_ADDRESSES {
+            return None;
+        }
+        out.push((addr, prefix));
+        bytes = rest;
+    }
+    Some(out)
+}
+
+/// The most addresses a handshake response hands over (they must fit one Noise message).
+pub const MAX_HANDED_ADDRESSES: usize = 32;
+
 fn prologue(path: PathId, initiator_index: u32) -> Vec<u8> {
     let mut p = PROLOGUE.to_vec();
     p.push(path.0);
@@ -1403,3 +1509,30 @@ const ALL_REASONS: [DropReason; DROP_REASONS] = [
     DropReason::DecryptFailed,
     DropReason::BadInner,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handed_addresses_round_trip_and_garbage_is_refused() {
+        let a = vec![
+            ("10.77.0.2".parse().unwrap(), 24),
+            ("fd77::2".parse().unwrap(), 128),
+        ];
+        assert_eq!(decode_addresses(&encode_addresses(&a)), Some(a));
+        assert_eq!(decode_addresses(&[]), Some(Vec::new()));
+        for bad in [
+            &[5u8, 1, 2, 3, 4, 24][..],
+            &[4, 10, 77, 0, 2][..],
+            &[4, 10, 77, 0, 2, 33][..],
+            &[6, 0, 0][..],
+        ] {
+            assert_eq!(decode_addresses(bad), None, "{bad:?}");
+        }
+        let many: Vec<u8> = (0..=MAX_HANDED_ADDRESSES)
+            .flat_map(|_| [4, 10, 0, 0, 1, 32])
+            .collect();
+        assert_eq!(decode_addresses(&many), None);
+    }
+}

@@ -763,3 +763,50 @@ fn the_receiver_paces_what_a_filled_hole_releases() {
         worst[1]
     );
 }
+
+#[test]
+fn the_server_hands_the_client_its_addresses_and_initiations_name_their_sender() {
+    let handed = vec![
+        ("10.77.0.2".parse().unwrap(), 24),
+        ("fd77::2".parse().unwrap(), 64),
+    ];
+    let mut cfg = server_config();
+    cfg.handed_addresses = handed.clone();
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.server = session(cfg, 4);
+    // The client's first initiation, before the network moves it.
+    net.client.handle_timeout(net.now);
+    let mut buf = vec![0u8; 2048];
+    let init = (0..2)
+        .find_map(|p| {
+            net.client
+                .poll_transmit(net.now, PathId(p), &mut buf)
+                .map(|n| buf[..n].to_vec())
+        })
+        .expect("the client starts a handshake");
+    assert_eq!(
+        braid_session::initiator_key(&PrivateKey::from_random([2; 32]), &init),
+        Some(PrivateKey::from_random([1; 32]).public_key()),
+        "the server's key reads the initiator's key out of the initiation"
+    );
+    assert_eq!(
+        braid_session::initiator_key(&PrivateKey::from_random([9; 32]), &init),
+        None,
+        "another key reads nothing"
+    );
+    assert_eq!(
+        braid_session::initiator_key(&PrivateKey::from_random([2; 32]), &init[..init.len() - 1]),
+        None
+    );
+    net.server.handle_datagram(net.now, None, &init).unwrap();
+    net.established();
+    assert_eq!(net.client.handed_addresses(), &handed[..]);
+    // Every transport datagram the client sends names one of the server's indices.
+    net.client.send(net.now, &packet(1, 500));
+    net.client
+        .poll_transmit(net.now, PathId(0), &mut buf)
+        .expect("data or a probe");
+    let index = u32::from_be_bytes(buf[4..8].try_into().unwrap());
+    assert!(net.server.owns_index(index));
+    assert!(!net.server.owns_index(index ^ 1));
+}

@@ -109,20 +109,67 @@ pub fn status(args: &StatusArgs) -> Result<()> {
     if let Some(e) = v.get("error") {
         bail!("the daemon said: {e}");
     }
-    let s = &v["session"];
     println!(
-        "interface {}  mtu {} ({})  role {}  {}  handshakes {}  up {:.0} s",
+        "interface {}  mtu {} ({})  role {}  addresses {}  up {:.0} s",
         v["interface"].as_str().unwrap_or("?"),
         v["mtu"],
         v["mtu_source"].as_str().unwrap_or(""),
-        s["role"].as_str().unwrap_or("?"),
+        v["role"].as_str().unwrap_or("?"),
+        v["addresses"]
+            .as_array()
+            .map(|a| a
+                .iter()
+                .filter_map(|x| x.as_str())
+                .collect::<Vec<_>>()
+                .join(", "))
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| "none yet".into()),
+        v["uptime_s"].as_f64().unwrap_or(0.0)
+    );
+    let empty = Vec::new();
+    let peers = v["peers"].as_array().unwrap_or(&empty);
+    for peer in peers {
+        print_peer(peer, peers.len() > 1);
+    }
+    if v["unrouted_packets"].as_u64().unwrap_or(0) + v["unclaimed_datagrams"].as_u64().unwrap_or(0)
+        > 0
+    {
+        println!(
+            "no client for: {} TUN packets (unrouted), {} datagrams (unclaimed)",
+            v["unrouted_packets"], v["unclaimed_datagrams"]
+        );
+    }
+    Ok(())
+}
+
+/// One peer's part of `braid status`: its session line, paths, counters and classes.
+fn print_peer(peer: &serde_json::Value, named: bool) {
+    let s = &peer["session"];
+    let who = if named {
+        let addrs = peer["addresses"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        format!(
+            "client {} ({addrs})  ",
+            peer["name"].as_str().unwrap_or("?")
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "{who}{}  handshakes {}",
         if s["established"].as_bool() == Some(true) {
             "established"
         } else {
             "handshaking"
         },
         s["handshakes"],
-        v["uptime_s"].as_f64().unwrap_or(0.0)
     );
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
@@ -141,7 +188,7 @@ pub fn status(args: &StatusArgs) -> Result<()> {
         "PET Mbit/s",
     ]);
     let empty = Vec::new();
-    let infos = v["paths"].as_array().unwrap_or(&empty);
+    let infos = peer["paths"].as_array().unwrap_or(&empty);
     let paths = s["paths"].as_array().unwrap_or(&empty);
     for (i, p) in paths.iter().enumerate() {
         let info = infos.get(i);
@@ -232,5 +279,10 @@ pub fn status(args: &StatusArgs) -> Result<()> {
             .collect();
         println!("datagrams dropped: {}", list.join(", "));
     }
-    Ok(())
+    if peer["spoofed_packets"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "packets from a source address not this client's (dropped): {}",
+            peer["spoofed_packets"]
+        );
+    }
 }

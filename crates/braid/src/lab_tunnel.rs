@@ -153,14 +153,14 @@ fn status(socket: &Path) -> Option<serde_json::Value> {
 
 fn all_paths_measured(socket: &Path) -> bool {
     status(socket).is_some_and(|v| {
-        v["session"]["paths"]
+        v["peers"][0]["session"]["paths"]
             .as_array()
             .is_some_and(|p| !p.is_empty() && p.iter().all(|p| p["rtt_ms"].is_number()))
     })
 }
 
 fn established(socket: &Path) -> bool {
-    status(socket).is_some_and(|v| v["session"]["established"] == true)
+    status(socket).is_some_and(|v| v["peers"][0]["session"]["established"] == true)
 }
 
 fn logs(dir: &Path) -> String {

@@ -190,7 +190,7 @@ impl Bed {
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Some(s) = self.status("c") {
-                if s["session"]["established"] == true {
+                if s["peers"][0]["session"]["established"] == true {
                     return;
                 }
             }
@@ -423,17 +423,20 @@ fn transfer_both_ways_with_loss_on_a_path() {
     let (s, c) = (bed.status("s").unwrap(), bed.status("c").unwrap());
     for (end, st, peer) in [("server", &s, &c), ("client", &c, &s)] {
         assert!(
-            st["session"]["nacks_sent"].as_u64().unwrap() > 0,
+            st["peers"][0]["session"]["nacks_sent"].as_u64().unwrap() > 0,
             "the {end} saw the relay's drops"
         );
         assert!(
-            peer["session"]["retransmitted_packets"].as_u64().unwrap() > 0,
+            peer["peers"][0]["session"]["retransmitted_packets"]
+                .as_u64()
+                .unwrap()
+                > 0,
             "its peer resent"
         );
     }
     eprintln!(
         "longest read gaps: up {up:?}, down {down:?}; declared lost: server {}, client {}",
-        s["session"]["lost_packets"], c["session"]["lost_packets"]
+        s["peers"][0]["session"]["lost_packets"], c["peers"][0]["session"]["lost_packets"]
     );
     // TSO super-packets split into the bond, GRO-coalesced writes out of it.
     assert_tun(&bed);
@@ -494,7 +497,7 @@ fn forged_and_replayed_packets_are_rejected() {
     .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let st = bed.status("s").unwrap();
-    let dropped: u64 = st["session"]["dropped"]
+    let dropped: u64 = st["peers"][0]["session"]["dropped"]
         .as_array()
         .unwrap()
         .iter()
@@ -508,7 +511,7 @@ fn forged_and_replayed_packets_are_rejected() {
         "10.77.0.1:5003".parse().unwrap(),
         4 << 20,
     );
-    assert_eq!(st["session"]["handshakes"], 1, "{st}");
+    assert_eq!(st["peers"][0]["session"]["handshakes"], 1, "{st}");
 }
 
 #[test]
@@ -539,7 +542,10 @@ fn a_path_killed_mid_transfer_does_not_stall_it() {
     let killed_at = killer.join().unwrap();
     assert!(killed_at < len, "the path died after the transfer ended");
     let st = bed.status("c").unwrap();
-    assert_eq!(st["session"]["paths"][1]["state"], "down", "{st}");
+    assert_eq!(
+        st["peers"][0]["session"]["paths"][1]["state"], "down",
+        "{st}"
+    );
     assert!(
         gap < Duration::from_secs(1),
         "stalled {gap:?} when a path died"
@@ -564,7 +570,7 @@ fn a_path_that_moves_to_a_new_address_keeps_the_transfer_going_with_pet() {
         Some(rebind.clone()),
     );
     bed.up(Some("10.62.2.2:7100".parse().unwrap()));
-    let peer = |bed: &Bed| bed.status("s").unwrap()["paths"][1]["peer"].clone();
+    let peer = |bed: &Bed| bed.status("s").unwrap()["peers"][0]["paths"][1]["peer"].clone();
     let len = 30u64 << 20;
     let progress = Arc::new(AtomicU64::new(0));
     let p2 = progress.clone();
@@ -596,7 +602,7 @@ fn a_path_that_moves_to_a_new_address_keeps_the_transfer_going_with_pet() {
     let after = peer(&bed);
     assert_ne!(before, after, "the server follows the path's new address");
     let st = bed.status("c").unwrap();
-    let s = &st["session"];
+    let s = &st["peers"][0]["session"];
     assert_eq!(s["handshakes"], 1, "no new session: {st}");
     assert!(
         s["pet"]["samples"].as_u64().unwrap() > 0,
@@ -643,4 +649,225 @@ fn bad_configs_are_refused_with_the_line_and_the_fix() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read config file"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The proxy role: one server, two clients in their own namespaces (the first with two paths),
+/// each handed its tunnel address by the server. Cleans up on drop.
+struct Proxy {
+    tag: String,
+    dir: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Proxy {
+    fn ns(&self, side: &str) -> String {
+        format!("bp{}{}", self.tag, side)
+    }
+
+    fn new() -> Proxy {
+        let tag = format!("{}", std::process::id() % 10_000);
+        let dir = std::env::temp_dir().join(format!("braid-proxy-{tag}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = Proxy {
+            tag,
+            dir,
+            children: Vec::new(),
+        };
+        let (a, b, s) = (p.ns("a"), p.ns("b"), p.ns("s"));
+        for ns in [&a, &b, &s] {
+            sh(&["ip", "netns", "add", ns]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        // Client a: paths 10.81.1.0/24 and 10.82.1.0/24; client b: 10.83.1.0/24.
+        for (ns, net) in [(&a, 81), (&a, 82), (&b, 83)] {
+            let (x, y) = (format!("x{}{net}", p.tag), format!("y{}{net}", p.tag));
+            sh(&[
+                "ip", "link", "add", &x, "netns", ns, "type", "veth", "peer", "name", &y, "netns",
+                &s,
+            ]);
+            sh(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("10.{net}.1.1/24"),
+                "dev",
+                &x,
+            ]);
+            sh(&[
+                "ip",
+                "-n",
+                &s,
+                "addr",
+                "add",
+                &format!("10.{net}.1.2/24"),
+                "dev",
+                &y,
+            ]);
+            sh(&["ip", "-n", ns, "link", "set", &x, "up"]);
+            sh(&["ip", "-n", &s, "link", "set", &y, "up"]);
+        }
+        // The server forwards between its clients (and would masquerade onward).
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &s,
+            "sysctl",
+            "-q",
+            "-w",
+            "net.ipv4.ip_forward=1",
+        ]);
+        p
+    }
+
+    fn up(&mut self) {
+        let (ak, ap) = Bed::key();
+        let (bk, bp) = Bed::key();
+        let (sk, sp) = Bed::key();
+        let dir = self.dir.display().to_string();
+        let server = format!(
+            "role = \"server\"\nprivate_key = \"{sk}\"\nlisten = \"0.0.0.0:7000\"\n\
+             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/24\"]\n[control]\nsocket = \"{dir}/s.sock\"\n\
+             [[client]]\nname = \"alpha\"\npublic_key = \"{ap}\"\naddress = [\"10.77.0.2\"]\n\
+             [[client]]\nname = \"beta\"\npublic_key = \"{bp}\"\naddress = [\"10.77.0.3\"]\n"
+        );
+        // No [interface] address: each client takes what the server hands it.
+        let client = |key: &str, name: &str, paths: &[u8]| {
+            let mut c = format!(
+                "role = \"client\"\nprivate_key = \"{key}\"\npeer_public_key = \"{sp}\"\n\
+                 [interface]\nname = \"braid0\"\n[control]\nsocket = \"{dir}/{name}.sock\"\n\
+                 [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n"
+            );
+            for net in paths {
+                c += &format!(
+                    "[[path]]\nlocal = \"10.{net}.1.1\"\nremote = \"10.{net}.1.2:7000\"\nrate_mbit = 100\n"
+                );
+            }
+            c
+        };
+        std::fs::write(self.dir.join("s.toml"), server).unwrap();
+        std::fs::write(self.dir.join("a.toml"), client(&ak, "a", &[81, 82])).unwrap();
+        std::fs::write(self.dir.join("b.toml"), client(&bk, "b", &[83])).unwrap();
+        for side in ["s", "a", "b"] {
+            let log = std::fs::File::create(self.dir.join(format!("{side}.log"))).unwrap();
+            let child = Command::new("ip")
+                .args(["netns", "exec", &self.ns(side), BRAID, "up", "-c"])
+                .arg(self.dir.join(format!("{side}.toml")))
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            self.children.push(child);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let handed = |side: &str, want: &str| {
+                self.status(side)
+                    .is_some_and(|s| s["addresses"].as_array().unwrap().iter().any(|a| a == want))
+            };
+            if handed("a", "10.77.0.2/24") && handed("b", "10.77.0.3/24") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "the clients were not handed their addresses within 5 s: {}",
+            self.logs()
+        );
+    }
+
+    fn status(&self, side: &str) -> Option<serde_json::Value> {
+        let out = Command::new(BRAID)
+            .args(["status", "--json", "-s"])
+            .arg(self.dir.join(format!("{side}.sock")))
+            .output()
+            .ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    fn logs(&self) -> String {
+        ["s", "a", "b"]
+            .iter()
+            .map(|s| std::fs::read_to_string(self.dir.join(format!("{s}.log"))).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            // SAFETY: kill with SIGTERM on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+        }
+        for c in &mut self.children {
+            let _ = c.wait();
+        }
+        for side in ["a", "b", "s"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(side)])
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn a_proxy_serves_two_clients_at_their_handed_addresses() {
+    need_root!();
+    let mut p = Proxy::new();
+    p.up();
+    // Both clients to the server at once, then client to client through it.
+    let (a, b, s) = (p.ns("a"), p.ns("b"), p.ns("s"));
+    let up_a = {
+        let (a, s) = (a.clone(), s.clone());
+        std::thread::spawn(move || transfer(a, s, "10.77.0.1:5101".parse().unwrap(), 4 << 20))
+    };
+    transfer(
+        b.clone(),
+        s.clone(),
+        "10.77.0.1:5102".parse().unwrap(),
+        4 << 20,
+    );
+    up_a.join().unwrap();
+    transfer(
+        a.clone(),
+        b.clone(),
+        "10.77.0.3:5103".parse().unwrap(),
+        2 << 20,
+    );
+    transfer(
+        s.clone(),
+        a.clone(),
+        "10.77.0.2:5104".parse().unwrap(),
+        2 << 20,
+    );
+    // Client a poses as b: its packets from b's address go nowhere.
+    sh(&["ip", "-n", &a, "addr", "add", "10.77.0.3/32", "dev", "lo"]);
+    in_ns(&a, || {
+        let u = UdpSocket::bind("10.77.0.3:0").unwrap();
+        for _ in 0..20 {
+            u.send_to(b"not beta", "10.77.0.1:5105").unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let st = p.status("s").unwrap();
+    let peers = st["peers"].as_array().unwrap();
+    assert_eq!(peers.len(), 2, "{st}");
+    assert_eq!(peers[0]["name"], "alpha");
+    assert!(peers[0]["spoofed_packets"].as_u64().unwrap() >= 20, "{st}");
+    assert_eq!(peers[1]["spoofed_packets"], 0, "{st}");
+    for peer in peers {
+        assert_eq!(peer["session"]["established"], true, "{st}");
+    }
+    assert_eq!(peers[0]["session"]["paths"].as_array().unwrap().len(), 2);
+    assert_eq!(peers[1]["session"]["paths"].as_array().unwrap().len(), 1);
 }
