@@ -177,11 +177,34 @@ struct Raw {
     bond: Option<RawBond>,
     #[serde(default, rename = "path")]
     paths: Vec<RawPath>,
+    #[serde(default, rename = "policy")]
+    policies: Vec<RawPolicy>,
     #[serde(default)]
     liveness: RawLiveness,
     #[serde(default)]
     control: RawControl,
     qos: Option<braid_qos::QosConfig>,
+}
+
+/// A client's `[[policy]]` table: which paths a class may use, and how it is striped.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    name: Option<String>,
+    dscp: Vec<u8>,
+    paths: Option<Vec<String>>,
+    #[serde(default)]
+    striping: Striping,
+    #[serde(default)]
+    duplicate: bool,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Striping {
+    #[default]
+    Packet,
+    Flow,
 }
 
 /// A server's `[[client]]` table (the proxy role).
@@ -526,6 +549,11 @@ impl Config {
         }
         match raw.role {
             Role::Responder => {
+                if !raw.policies.is_empty() {
+                    return Err(invalid(
+                        "[[policy]] tables are for role = \"client\": the client sends its policies in the handshake and both ends apply them; remove them here".into(),
+                    ));
+                }
                 if raw.bond.is_some() {
                     return Err(invalid(
                         "[bond] is for role = \"client\": the client chooses the striping and sends it in the handshake; remove [bond] here".into(),
@@ -637,6 +665,7 @@ impl Config {
                     queue_limit_bytes: b.queue_kb.saturating_mul(1024),
                     equalize_delay: b.equalize_delay,
                     retransmit: b.retransmit,
+                    policies: policies(&raw.policies, &paths, b.resequence).map_err(&invalid)?,
                 };
                 params
                     .validate()
@@ -684,6 +713,89 @@ impl Config {
             release_pacing_pct,
         })
     }
+}
+
+/// The `[[policy]]` tables as the bond's path policies; errors name the table and the fix.
+fn policies(
+    raw: &[RawPolicy],
+    paths: &[PathConfig],
+    resequence: ResequenceMode,
+) -> Result<Vec<braid_session::params::PathPolicy>, String> {
+    if !raw.is_empty() && resequence != ResequenceMode::Sequence {
+        return Err(
+            "[[policy]] needs [bond] resequence = \"sequence\" (the default): the receiver tells the classes' packets apart by their sequence numbers".into(),
+        );
+    }
+    if raw.len() > braid_session::params::MAX_POLICIES {
+        return Err(format!(
+            "{} [[policy]] tables: at most {}",
+            raw.len(),
+            braid_session::params::MAX_POLICIES
+        ));
+    }
+    let mut out = Vec::new();
+    let mut seen = 0u64;
+    for (i, p) in raw.iter().enumerate() {
+        let name = p.name.clone().unwrap_or_else(|| format!("policy {i}"));
+        let mut dscp = 0u64;
+        for &d in &p.dscp {
+            if d > 63 {
+                return Err(format!(
+                    "[[policy]] {name}: dscp {d} is not a DSCP value (0 to 63; EF is 46)"
+                ));
+            }
+            dscp |= 1 << d;
+        }
+        if dscp == 0 {
+            return Err(format!(
+                "[[policy]] {name}: dscp is empty: list the DSCP values it applies to, e.g. [46]"
+            ));
+        }
+        if dscp & seen != 0 {
+            return Err(format!(
+                "[[policy]] {name}: a DSCP value is already in an earlier [[policy]]: each value may be in one"
+            ));
+        }
+        seen |= dscp;
+        let mut mask = 0u64;
+        match &p.paths {
+            None => mask = u64::MAX >> (64 - paths.len()),
+            Some(names) => {
+                for n in names {
+                    let Some(k) = paths.iter().position(|x| &x.name == n) else {
+                        let known: Vec<&str> = paths.iter().map(|x| x.name.as_str()).collect();
+                        return Err(format!(
+                            "[[policy]] {name}: no [[path]] is named `{n}` (the paths are {})",
+                            known.join(", ")
+                        ));
+                    };
+                    mask |= 1 << k;
+                }
+            }
+        }
+        if mask == 0 {
+            return Err(format!(
+                "[[policy]] {name}: paths is empty: name at least one [[path]], or leave paths out for all"
+            ));
+        }
+        if p.duplicate && p.striping == Striping::Flow {
+            return Err(format!(
+                "[[policy]] {name}: duplicate = true needs striping = \"packet\" (the receiver tells the copies apart by their sequence numbers, which a per-flow class does not use)"
+            ));
+        }
+        if p.duplicate && mask.count_ones() < 2 {
+            return Err(format!(
+                "[[policy]] {name}: duplicate = true needs at least two paths to send the copies on"
+            ));
+        }
+        out.push(braid_session::params::PathPolicy {
+            dscp,
+            paths: mask,
+            per_flow: p.striping == Striping::Flow,
+            duplicate: p.duplicate,
+        });
+    }
+    Ok(out)
 }
 
 /// The peers of `raw`: `peer_public_key` (one peer, every address), or a server's
@@ -1074,5 +1186,60 @@ address = ["10.77.0.3"]
         assert!(!text.contains("10.77.0.2/30"), "{text}");
         let c = parse(&text).unwrap();
         assert!(c.addresses.is_empty());
+    }
+
+    #[test]
+    fn policies_name_paths_and_are_checked() {
+        let c = parse(&client(
+            r#"
+[[policy]]
+name = "voice"
+dscp = [46, 34]
+paths = ["dsl"]
+striping = "flow"
+[[policy]]
+dscp = [10]
+duplicate = true
+"#,
+        ))
+        .unwrap();
+        let p = &c.bond.unwrap().policies;
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0].dscp, 1 << 46 | 1 << 34);
+        assert_eq!(p[0].paths, 0b01);
+        assert!(p[0].per_flow && !p[0].duplicate);
+        assert_eq!(p[1].paths, 0b11, "no paths: all of them");
+        assert!(p[1].duplicate && !p[1].per_flow);
+        for (extra, want) in [
+            (
+                "[[policy]]\ndscp = [46]\npaths = [\"lte\"]\n",
+                "no [[path]] is named `lte`",
+            ),
+            ("[[policy]]\ndscp = []\n", "dscp is empty"),
+            ("[[policy]]\ndscp = [64]\n", "not a DSCP value"),
+            (
+                "[[policy]]\ndscp = [46]\n[[policy]]\ndscp = [46]\n",
+                "already in an earlier",
+            ),
+            (
+                "[[policy]]\ndscp = [46]\nstriping = \"flow\"\nduplicate = true\n",
+                "needs striping = \"packet\"",
+            ),
+            (
+                "[[policy]]\ndscp = [46]\npaths = [\"dsl\"]\nduplicate = true\n",
+                "at least two paths",
+            ),
+            (
+                "[[policy]]\ndscp = [46]\nstriping = \"round\"\n",
+                "unknown variant",
+            ),
+            (
+                "[bond]\nresequence = \"logical\"\n[[policy]]\ndscp = [46]\n",
+                "needs [bond] resequence",
+            ),
+        ] {
+            let err = parse(&client(extra)).unwrap_err();
+            assert!(err.contains(want), "{want:?} not in {err:?}");
+        }
     }
 }

@@ -432,6 +432,31 @@ impl<P> Striper<P> {
         len: u32,
         payload: P,
     ) -> Result<PathId, SendError<P>> {
+        self.place(now, path, len, payload, true)
+    }
+
+    /// Queue a data packet on `path` without a sequence number: the receiver delivers it as it
+    /// arrives, outside the resequencing (a per-flow policy keeps a flow on one path, whose FIFO
+    /// order is the flow's). Mode `sequence` only; no scheduler state or markers change.
+    pub fn send_unsequenced(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        len: u32,
+        payload: P,
+    ) -> Result<PathId, SendError<P>> {
+        self.place(now, path, len, payload, false)
+    }
+
+    /// [`send_on`](Self::send_on) (`numbered`) or [`send_unsequenced`](Self::send_unsequenced).
+    fn place(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        len: u32,
+        payload: P,
+        numbered: bool,
+    ) -> Result<PathId, SendError<P>> {
         if len > self.max_packet || !self.sequence_numbers || path.index() >= self.paths.len() {
             self.stats.too_large += u64::from(len > self.max_packet);
             return Err(SendError::TooLarge(payload));
@@ -444,8 +469,22 @@ impl<P> Striper<P> {
         if let Scheduler::Edpf(e) = &mut self.sched {
             e.account(path, now, len);
         }
-        self.enqueue_data(i, len, payload);
+        if numbered {
+            self.enqueue_data(i, len, payload);
+        } else {
+            self.enqueue(i, None, len, payload);
+        }
         Ok(path)
+    }
+
+    /// Whether `path` is in the rotation (not taken out as dark).
+    pub fn is_path_active(&self, path: PathId) -> bool {
+        path.index() < self.paths.len() && self.sched.is_active(path)
+    }
+
+    /// Whether `path`'s transmit queue can take `len` more bytes.
+    pub fn path_has_room(&self, path: PathId, len: u32) -> bool {
+        path.index() < self.paths.len() && self.has_room(path.index(), len)
     }
 
     /// Scheduler `pet`: the PET that places the data packets (feed it SIG-ACKs and probe RTTs,
@@ -481,10 +520,24 @@ impl<P> Striper<P> {
     /// (the sequence number identifies the copy); `None` when there is no such path with room
     /// (counted) or no packet was just sent.
     pub fn duplicate_last(&mut self, first: PathId, len: u32, payload: P) -> Option<PathId> {
+        self.duplicate_last_within(first, len, payload, u64::MAX)
+    }
+
+    /// [`duplicate_last`](Self::duplicate_last) onto one of the paths in `allowed` (bit `i`
+    /// for path `i`; a class's path policy).
+    pub fn duplicate_last_within(
+        &mut self,
+        first: PathId,
+        len: u32,
+        payload: P,
+        allowed: u64,
+    ) -> Option<PathId> {
         if !self.sequence_numbers || self.next_seq == 0 {
             return None;
         }
-        let Some(i) = self.least_delay_path(|i| i != first.index() && self.has_room(i, len)) else {
+        let Some(i) = self.least_delay_path(|i| {
+            i != first.index() && allowed & (1 << i) != 0 && self.has_room(i, len)
+        }) else {
             self.stats.duplicates_dropped += 1;
             return None;
         };
@@ -507,6 +560,11 @@ impl<P> Striper<P> {
             self.next_seq += 1;
             s
         });
+        self.enqueue(i, seq, len, payload);
+    }
+
+    /// Queue a data packet numbered `seq` on path `i`.
+    fn enqueue(&mut self, i: usize, seq: Option<u64>, len: u32, payload: P) {
         let tx = &mut self.paths[i];
         tx.queue.push_back(Outgoing::Data { seq, len, payload });
         tx.queued_bytes += u64::from(len);

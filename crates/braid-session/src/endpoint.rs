@@ -3,6 +3,8 @@
 //! codec in between. The [`crate::Session`] wraps it with encryption and liveness; the
 //! simulator's in-memory `Pair` drives it bare.
 
+use crate::params::PathPolicy;
+use crate::policy;
 use braid_proto::credit::{CreditConfig, CreditGrantor};
 use braid_proto::pet::{PetReceiver, PetReceiverConfig, SigAckEntry};
 use braid_proto::resequence::ResequenceMode;
@@ -51,6 +53,10 @@ pub struct EndpointStats {
     pub sig_acks_received: u64,
     /// SIG-ACKs not sent: the queue was full, or the receiver's batch overflowed.
     pub sig_acks_dropped: u64,
+    /// Packets a path policy placed (`[[policy]]`).
+    pub policy_packets: u64,
+    /// Packets dropped because none of their policy's paths was up.
+    pub policy_no_path: u64,
 }
 
 /// One end of a bond, without I/O.
@@ -70,6 +76,10 @@ pub struct Endpoint {
     spare: Vec<Vec<u8>>,
     /// DSCP values (bit `d` for DSCP `d`) whose packets go twice, on two paths.
     duplicate_dscp: u64,
+    /// Per-class path policies ([`crate::policy`]).
+    policies: Vec<PathPolicy>,
+    /// The paths' configured rates, where PET has no estimate (for the policies' choices).
+    rates_bps: Vec<u64>,
 }
 
 impl Endpoint {
@@ -88,7 +98,66 @@ impl Endpoint {
             stats: EndpointStats::default(),
             spare: Vec::new(),
             duplicate_dscp: 0,
+            policies: Vec::new(),
+            rates_bps: config.striper.scheduler.rates_bps.clone(),
         })
+    }
+
+    /// Apply these per-class path policies to what this end sends (mode `sequence` only; the
+    /// bond's parameters checked them).
+    pub fn set_policies(&mut self, policies: Vec<PathPolicy>) {
+        self.policies = policies;
+    }
+
+    /// Path `i`'s rate for the policies: PET's estimate, else the configured rate.
+    fn rate(&self, i: usize) -> u64 {
+        self.striper
+            .pet()
+            .and_then(|p| p.estimate_bps(PathId(i as u8)))
+            .or_else(|| self.rates_bps.get(i).copied())
+            .unwrap_or(1)
+    }
+
+    /// Send `payload` (a copy of `packet`) under policy `k`; see [`crate::policy`].
+    fn send_by_policy(
+        &mut self,
+        now: Instant,
+        k: usize,
+        packet: &[u8],
+        payload: Vec<u8>,
+    ) -> Result<PathId, SendError<Vec<u8>>> {
+        let p = &self.policies[k];
+        let active = (0..self.paths())
+            .filter(|&i| self.striper.is_path_active(PathId(i as u8)))
+            .fold(0u64, |m, i| m | 1 << i);
+        let allowed = p.paths & active;
+        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        if allowed == 0 {
+            self.stats.policy_no_path += 1;
+            return Err(SendError::Full(payload));
+        }
+        self.stats.policy_packets += 1;
+        if p.per_flow {
+            let key = policy::flow_key(packet).unwrap_or(0);
+            let path = policy::flow_path(key, allowed, |i| self.rate(i)).expect("allowed != 0");
+            return self
+                .striper
+                .send_unsequenced(now, PathId(path as u8), len, payload);
+        }
+        if allowed == active {
+            return self.striper.send(now, len, payload);
+        }
+        let striper = &self.striper;
+        let Some(path) = policy::least_loaded(
+            allowed,
+            len,
+            |i| striper.queued_bytes(PathId(i as u8)),
+            |i| self.rate(i),
+            |i| striper.path_has_room(PathId(i as u8), len),
+        ) else {
+            return Err(SendError::Full(payload));
+        };
+        self.striper.send_on(now, PathId(path as u8), len, payload)
     }
 
     /// Send the packets of these DSCP values twice, on two paths (bit `d` of `mask` for DSCP
@@ -127,16 +196,30 @@ impl Endpoint {
     /// packet's buffer goes back to the spares.
     pub fn send_copy(&mut self, now: Instant, packet: &[u8]) -> Result<PathId, SendError<()>> {
         let payload = self.buffer(packet);
-        let sent = self.send(now, payload);
+        let dscp = if self.policies.is_empty() && self.duplicate_dscp == 0 {
+            None
+        } else {
+            braid_qos::classifier::dscp(packet)
+        };
+        let policy = policy::policy_for(&self.policies, dscp);
+        let sent = match policy {
+            Some(k) => self.send_by_policy(now, k, packet, payload),
+            None => self.send(now, payload),
+        };
         if let Ok(first) = sent {
-            if self.duplicate_dscp != 0
-                && braid_qos::classifier::dscp(packet)
+            let within = match policy {
+                Some(k) => self.policies[k].duplicate.then_some(self.policies[k].paths),
+                None => dscp
                     .is_some_and(|d| self.duplicate_dscp & (1 << d) != 0)
-            {
+                    .then_some(u64::MAX),
+            };
+            if let Some(allowed) = within {
                 let copy = self.buffer(packet);
                 let len = u32::try_from(packet.len()).unwrap_or(u32::MAX);
                 // No other path with room: the copy is not sent (counted by the striper).
-                let _ = self.striper.duplicate_last(first, len, copy);
+                let _ = self
+                    .striper
+                    .duplicate_last_within(first, len, copy, allowed);
             }
         }
         sent.map_err(|e| match e {
@@ -434,6 +517,7 @@ mod tests {
             queue_limit_bytes: 64 * 1024,
             equalize_delay: false,
             retransmit: false,
+            policies: Vec::new(),
         };
         Endpoint::new(&EndpointConfig {
             striper: p.striper_config(),

@@ -4,6 +4,7 @@
 //! - [`keys`]: static X25519 keys as base64.
 //! - [`noise`]: the Noise IK handshake's parameters, with injected randomness.
 //! - [`params`]: the bond parameters the initiator chooses and sends in the handshake.
+//! - [`policy`]: per-class path policies (which paths a class uses; per-packet or per-flow).
 //! - [`replay`]: the per-path anti-replay window.
 //! - [`endpoint`]: the bond endpoint (striper, resequencer, credits) without crypto.
 //! - [`session`]: the session: handshake, rekey, per-path encryption, liveness probes, and the
@@ -15,6 +16,7 @@ pub mod endpoint;
 pub mod keys;
 pub mod noise;
 pub mod params;
+pub mod policy;
 pub mod qos;
 pub mod replay;
 pub mod retransmit;

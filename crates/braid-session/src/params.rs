@@ -38,7 +38,32 @@ pub struct BondParams {
     /// `sequence`: resend data a path lost, named by the receiver's NACKs, on the fastest path
     /// (`crate::retransmit`).
     pub retransmit: bool,
+    /// Per-class path policies (the BAG paper's per-class services, section IV), first match
+    /// wins; both ends apply them to what they send. Mode `sequence` only.
+    pub policies: Vec<PathPolicy>,
 }
+
+/// Which paths a class of packets may use, and how it is striped (`[[policy]]` in the
+/// config). A class is a set of DSCP values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathPolicy {
+    /// The DSCP values it applies to: bit `d` for DSCP `d`.
+    pub dscp: u64,
+    /// The paths it may use: bit `i` for path `i`. Never empty.
+    pub paths: u64,
+    /// Per-flow striping: every packet of a flow (addresses, protocol, ports) goes on one of
+    /// the class's paths and is delivered without resequencing. Otherwise per packet, over the
+    /// class's paths, resequenced with everything else.
+    pub per_flow: bool,
+    /// Each packet also goes on a second of the class's paths (the reliability service).
+    pub duplicate: bool,
+}
+
+/// The most policies a bond has.
+pub const MAX_POLICIES: usize = 16;
+const POLICY_LEN: usize = 8 + 8 + 1;
+const POLICY_PER_FLOW: u8 = 0x01;
+const POLICY_DUPLICATE: u8 = 0x02;
 
 /// Handshake payload that does not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -115,6 +140,25 @@ impl BondParams {
             // PET's SIG-ACKs name packets by their sequence numbers.
             return Err(ConfigError::NotCausal("pet"));
         }
+        if !self.policies.is_empty() && self.resequence != ResequenceMode::Sequence {
+            return Err(ConfigError::Policy(
+                "policies need resequence = \"sequence\" (the receiver tells the classes' packets apart by their sequence numbers)",
+            ));
+        }
+        let all = if self.rates_bps.len() >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.rates_bps.len()) - 1
+        };
+        if self.policies.len() > MAX_POLICIES
+            || self.policies.iter().any(|p| {
+                p.paths == 0 || p.paths & !all != 0 || p.dscp == 0 || (p.per_flow && p.duplicate)
+            })
+        {
+            return Err(ConfigError::Policy(
+                "a policy names no DSCP value, no path, or a path the bond does not have, or duplicates a per-flow class (copies are told apart by sequence numbers)",
+            ));
+        }
         self.scheduler_config().build().map(|_| ())
     }
 
@@ -156,6 +200,22 @@ impl BondParams {
         v.push(flags);
         for r in &self.rates_bps {
             v.extend(r.to_be_bytes());
+        }
+        // Policies after the rates; none: nothing at all.
+        if !self.policies.is_empty() {
+            v.push(self.policies.len() as u8);
+            for p in &self.policies {
+                v.extend(p.dscp.to_be_bytes());
+                v.extend(p.paths.to_be_bytes());
+                let mut f = 0;
+                if p.per_flow {
+                    f |= POLICY_PER_FLOW;
+                }
+                if p.duplicate {
+                    f |= POLICY_DUPLICATE;
+                }
+                v.push(f);
+            }
         }
         v
     }
@@ -208,13 +268,33 @@ impl BondParams {
             return Err(m());
         }
         let n = usize::from(fixed[3]);
-        if n == 0 || n > MAX_PATHS || b.len() != FIXED_LEN + 8 * n {
+        let rates_end = FIXED_LEN + 8 * n;
+        if n == 0 || n > MAX_PATHS || b.len() < rates_end {
             return Err(m());
         }
-        let rates_bps = b[FIXED_LEN..]
+        let rates_bps = b[FIXED_LEN..rates_end]
             .chunks_exact(8)
             .map(|c| u64::from_be_bytes(c.try_into().expect("chunks of 8")))
             .collect();
+        let mut policies = Vec::new();
+        if let Some((&k, rest)) = b[rates_end..].split_first() {
+            if k == 0 || rest.len() != usize::from(k) * POLICY_LEN {
+                return Err(m());
+            }
+            for c in rest.chunks_exact(POLICY_LEN) {
+                let word = |at: usize| u64::from_be_bytes(c[at..at + 8].try_into().expect("8"));
+                let f = c[16];
+                if f & !(POLICY_PER_FLOW | POLICY_DUPLICATE) != 0 {
+                    return Err(m());
+                }
+                policies.push(PathPolicy {
+                    dscp: word(0),
+                    paths: word(8),
+                    per_flow: f & POLICY_PER_FLOW != 0,
+                    duplicate: f & POLICY_DUPLICATE != 0,
+                });
+            }
+        }
         let p = BondParams {
             scheduler,
             rates_bps,
@@ -228,6 +308,7 @@ impl BondParams {
             queue_limit_bytes: u32_at(32)?,
             equalize_delay: flags & FLAG_EQUALIZE != 0,
             retransmit: flags & FLAG_RETRANSMIT != 0,
+            policies,
         };
         p.validate()?;
         Ok(p)
@@ -249,6 +330,7 @@ pub(crate) fn example(paths: usize) -> BondParams {
         queue_limit_bytes: 64 * 1024,
         equalize_delay: true,
         retransmit: true,
+        policies: Vec::new(),
     }
 }
 
@@ -273,6 +355,36 @@ mod tests {
         assert_eq!(p.validate(), Err(ConfigError::NotCausal("pet")));
         p.resequence = ResequenceMode::None;
         assert_eq!(p.validate(), Err(ConfigError::NotCausal("pet")));
+    }
+
+    #[test]
+    fn policies_round_trip_and_are_checked() {
+        let mut p = example(3);
+        p.policies = vec![
+            PathPolicy {
+                dscp: 1 << 46,
+                paths: 0b001,
+                per_flow: true,
+                duplicate: false,
+            },
+            PathPolicy {
+                dscp: 1 << 10 | 1 << 12,
+                paths: 0b110,
+                per_flow: false,
+                duplicate: true,
+            },
+        ];
+        assert_eq!(BondParams::decode(&p.encode()), Ok(p.clone()));
+        let mut bad = p.clone();
+        bad.policies[0].paths = 0b1000;
+        assert!(bad.validate().is_err(), "path 3 of 3");
+        bad.policies[0].paths = 0;
+        assert!(bad.validate().is_err(), "no path");
+        p.resequence = ResequenceMode::Logical;
+        assert!(p.validate().is_err(), "needs sequence numbers");
+        let mut enc = example(2).encode();
+        enc.push(1);
+        assert_eq!(BondParams::decode(&enc), Err(ParamsError::Malformed));
     }
 
     #[test]

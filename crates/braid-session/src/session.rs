@@ -231,6 +231,10 @@ pub struct SessionStatus {
     pub duplicated_packets: u64,
     /// Packets the receiver declared lost at once because the peer abandoned them.
     pub abandoned_packets: u64,
+    /// Packets a path policy placed (`[[policy]]`).
+    pub policy_packets: u64,
+    /// Packets dropped because none of their policy's paths was up.
+    pub policy_no_path: u64,
     /// Datagrams dropped, by reason.
     pub dropped: Vec<(DropReason, u64)>,
     /// Per-class service when `[qos]` is on (empty otherwise).
@@ -479,6 +483,7 @@ impl Session {
         match Endpoint::new(&config) {
             Ok(mut e) => {
                 e.set_duplicate_dscp(self.cfg.duplicate_dscp);
+                e.set_policies(p.policies.clone());
                 self.paths = (0..p.rates_bps.len())
                     .map(|i| {
                         let known = heard_on.is_none_or(|h| h.index() == i);
@@ -1381,6 +1386,8 @@ impl Session {
             abandons_sent: self.abandons_sent,
             duplicated_packets: e.map_or(0, |e| e.striper().stats().duplicates),
             abandoned_packets: rx.abandoned,
+            policy_packets: e.map_or(0, |e| e.stats().policy_packets),
+            policy_no_path: e.map_or(0, |e| e.stats().policy_no_path),
             classes: self
                 .qos
                 .as_ref()

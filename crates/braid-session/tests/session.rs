@@ -24,6 +24,7 @@ fn params(paths: usize, mode: ResequenceMode) -> BondParams {
         queue_limit_bytes: 64 * 1024,
         equalize_delay: true,
         retransmit: true,
+        policies: Vec::new(),
     }
 }
 
@@ -809,4 +810,106 @@ fn the_server_hands_the_client_its_addresses_and_initiations_name_their_sender()
     let index = u32::from_be_bytes(buf[4..8].try_into().unwrap());
     assert!(net.server.owns_index(index));
     assert!(!net.server.owns_index(index ^ 1));
+}
+
+/// An IPv4/UDP packet of `len` bytes with DSCP `dscp` from source port `port`; its payload
+/// starts with `id` so deliveries can be matched.
+fn udp_packet(id: u32, dscp: u8, port: u16, len: usize) -> Vec<u8> {
+    let mut p = vec![0u8; len.max(32)];
+    p[0] = 0x45;
+    p[1] = dscp << 2;
+    let total = p.len() as u16;
+    p[2..4].copy_from_slice(&total.to_be_bytes());
+    p[8] = 64;
+    p[9] = 17;
+    p[12..16].copy_from_slice(&[10, 77, 0, 2]);
+    p[16..20].copy_from_slice(&[10, 77, 0, 1]);
+    p[20..22].copy_from_slice(&port.to_be_bytes());
+    p[22..24].copy_from_slice(&4000u16.to_be_bytes());
+    p[28..32].copy_from_slice(&id.to_be_bytes());
+    p
+}
+
+fn id_of(p: &[u8]) -> u32 {
+    u32::from_be_bytes(p[28..32].try_into().unwrap())
+}
+
+#[test]
+fn path_policies_keep_a_class_to_its_paths_and_a_flow_class_off_the_resequencer() {
+    use braid_session::params::PathPolicy;
+    let mut p = params(3, ResequenceMode::Sequence);
+    p.policies = vec![
+        // Voice: per flow, on the two faster paths; never held for the slow one.
+        PathPolicy {
+            dscp: 1 << 46,
+            paths: 0b011,
+            per_flow: true,
+            duplicate: false,
+        },
+        // Bulk (AF11): the slowest path only.
+        PathPolicy {
+            dscp: 1 << 10,
+            paths: 0b100,
+            per_flow: false,
+            duplicate: false,
+        },
+    ];
+    let mut net = Net::new(3, ResequenceMode::Sequence);
+    net.client = session(client_config(p), 3);
+    net.established();
+    let tx = |net: &Net| -> Vec<u64> {
+        net.client
+            .status()
+            .paths
+            .iter()
+            .map(|p| p.tx_bytes)
+            .collect()
+    };
+    // Bulk only: it all goes on path 2.
+    let before = tx(&net);
+    for i in 0..100 {
+        assert!(net.client.send(net.now, &udp_packet(i, 10, 1000, 1000)));
+        net.step(Duration::from_millis(2));
+    }
+    net.step(Duration::from_millis(300));
+    let after = tx(&net);
+    let sent: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert!(sent[2] > 100_000, "{sent:?}");
+    assert!(sent[0] < 10_000 && sent[1] < 10_000, "{sent:?}");
+    assert_eq!(net.to_server.len(), 100);
+    // Voice flows beside default traffic: each flow stays on one path, in order, and arrives
+    // at that path's delay (5 or 25 ms), not the slowest path's (45 ms).
+    net.to_server.clear();
+    net.to_server_at.clear();
+    let mut sent_at = std::collections::HashMap::new();
+    for i in 0..400u32 {
+        let (dscp, port) = if i % 2 == 0 {
+            (46, 5000 + (i / 2 % 8) as u16)
+        } else {
+            (0, 9)
+        };
+        let id = 1000 + i;
+        sent_at.insert(id, net.now);
+        assert!(net.client.send(net.now, &udp_packet(id, dscp, port, 200)));
+        net.step(Duration::from_millis(1));
+    }
+    net.step(Duration::from_millis(500));
+    assert_eq!(net.to_server.len(), 400, "nothing lost");
+    let mut last_per_flow = std::collections::HashMap::new();
+    for (pkt, at) in net.to_server.iter().zip(&net.to_server_at) {
+        let id = id_of(pkt);
+        if pkt[1] >> 2 == 46 {
+            let port = u16::from_be_bytes([pkt[20], pkt[21]]);
+            let prev = last_per_flow.insert(port, id);
+            assert!(prev.is_none_or(|p| p < id), "flow {port} out of order");
+            let delay = *at - sent_at[&id];
+            assert!(
+                delay < Duration::from_millis(40),
+                "voice packet {id} took {delay:?}: held for the slow path"
+            );
+        }
+    }
+    let st = net.client.status();
+    assert_eq!(st.policy_packets, 300);
+    assert_eq!(st.policy_no_path, 0);
 }

@@ -192,6 +192,9 @@ pub struct ResequencerStats {
 /// [`handle_marker`](Self::handle_marker); then call [`poll_deliver`](Self::poll_deliver) until
 /// it returns `None`. If [`poll_timeout`](Self::poll_timeout) returns an instant, call
 /// `poll_deliver` again once that time is reached. `now` must never go backwards.
+// One per bond direction, built once: the variants' sizes do not matter, and boxing would add
+// an indirection to every arrival.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Resequencer<P> {
     /// `logical`.

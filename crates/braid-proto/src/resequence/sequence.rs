@@ -86,6 +86,10 @@ pub struct SequenceReceiver<P> {
     /// Sequence numbers the sender gave up on ([`Self::abandon`]): `(first, end)` ranges, in
     /// arrival order, at most [`MAX_ABANDONED`].
     abandoned: VecDeque<(u64, u64)>,
+    /// Packets sent without a sequence number (a per-flow policy's: the flow keeps to one
+    /// FIFO path, so it needs no resequencing), delivered as they arrive, ahead of the rest.
+    express: VecDeque<Delivery<P>>,
+    express_bytes: u64,
     stats: ResequencerStats,
 }
 
@@ -126,6 +130,8 @@ impl<P> SequenceReceiver<P> {
             pacing: config.pacing.filter(|p| p.rate_bps > 0),
             paced_until: Instant::ZERO,
             abandoned: VecDeque::new(),
+            express: VecDeque::new(),
+            express_bytes: 0,
             stats: ResequencerStats::default(),
         })
     }
@@ -160,7 +166,10 @@ impl<P> SequenceReceiver<P> {
         self.next
     }
 
-    /// A data packet arrived. Packets without a sequence number are invalid in this mode.
+    /// A data packet arrived. A packet without a sequence number is delivered at once, ahead
+    /// of everything waiting (the sender's per-flow policy keeps its flow on one path, whose
+    /// FIFO order is the flow's order); with more than the buffer limit of them waiting, it is
+    /// dropped.
     pub fn handle_data(
         &mut self,
         now: Instant,
@@ -183,8 +192,22 @@ impl<P> SequenceReceiver<P> {
         payload: P,
         equalize: bool,
     ) {
-        let (Some(seq), true) = (seq, path.index() < self.paths.len()) else {
+        if path.index() >= self.paths.len() {
             self.stats.invalid_dropped += 1;
+            return;
+        }
+        let Some(seq) = seq else {
+            if self.express_bytes + u64::from(len) > self.limit {
+                self.stats.overflow_dropped += 1;
+                return;
+            }
+            self.express_bytes += u64::from(len);
+            self.express.push_back(Delivery {
+                path,
+                seq: None,
+                len,
+                payload,
+            });
             return;
         };
         if seq < self.next {
@@ -354,6 +377,12 @@ impl<P> SequenceReceiver<P> {
 
     /// The next packet in sequence order, if it is there or its loss is certain.
     pub fn poll_deliver(&mut self, now: Instant) -> Option<Delivery<P>> {
+        if let Some(d) = self.express.pop_front() {
+            self.express_bytes -= u64::from(d.len);
+            self.stats.delivered += 1;
+            self.stats.delivered_bytes += u64::from(d.len);
+            return Some(d);
+        }
         self.wake = None;
         loop {
             // Fast path: the path logical reception predicts.
@@ -763,9 +792,32 @@ mod tests {
         r.handle_data(Instant::ZERO, PathId(0), Some(0), 1, 0);
         r.handle_data(Instant::ZERO, PathId(0), Some(0), 1, 0);
         r.handle_data(Instant::ZERO, PathId(1), Some(1), 1, 1);
-        r.handle_data(Instant::ZERO, PathId(1), None, 1, 9);
         assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0, 1, 2]);
         assert_eq!(r.stats().stale_dropped, 1);
-        assert_eq!(r.stats().invalid_dropped, 1);
+    }
+
+    #[test]
+    fn packets_without_a_number_skip_the_queue_but_not_the_limit() {
+        let mut c = ResequencerConfig::new(
+            ResequenceMode::Sequence,
+            SchedulerConfig::new(SchedulerKind::Rr, vec![1, 1]),
+        );
+        c.buffer_limit_bytes = 100_000;
+        let mut r = SequenceReceiver::new(&c).unwrap();
+        // Seq 0 is missing: 1 waits, the unnumbered packets do not.
+        r.handle_data(Instant::ZERO, PathId(1), Some(1), 100, 1);
+        r.handle_data(Instant::ZERO, PathId(1), None, 100, 8);
+        r.handle_data(Instant::ZERO, PathId(0), None, 100, 9);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![8, 9]);
+        r.handle_data(Instant::ZERO, PathId(0), Some(0), 100, 0);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0, 1]);
+        for k in 0..1000 {
+            r.handle_data(Instant::ZERO, PathId(0), None, 1000, k);
+        }
+        assert!(
+            r.stats().overflow_dropped > 0,
+            "bounded by the buffer limit"
+        );
+        assert_eq!(r.stats().invalid_dropped, 0);
     }
 }

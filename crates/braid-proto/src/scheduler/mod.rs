@@ -312,6 +312,9 @@ pub enum ConfigError {
         /// Paths configured.
         paths: usize,
     },
+    /// A per-class path policy that cannot be applied.
+    #[error("path policy: {0}")]
+    Policy(&'static str),
 }
 
 /// Static dispatch over the built-in schedulers.
