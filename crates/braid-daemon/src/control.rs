@@ -1,12 +1,29 @@
-//! The client side of the control socket: what `braid status` uses.
+//! The control socket: `braid status` reads the daemon's status; `braid path up|down NAME`
+//! takes a client's path out of use or gives it back at run time.
+//!
+//! The protocol is one line of text per connection, answered with JSON: `status`, or
+//! `path up NAME` / `path down NAME`.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::mpsc::Sender;
 use std::time::Duration;
 
-/// Ask the daemon behind `socket` for its status, as JSON text.
-pub fn query_status(socket: &Path) -> Result<String, String> {
+/// A request the event loop carries out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Enable (`true`) or disable path `index`.
+    Path {
+        /// The path's number (its position in the config).
+        index: usize,
+        /// Whether it may carry traffic.
+        enabled: bool,
+    },
+}
+
+/// Send `request` to the daemon behind `socket`; its answer, as JSON text.
+pub fn request(socket: &Path, request: &str) -> Result<String, String> {
     let mut s = UnixStream::connect(socket).map_err(|e| {
         format!(
             "cannot reach the daemon at {}: {e} (is `braid up` running? pass its control socket with --socket)",
@@ -14,18 +31,72 @@ pub fn query_status(socket: &Path) -> Result<String, String> {
         )
     })?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok();
-    s.write_all(b"status\n").map_err(|e| e.to_string())?;
+    s.write_all(format!("{request}\n").as_bytes())
+        .map_err(|e| e.to_string())?;
     s.shutdown(std::net::Shutdown::Write).ok();
     let mut out = String::new();
     s.read_to_string(&mut out).map_err(|e| e.to_string())?;
     Ok(out)
 }
 
-/// Serve `status` requests on `listener` from a thread, answering with the latest `snapshot`
-/// the event loop published. A slow or stuck client only ever holds this thread.
+/// Ask the daemon behind `socket` for its status, as JSON text.
+pub fn query_status(socket: &Path) -> Result<String, String> {
+    request(socket, "status")
+}
+
+/// The answer to one request line: the status snapshot, or a command queued for the loop.
+fn answer(
+    line: &str,
+    snapshot: &std::sync::Mutex<String>,
+    commands: &Sender<Command>,
+    paths: &[String],
+) -> String {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let json = |k: &str, v: &str| serde_json::json!({ k: v }).to_string();
+    match words.as_slice() {
+        ["status"] => snapshot.lock().map(|g| g.clone()).unwrap_or_default(),
+        ["path", verb @ ("up" | "down"), name] => {
+            let Some(index) = paths.iter().position(|p| p == name) else {
+                return json(
+                    "error",
+                    &format!(
+                        "no path is named `{name}` here (the paths are: {}; a server has none to take down)",
+                        if paths.is_empty() { "none".to_owned() } else { paths.join(", ") }
+                    ),
+                );
+            };
+            let enabled = *verb == "up";
+            match commands.send(Command::Path { index, enabled }) {
+                Ok(()) => json(
+                    "ok",
+                    &format!(
+                        "path {name} {}",
+                        if enabled {
+                            "enabled: it rejoins when its probes are answered"
+                        } else {
+                            "disabled"
+                        }
+                    ),
+                ),
+                Err(_) => json("error", "the daemon is stopping"),
+            }
+        }
+        _ => json(
+            "error",
+            "unknown request: send `status`, `path up NAME` or `path down NAME`",
+        ),
+    }
+}
+
+/// Serve requests on `listener` from a thread: `status` from the latest `snapshot` the event
+/// loop published, path commands into `commands` (the loop applies them within its next
+/// turn). `paths` are the names of this end's paths. A slow or stuck client only ever holds
+/// this thread.
 pub(crate) fn serve(
     listener: std::os::unix::net::UnixListener,
     snapshot: std::sync::Arc<std::sync::Mutex<String>>,
+    commands: Sender<Command>,
+    paths: Vec<String>,
 ) {
     std::thread::Builder::new()
         .name("braid-control".into())
@@ -34,15 +105,48 @@ pub(crate) fn serve(
                 let Ok(mut s) = stream else { continue };
                 s.set_read_timeout(Some(Duration::from_secs(1))).ok();
                 s.set_write_timeout(Some(Duration::from_secs(1))).ok();
-                let mut req = [0u8; 64];
-                let n = s.read(&mut req).unwrap_or(0);
-                let body = if String::from_utf8_lossy(&req[..n]).trim() == "status" {
-                    snapshot.lock().map(|g| g.clone()).unwrap_or_default()
-                } else {
-                    "{\"error\":\"unknown request; send `status`\"}".to_owned()
-                };
+                // One line, up to 256 bytes, until the newline or the client's end of writing.
+                let mut req = Vec::new();
+                let mut chunk = [0u8; 256];
+                while req.len() < 256 && !req.contains(&b'\n') {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => req.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&req);
+                let line = line.lines().next().unwrap_or("");
+                let body = answer(line.trim(), &snapshot, &commands, &paths);
                 let _ = s.write_all(body.as_bytes());
             }
         })
         .ok();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_answered_and_path_commands_queued() {
+        let snap = std::sync::Mutex::new("{\"x\":1}".to_owned());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let paths = vec!["dsl".to_owned(), "lte".to_owned()];
+        assert_eq!(answer("status", &snap, &tx, &paths), "{\"x\":1}");
+        assert!(answer("path down lte", &snap, &tx, &paths).contains("\"ok\""));
+        assert_eq!(
+            rx.try_recv(),
+            Ok(Command::Path {
+                index: 1,
+                enabled: false
+            })
+        );
+        let e = answer("path down wifi", &snap, &tx, &paths);
+        assert!(
+            e.contains("no path is named `wifi`") && e.contains("dsl, lte"),
+            "{e}"
+        );
+        assert!(answer("reboot", &snap, &tx, &paths).contains("unknown request"));
+        assert!(rx.try_recv().is_err());
+    }
 }

@@ -157,6 +157,10 @@ pub struct PathInfo {
     pub name: String,
     /// Where this end sends the path's datagrams (server: learned from the client).
     pub peer: Option<SocketAddr>,
+    /// Client: why the path is out of use, if the daemon knows (taken down by the user; its
+    /// interface or address not there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 /// One peer's session and what the daemon keeps for it.
@@ -177,10 +181,21 @@ struct Daemon {
     tun: net::Tun,
     mtu: u16,
     mtu_source: String,
-    sockets: Vec<UdpSocket>,
+    /// The UDP sockets: a server's one, or a client's one per path (`None` while the path's
+    /// interface or local address is not there).
+    sockets: Vec<Option<UdpSocket>>,
     /// quinn-udp's per-socket state: GSO support and segment limits.
-    gso: Vec<quinn_udp::UdpSocketState>,
+    gso: Vec<Option<quinn_udp::UdpSocketState>>,
     names: Vec<String>,
+    /// Client: the paths the user took out (`braid path down`).
+    admin_down: Vec<bool>,
+    /// Client: why a path has no socket, while it has none.
+    problems: Vec<Option<String>>,
+    /// Requests from the control socket.
+    commands: std::sync::mpsc::Receiver<control::Command>,
+    poll: Poll,
+    /// When to try again to open the sockets of paths that have none.
+    next_reopen: Instant,
     /// The status JSON the control thread serves, refreshed by the loop.
     snapshot: Arc<Mutex<String>>,
     /// The metrics text the metrics thread serves, if there is a metrics endpoint.
@@ -242,11 +257,25 @@ impl Daemon {
             _ => (1428, "1428 until the client's handshake sets it".to_owned()),
         };
         let tun = net::open_tun(&cfg, mtu)?;
-        let (sockets, addrs, names) = net::open_sockets(&cfg)?;
+        let (mut sockets, addrs, names) = net::open_sockets(&cfg)?;
         let gso = sockets
             .iter()
-            .map(|s| quinn_udp::UdpSocketState::new(quinn_udp::UdpSockRef::from(s)))
+            .map(|s| {
+                s.as_ref()
+                    .map(|s| quinn_udp::UdpSocketState::new(quinn_udp::UdpSockRef::from(s)))
+                    .transpose()
+            })
             .collect::<io::Result<Vec<_>>>()?;
+        let poll = Poll::new()?;
+        let tun_fd = tun.as_raw_fd();
+        poll.registry()
+            .register(&mut SourceFd(&tun_fd), TUN, Interest::READABLE)?;
+        for (i, s) in sockets.iter_mut().enumerate() {
+            if let Some(s) = s {
+                poll.registry()
+                    .register(s, Token(UDP_BASE + i), Interest::READABLE)?;
+            }
+        }
         if let Some(dir) = cfg.control_socket.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
@@ -266,7 +295,8 @@ impl Daemon {
             None => None,
         };
         let snapshot = Arc::new(Mutex::new(String::from("{}")));
-        control::serve(control, snapshot.clone());
+        let (command_tx, commands) = std::sync::mpsc::channel();
+        control::serve(control, snapshot.clone(), command_tx, names.clone());
         let metrics_text = metrics.map(|l| {
             let text = Arc::new(Mutex::new(String::new()));
             metrics::serve(l, text.clone());
@@ -299,7 +329,40 @@ impl Daemon {
             });
         }
         let clock = std::time::Instant::now();
+        let problems: Vec<Option<String>> = sockets
+            .iter()
+            .zip(&cfg.paths)
+            .map(|(s, p)| {
+                s.is_none().then(|| {
+                    format!(
+                        "waiting for {}",
+                        p.interface.as_ref().map_or_else(
+                            || format!(
+                                "local address {}",
+                                p.local.map_or("?".into(), |a| a.to_string())
+                            ),
+                            |d| format!("interface {d}")
+                        )
+                    )
+                })
+            })
+            .collect();
+        if cfg.role == Role::Initiator {
+            for (i, missing) in problems.iter().enumerate() {
+                if missing.is_some() {
+                    for p in &mut peers {
+                        p.session
+                            .set_path_enabled(Instant::ZERO, PathId(i as u8), false);
+                    }
+                }
+            }
+        }
         Ok(Daemon {
+            admin_down: vec![false; names.len()],
+            problems,
+            commands,
+            poll,
+            next_reopen: Instant::ZERO,
             cfg,
             peers,
             tun,
@@ -339,14 +402,6 @@ impl Daemon {
     }
 
     fn event_loop(&mut self, stop: &AtomicBool) -> Result<(), DaemonError> {
-        let mut poll = Poll::new()?;
-        let tun_fd = self.tun.as_raw_fd();
-        poll.registry()
-            .register(&mut SourceFd(&tun_fd), TUN, Interest::READABLE)?;
-        for (i, s) in self.sockets.iter_mut().enumerate() {
-            poll.registry()
-                .register(s, Token(UDP_BASE + i), Interest::READABLE)?;
-        }
         let mut events = Events::with_capacity(256);
         while !stop.load(Ordering::Relaxed) {
             let now = self.now();
@@ -366,7 +421,7 @@ impl Daemon {
                 } else {
                     timeout
                 };
-            match poll.poll(&mut events, Some(timeout)) {
+            match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e.into()),
@@ -379,6 +434,11 @@ impl Daemon {
                 }
             }
             let now = self.now();
+            self.run_commands(now);
+            if now >= self.next_reopen {
+                self.next_reopen = now + braid_proto::time::Duration::from_secs(1);
+                self.reopen(now);
+            }
             for p in &mut self.peers {
                 p.session.handle_timeout(now);
             }
@@ -392,6 +452,86 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// Carry out what the control socket asked.
+    fn run_commands(&mut self, now: Instant) {
+        while let Ok(c) = self.commands.try_recv() {
+            match c {
+                control::Command::Path { index, enabled } => {
+                    if let Some(d) = self.admin_down.get_mut(index) {
+                        *d = !enabled;
+                        eprintln!(
+                            "braid: path `{}` {} by `braid path`",
+                            self.names[index],
+                            if enabled { "enabled" } else { "disabled" }
+                        );
+                    }
+                    self.apply_path_state(now, index);
+                }
+            }
+        }
+    }
+
+    /// Client: tell the session whether path `i` may carry traffic: not taken down by the
+    /// user, and with a socket.
+    fn apply_path_state(&mut self, now: Instant, i: usize) {
+        let enabled = !self.admin_down.get(i).copied().unwrap_or(false)
+            && self.sockets.get(i).is_some_and(Option::is_some);
+        for p in &mut self.peers {
+            p.session.set_path_enabled(now, PathId(i as u8), enabled);
+        }
+    }
+
+    /// Client: try to open the sockets of paths that have none (their interface or local
+    /// address was not there): a modem plugged in, an interface re-created, an address back.
+    fn reopen(&mut self, now: Instant) {
+        if self.cfg.role != Role::Initiator {
+            return;
+        }
+        for i in 0..self.sockets.len() {
+            if self.sockets[i].is_some() || self.admin_down[i] {
+                continue;
+            }
+            let Some(p) = self.cfg.paths.get(i) else {
+                continue;
+            };
+            let Ok(mut s) = net::open_path_socket(p) else {
+                continue;
+            };
+            let Ok(state) = quinn_udp::UdpSocketState::new(quinn_udp::UdpSockRef::from(&s)) else {
+                continue;
+            };
+            if self
+                .poll
+                .registry()
+                .register(&mut s, Token(UDP_BASE + i), Interest::READABLE)
+                .is_err()
+            {
+                continue;
+            }
+            eprintln!("braid: path `{}` has its socket again", p.name);
+            self.sockets[i] = Some(s);
+            self.gso[i] = Some(state);
+            self.problems[i] = None;
+            self.apply_path_state(now, i);
+        }
+    }
+
+    /// Client: path `i`'s socket failed because its interface or address went away: close it,
+    /// take the path out, and let [`Daemon::reopen`] try again.
+    fn lose_socket(&mut self, i: usize, e: &io::Error) {
+        if let Some(mut s) = self.sockets.get_mut(i).and_then(Option::take) {
+            let _ = self.poll.registry().deregister(&mut s);
+            self.gso[i] = None;
+            self.problems[i] = Some(format!("lost its socket ({e}); retrying every second"));
+            eprintln!(
+                "braid: path `{}` lost its socket ({e}): out of use until it can be opened again",
+                self.names[i]
+            );
+            let now = self.now();
+            self.apply_path_state(now, i);
+        }
     }
 
     /// A server learns each client's `max_packet` in its handshake: match the TUN MTU to the
@@ -596,7 +736,8 @@ impl Daemon {
 
     fn read_udp(&mut self, i: usize) {
         loop {
-            let (Some(sock), Some(state)) = (self.sockets.get(i), self.gso.get(i)) else {
+            let (Some(Some(sock)), Some(Some(state))) = (self.sockets.get(i), self.gso.get(i))
+            else {
                 return;
             };
             // One call fills up to RX_BUFFERS buffers, each with one datagram or several
@@ -693,6 +834,7 @@ impl Daemon {
                 let max_segments = self
                     .gso
                     .get(sock_index)
+                    .and_then(Option::as_ref)
                     .map_or(1, |g| g.max_gso_segments())
                     .clamp(1, MAX_BATCH);
                 let mut used = 0usize;
@@ -737,7 +879,7 @@ impl Daemon {
         segment: usize,
         count: usize,
     ) {
-        let (Some(sock), Some(state), Some(addr)) =
+        let (Some(Some(sock)), Some(Some(state)), Some(addr)) =
             (self.sockets.get(sock_index), self.gso.get(sock_index), peer)
         else {
             self.send_errors += count as u64;
@@ -750,11 +892,11 @@ impl Daemon {
             segment_size: (count > 1).then_some(segment),
             src_ip: None,
         };
-        if state
-            .try_send(quinn_udp::UdpSockRef::from(sock), &transmit)
-            .is_err()
-        {
+        if let Err(e) = state.try_send(quinn_udp::UdpSockRef::from(sock), &transmit) {
             self.send_errors += count as u64;
+            if self.cfg.role == Role::Initiator && net::is_absent(&e) {
+                self.lose_socket(sock_index, &e);
+            }
         }
     }
 
@@ -793,6 +935,13 @@ impl Daemon {
                                     .cloned()
                                     .unwrap_or_else(|| format!("path{i}")),
                                 peer: p.addrs.get(i).copied().flatten(),
+                                problem: match (self.admin_down.get(i), self.problems.get(i)) {
+                                    (Some(true), _) => {
+                                        Some("taken down with `braid path down`".into())
+                                    }
+                                    (_, Some(Some(why))) => Some(why.clone()),
+                                    _ => None,
+                                },
                             })
                             .collect(),
                         session: p.session.status(),

@@ -1,6 +1,6 @@
 //! The OS-facing part: the TUN device, addresses and routes, and the UDP sockets.
 
-use crate::config::Config;
+use crate::config::{Config, PathConfig};
 use crate::{DaemonError, PRIVILEGE_HINT};
 use braid_session::Role;
 use mio::net::UdpSocket;
@@ -316,30 +316,66 @@ fn set_int_option(s: &Socket, name: libc::c_int, value: usize) -> io::Result<()>
     }
 }
 
-type Sockets = (Vec<UdpSocket>, Vec<Option<SocketAddr>>, Vec<String>);
+/// The sockets (a client's may be missing: its interface or address is not there yet), the
+/// peer address of each path, and the paths' names.
+type Sockets = (Vec<Option<UdpSocket>>, Vec<Option<SocketAddr>>, Vec<String>);
+
+/// Turn an OS error on `what` into a [`DaemonError`] with a hint.
+fn sock_err(what: String) -> impl Fn(io::Error) -> DaemonError {
+    move |e: io::Error| {
+        let hint = match e.kind() {
+            io::ErrorKind::PermissionDenied => PRIVILEGE_HINT,
+            io::ErrorKind::AddrInUse => {
+                " (the port is in use: stop the other process or change it)"
+            }
+            io::ErrorKind::AddrNotAvailable => {
+                " (that address is not on this machine: check the path's local address)"
+            }
+            _ => "",
+        };
+        DaemonError::Socket {
+            what: what.clone(),
+            err: e,
+            hint,
+        }
+    }
+}
+
+/// Whether `e` says a path's interface or local address is not there (now): the path waits for
+/// it rather than the daemon failing.
+pub fn is_absent(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENODEV | libc::ENXIO | libc::EADDRNOTAVAIL)
+    ) || e.kind() == io::ErrorKind::AddrNotAvailable
+}
+
+/// A client path's socket, bound to its local address and/or interface; on failure the OS
+/// error and what was being opened.
+pub fn open_path_socket(p: &PathConfig) -> Result<UdpSocket, (io::Error, String)> {
+    let what = format!("path `{}`", p.name);
+    let with = |what: String| move |e: io::Error| (e, what.clone());
+    let v6 = p.remote.is_ipv6();
+    let s = udp_socket(v6).map_err(with(what.clone()))?;
+    if let Some(dev) = &p.interface {
+        s.bind_device(Some(dev.as_bytes()))
+            .map_err(with(format!("{what} (interface {dev})")))?;
+    }
+    let unspecified = if v6 {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    };
+    let local = SocketAddr::new(p.local.unwrap_or(unspecified), 0);
+    s.bind(&local.into()).map_err(with(what))?;
+    Ok(UdpSocket::from_std(s.into()))
+}
 
 /// Client: one socket per path, bound to its local address and/or interface, sending to the
-/// path's remote. Server: one socket on `listen`; peers are learned from authenticated packets.
+/// path's remote; a path whose interface or address is not there yet gets `None` (and a note
+/// on stderr), any other failure is an error. Server: one socket on `listen`; peers are
+/// learned from authenticated packets.
 pub fn open_sockets(cfg: &Config) -> Result<Sockets, DaemonError> {
-    let sock_err = |what: String| {
-        move |e: io::Error| {
-            let hint = match e.kind() {
-                io::ErrorKind::PermissionDenied => PRIVILEGE_HINT,
-                io::ErrorKind::AddrInUse => {
-                    " (the port is in use: stop the other process or change it)"
-                }
-                io::ErrorKind::AddrNotAvailable => {
-                    " (that address is not on this machine: check the path's local address)"
-                }
-                _ => "",
-            };
-            DaemonError::Socket {
-                what: what.clone(),
-                err: e,
-                hint,
-            }
-        }
-    };
     match cfg.role {
         Role::Responder => {
             let listen = cfg.listen.expect("checked by the config");
@@ -347,26 +383,26 @@ pub fn open_sockets(cfg: &Config) -> Result<Sockets, DaemonError> {
             let s = udp_socket(listen.is_ipv6()).map_err(sock_err(what.clone()))?;
             s.bind(&listen.into()).map_err(sock_err(what))?;
             let s = UdpSocket::from_std(s.into());
-            Ok((vec![s], Vec::new(), Vec::new()))
+            Ok((vec![Some(s)], Vec::new(), Vec::new()))
         }
         Role::Initiator => {
             let mut sockets = Vec::new();
             for p in &cfg.paths {
-                let what = format!("path `{}`", p.name);
-                let v6 = p.remote.is_ipv6();
-                let s = udp_socket(v6).map_err(sock_err(what.clone()))?;
-                if let Some(dev) = &p.interface {
-                    s.bind_device(Some(dev.as_bytes()))
-                        .map_err(sock_err(format!("{what} (interface {dev})")))?;
+                match open_path_socket(p) {
+                    Ok(s) => sockets.push(Some(s)),
+                    Err((e, _)) if is_absent(&e) => {
+                        eprintln!(
+                            "braid: path `{}`: {} is not there ({e}): the path waits for it (retried every second)",
+                            p.name,
+                            p.interface.as_ref().map_or_else(
+                                || format!("local address {}", p.local.map_or("?".into(), |a| a.to_string())),
+                                |d| format!("interface {d}")
+                            )
+                        );
+                        sockets.push(None);
+                    }
+                    Err((e, what)) => return Err(sock_err(what)(e)),
                 }
-                let unspecified = if v6 {
-                    IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-                } else {
-                    IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-                };
-                let local = SocketAddr::new(p.local.unwrap_or(unspecified), 0);
-                s.bind(&local.into()).map_err(sock_err(what))?;
-                sockets.push(UdpSocket::from_std(s.into()));
             }
             let peers = cfg.paths.iter().map(|p| Some(p.remote)).collect();
             let names = cfg.paths.iter().map(|p| p.name.clone()).collect();

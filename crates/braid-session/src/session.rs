@@ -304,6 +304,9 @@ struct PathState {
     tx_bps: f64,
     rx_bps: f64,
     down_events: u64,
+    /// Taken out by the driver ([`Session::set_path_enabled`]): nothing is sent on it and it
+    /// is not brought back by what arrives on it.
+    disabled: bool,
 }
 
 /// The smallest RTT sample of the last 10 to 20 seconds: the path's base RTT without queueing,
@@ -542,11 +545,14 @@ impl Session {
         let mut payload = self.wall(now).to_be_bytes().to_vec();
         payload.extend(self.params.as_ref().map(|p| p.encode()).unwrap_or_default());
         let path = self.next_handshake_path % self.paths.len();
-        // Prefer a path that is up.
-        let path = (0..self.paths.len())
-            .map(|k| (path + k) % self.paths.len())
-            .find(|&p| self.paths[p].up)
-            .unwrap_or(path);
+        // Prefer a path that is up; never one that is disabled.
+        let order = || (0..self.paths.len()).map(|k| (path + k) % self.paths.len());
+        let Some(path) = order()
+            .find(|&p| self.paths[p].up && !self.paths[p].disabled)
+            .or_else(|| order().find(|&p| !self.paths[p].disabled))
+        else {
+            return;
+        };
         let prologue = prologue(PathId(path as u8), local_index);
         let state = self
             .noise_builder()
@@ -771,7 +777,7 @@ impl Session {
         p.rx_packets += 1;
         p.rx_bytes += bytes as u64;
         p.tick_rx_bytes += bytes as u64;
-        if !p.up {
+        if !p.up && !p.disabled {
             p.up = true;
             if let Some(e) = &mut self.endpoint {
                 e.set_path_active(path, true);
@@ -822,6 +828,37 @@ impl Session {
                 q.set_bond_rate(now, rate);
             }
         }
+    }
+
+    /// Take `path` out of use, or give it back (a client's care-of address dropped or added at
+    /// run time: `braid path down|up`, or its interface gone). A disabled path sends nothing,
+    /// not even probes or handshakes, leaves the rotation at once (what waits in its queue is
+    /// dropped) and is not brought back by what still arrives on it. Enabled again, it is
+    /// probed and rejoins the rotation when its first answer arrives. The peer sees the path
+    /// go silent and takes it out after its dead-path timeout.
+    pub fn set_path_enabled(&mut self, now: Instant, path: PathId, enabled: bool) {
+        let i = path.index();
+        let Some(p) = self.paths.get_mut(i) else {
+            return;
+        };
+        if p.disabled != enabled {
+            return;
+        }
+        p.disabled = !enabled;
+        if enabled {
+            p.probe_due = true;
+            return;
+        }
+        let was_up = std::mem::replace(&mut p.up, false);
+        if was_up {
+            p.down_events += 1;
+            if let Some(e) = &mut self.endpoint {
+                e.set_path_active(path, false);
+            }
+        }
+        self.control.retain(|(p, _)| *p != i);
+        self.resend.retain(|(p, _)| *p != i);
+        self.update_qos_rate(now);
     }
 
     /// Whether transport messages for receiver index `index` are this session's (under its
@@ -1027,6 +1064,9 @@ impl Session {
         let i = path.index();
         if self.qos.is_some() {
             self.pump_qos(now);
+        }
+        if self.paths.get(i).is_some_and(|p| p.disabled) {
+            return None;
         }
         if let Some(pos) = self.control.iter().position(|(p, _)| *p == i) {
             let (_, d) = self.control.remove(pos).expect("found");
@@ -1286,7 +1326,7 @@ impl Session {
             let silent = p
                 .last_rx
                 .is_none_or(|t| now.saturating_duration_since(t) > allowed);
-            if established && p.up && silent {
+            if established && p.up && silent && !p.disabled {
                 p.up = false;
                 p.down_events += 1;
                 if let Some(e) = &mut self.endpoint {
@@ -1318,7 +1358,7 @@ impl Session {
             // again now rather than at the next rekey.
             let all_dark = self.pending.is_none()
                 && self.current.is_some()
-                && !self.paths.is_empty()
+                && self.paths.iter().any(|p| !p.disabled)
                 && self.paths.iter().all(|p| !p.up);
             if retry || rekey || all_dark {
                 if let Some(p) = &self.pending {
@@ -1340,7 +1380,11 @@ impl Session {
             .map(|(i, p)| {
                 let path = PathId(i as u8);
                 PathStatus {
-                    state: if p.up { "up" } else { "down" },
+                    state: match (p.disabled, p.up) {
+                        (true, _) => "disabled",
+                        (false, true) => "up",
+                        (false, false) => "down",
+                    },
                     rtt_ms: p.srtt.map(|d| d.as_secs_f64() * 1e3),
                     loss_pct: p.loss * 100.0,
                     tx_bps: p.tx_bps,

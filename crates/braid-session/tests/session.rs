@@ -913,3 +913,38 @@ fn path_policies_keep_a_class_to_its_paths_and_a_flow_class_off_the_resequencer(
     assert_eq!(st.policy_packets, 300);
     assert_eq!(st.policy_no_path, 0);
 }
+
+#[test]
+fn a_path_disabled_at_run_time_goes_quiet_and_comes_back_when_enabled() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.established();
+    let tx1 = |net: &Net| net.client.status().paths[1].tx_packets;
+    let mut sent = Vec::new();
+    let mut i = 0;
+    let mut pump = |net: &mut Net, ms: u64| {
+        for _ in 0..ms {
+            for _ in 0..4 {
+                let p = packet(i, 1000);
+                if net.client.send(net.now, &p) {
+                    sent.push(p);
+                }
+                i += 1;
+            }
+            net.step(Duration::from_millis(1));
+        }
+    };
+    pump(&mut net, 200);
+    net.client.set_path_enabled(net.now, PathId(1), false);
+    let st = net.client.status();
+    assert_eq!(st.paths[1].state, "disabled");
+    let quiet = tx1(&net);
+    pump(&mut net, 500);
+    assert_eq!(tx1(&net), quiet, "nothing at all on a disabled path");
+    assert_eq!(net.client.status().paths[1].state, "disabled");
+    net.client.set_path_enabled(net.now, PathId(1), true);
+    pump(&mut net, 300);
+    assert_eq!(net.client.status().paths[1].state, "up");
+    assert!(tx1(&net) > quiet + 50, "back in the rotation");
+    net.step(Duration::from_millis(500));
+    assert_eq!(net.to_server, sent, "everything arrives, in order");
+}

@@ -92,13 +92,50 @@ pub fn pubkey() -> Result<()> {
     Ok(())
 }
 
-/// Ask a running daemon for its status.
-pub fn status(args: &StatusArgs) -> Result<()> {
-    let socket = match (&args.socket, &args.config) {
+/// `braid path`.
+#[derive(Args, Debug)]
+pub struct PathArgs {
+    /// `down`: stop using the path (a care-of address dropped: nothing is sent on it, not even
+    /// probes); `up`: use it again (it rejoins once its probes are answered).
+    #[arg(value_parser = ["up", "down"])]
+    pub action: String,
+    /// The path's name (`name` in its [[path]] table, or path<i>).
+    pub name: String,
+    /// The daemon's control socket (default: /run/braid/braid0.sock, or the one in --config).
+    #[arg(short, long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Take the control socket from this configuration file.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// The control socket named by `--socket`, the config's, or the default.
+fn control_socket(socket: &Option<PathBuf>, config: &Option<PathBuf>) -> Result<PathBuf> {
+    Ok(match (socket, config) {
         (Some(s), _) => s.clone(),
         (None, Some(c)) => Config::load(c)?.control_socket,
         (None, None) => PathBuf::from("/run/braid/braid0.sock"),
-    };
+    })
+}
+
+/// Take a path out of use or give it back.
+pub fn path(args: &PathArgs) -> Result<()> {
+    let socket = control_socket(&args.socket, &args.config)?;
+    let text =
+        braid_daemon::control::request(&socket, &format!("path {} {}", args.action, args.name))
+            .map_err(anyhow::Error::msg)?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).context("the daemon's answer is not JSON")?;
+    if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+        bail!("{e}");
+    }
+    println!("{}", v["ok"].as_str().unwrap_or("done"));
+    Ok(())
+}
+
+/// Ask a running daemon for its status.
+pub fn status(args: &StatusArgs) -> Result<()> {
+    let socket = control_socket(&args.socket, &args.config)?;
     let text = braid_daemon::control::query_status(&socket).map_err(anyhow::Error::msg)?;
     if args.json {
         println!("{text}");
@@ -278,6 +315,14 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
             .map(|d| format!("{} {}", d[0].as_str().unwrap_or("?"), d[1]))
             .collect();
         println!("datagrams dropped: {}", list.join(", "));
+    }
+    for info in infos {
+        if let Some(why) = info["problem"].as_str() {
+            println!(
+                "path {} out of use: {why}",
+                info["name"].as_str().unwrap_or("?")
+            );
+        }
     }
     if peer["spoofed_packets"].as_u64().unwrap_or(0) > 0 {
         println!(

@@ -43,6 +43,8 @@ enum Command {
     Up(daemon_cmd::UpArgs),
     /// Show what a running daemon's paths are doing.
     Status(daemon_cmd::StatusArgs),
+    /// Take a client's path out of use, or give it back, while the daemon runs.
+    Path(daemon_cmd::PathArgs),
     /// Print a new private key (base64).
     Genkey,
     /// Read a private key on stdin and print its public key.
@@ -222,6 +224,7 @@ fn main() {
         } => qos_import(&file),
         Command::Up(args) => daemon_cmd::up(&args),
         Command::Status(args) => daemon_cmd::status(&args),
+        Command::Path(args) => daemon_cmd::path(&args),
         Command::Genkey => daemon_cmd::genkey(),
         Command::Pubkey => daemon_cmd::pubkey(),
         Command::Lab(args) => lab_cmd::run(args),

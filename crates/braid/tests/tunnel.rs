@@ -67,6 +67,8 @@ struct Bed {
     /// The client's `[bond]` table, if any (its paths then have no `rate_mbit` when it says
     /// `pet`).
     bond: Option<String>,
+    /// More `[[path]]` tables for the client, appended as they are.
+    extra_paths: String,
 }
 
 impl Bed {
@@ -87,6 +89,7 @@ impl Bed {
             stop: Arc::new(AtomicBool::new(false)),
             offload: true,
             bond: None,
+            extra_paths: String::new(),
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -169,7 +172,8 @@ impl Bed {
              [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"]\noffload = {offload}\n[control]\nsocket = \"{dir}/c.sock\"\n\
              [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n{bond}\n\
              [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\n{rate1}\
-             [[path]]\nname = \"two\"\nlocal = \"10.62.2.1\"\nremote = \"{remote2}\"\n{rate2}",
+             [[path]]\nname = \"two\"\nlocal = \"10.62.2.1\"\nremote = \"{remote2}\"\n{rate2}{extra}",
+            extra = self.extra_paths,
             dir = self.dir.display(),
             offload = self.offload
         );
@@ -870,4 +874,105 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     }
     assert_eq!(peers[0]["session"]["paths"].as_array().unwrap().len(), 2);
     assert_eq!(peers[1]["session"]["paths"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn paths_come_and_go_at_run_time() {
+    need_root!();
+    let mut bed = Bed::new(6);
+    // A third path on an interface that does not exist yet (a modem not plugged in).
+    let dev = format!("c{}3", bed.tag);
+    bed.extra_paths = format!(
+        "[[path]]\nname = \"three\"\ninterface = \"{dev}\"\nremote = \"10.63.3.2:7000\"\nrate_mbit = 10\n"
+    );
+    bed.up(None);
+    let state = |bed: &Bed, i: usize| {
+        let st = bed
+            .status("c")
+            .unwrap_or_else(|| panic!("no status: {}", bed.logs()));
+        (
+            st["peers"][0]["session"]["paths"][i]["state"]
+                .as_str()
+                .unwrap_or("?")
+                .to_owned(),
+            st["peers"][0]["paths"][i]["problem"].clone(),
+        )
+    };
+    let (s3, why) = state(&bed, 2);
+    assert_eq!(s3, "disabled");
+    assert!(why.as_str().is_some_and(|w| w.contains(&dev)), "{why}");
+    // Take path two down while data flows; plug in path three; give two back.
+    let progress = Arc::new(AtomicU64::new(0));
+    let len = 24u64 << 20;
+    let p2 = progress.clone();
+    let (c, s) = (bed.ns("c"), bed.ns("s"));
+    let mover = {
+        let (c, s, tag, dev) = (c.clone(), s.clone(), bed.tag.clone(), dev.clone());
+        let dir = bed.dir.clone();
+        std::thread::spawn(move || {
+            let wait = |n: u64| {
+                while p2.load(Ordering::Relaxed) < n {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            };
+            let path = |action: &str, name: &str| {
+                let out = Command::new(BRAID)
+                    .args(["path", action, name, "-s"])
+                    .arg(dir.join("c.sock"))
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            };
+            wait(len / 4);
+            path("down", "two");
+            wait(len / 2);
+            let peer = format!("s{tag}3");
+            sh(&[
+                "ip", "link", "add", &dev, "netns", &c, "type", "veth", "peer", "name", &peer,
+                "netns", &s,
+            ]);
+            sh(&["ip", "-n", &c, "addr", "add", "10.63.3.1/24", "dev", &dev]);
+            sh(&["ip", "-n", &s, "addr", "add", "10.63.3.2/24", "dev", &peer]);
+            sh(&["ip", "-n", &c, "link", "set", &dev, "up"]);
+            sh(&["ip", "-n", &s, "link", "set", &peer, "up"]);
+            wait(len * 3 / 4);
+            path("up", "two");
+        })
+    };
+    let gap = transfer_watched(c, s, "10.77.0.1:5006".parse().unwrap(), len, progress);
+    mover.join().unwrap();
+    assert!(gap < Duration::from_secs(1), "stalled {gap:?}");
+    // Path three found its interface, path two is back.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (two, three) = (state(&bed, 1).0, state(&bed, 2));
+        if two == "up" && three.0 == "up" && three.1.is_null() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "two {two}, three {three:?}: {}",
+            bed.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let st = bed.status("c").unwrap();
+    assert!(
+        st["peers"][0]["session"]["paths"][2]["tx_bytes"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{st}"
+    );
+    let out = Command::new(BRAID)
+        .args(["path", "down", "wifi", "-s"])
+        .arg(bed.dir.join("c.sock"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no path is named `wifi`"));
 }
