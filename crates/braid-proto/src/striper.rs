@@ -383,6 +383,9 @@ impl<P> Striper<P> {
         }
         if small.is_some() {
             // Outside the scheduler's rotation: no round, no marker.
+            if let Some(pet) = &mut self.pet {
+                pet.account_extra(path, now, len);
+            }
             self.enqueue_data(i, len, payload);
             return Ok(path);
         }
@@ -468,6 +471,9 @@ impl<P> Striper<P> {
         }
         if let Scheduler::Edpf(e) = &mut self.sched {
             e.account(path, now, len);
+        }
+        if let Some(pet) = &mut self.pet {
+            pet.account_extra(path, now, len);
         }
         if numbered {
             self.enqueue_data(i, len, payload);

@@ -103,6 +103,14 @@ impl Endpoint {
         })
     }
 
+    /// Scheduler `pet`: `len` bytes went on `path` that PET did not place (a resend inside the
+    /// tunnel, a duplicate); see [`braid_proto::pet::Pet::account_extra`]. Ignored otherwise.
+    pub fn account_extra(&mut self, now: Instant, path: PathId, len: u32) {
+        if let Some(pet) = self.striper.pet_mut() {
+            pet.account_extra(path, now, len);
+        }
+    }
+
     /// Apply these per-class path policies to what this end sends (mode `sequence` only; the
     /// bond's parameters checked them).
     pub fn set_policies(&mut self, policies: Vec<PathPolicy>) {

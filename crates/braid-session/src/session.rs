@@ -951,7 +951,7 @@ impl Session {
             }
             Ok(Repr::Probe(_) | Repr::ProbeAck(_)) => Err(DropReason::BadInner),
             Ok(Repr::Nack(n)) => {
-                self.on_nack(n);
+                self.on_nack(now, n);
                 Ok(())
             }
             Ok(Repr::Abandon(a)) => {
@@ -1181,7 +1181,7 @@ impl Session {
     /// on the fastest other path, relabelled for that path; the data of a long run
     /// (congestion) is abandoned: the peer is told its sequence numbers, so it stops waiting
     /// for them and TCP sees the loss at once.
-    fn on_nack(&mut self, n: Nack) {
+    fn on_nack(&mut self, now: Instant, n: Nack) {
         if !self.retransmit {
             return;
         }
@@ -1201,6 +1201,9 @@ impl Session {
                 .set_path(PathId(target as u8))
                 .is_ok();
             if relabelled && self.resend.len() < 4096 {
+                if let Some(e) = &mut self.endpoint {
+                    e.account_extra(now, PathId(target as u8), plain.len() as u32);
+                }
                 self.resend.push_back((target, plain));
             } else {
                 self.ring.recycle(plain);

@@ -225,6 +225,9 @@ pub struct PetStats {
     pub blackouts: u64,
     /// Records forgotten because `max_records` was reached.
     pub records_evicted: u64,
+    /// Packets other parts of the bond placed, accounted on their paths
+    /// ([`Pet::account_extra`]).
+    pub extra: u64,
 }
 
 /// The PET scheduler (BAG paper section V-A): EDPF on packet-pair estimates.
@@ -431,6 +434,17 @@ impl Pet {
         self.open = Some((path, seq));
         self.remember(now, seq, len, path, Role::First);
         path
+    }
+
+    /// `len` bytes went on `path` at `now` that PET did not place (a resend inside the tunnel,
+    /// a small packet sent on the fastest path, a duplicate, a class's packet under a path
+    /// policy): EDPF's `A_l` must count them, or PET believes the path free while its queue
+    /// holds them, and overfills it. Not remembered for the SIG-ACKs (never a pair).
+    pub fn account_extra(&mut self, path: PathId, now: Instant, len: u32) {
+        if path.index() < self.paths.len() {
+            self.edpf.account(path, now, len);
+            self.stats.extra += 1;
+        }
     }
 
     /// The path for a new pair's first packet.

@@ -151,6 +151,24 @@ fn estimates_converge_and_pet_then_predicts_every_delivery() {
 }
 
 #[test]
+fn packets_pet_did_not_place_count_on_their_path() {
+    let mut m = Model::new(&[50_000, 100_000, 200_000], &[50, 50, 50]);
+    m.offer(at(0), Duration::from_secs(5), 350_000);
+    let now = at(5_000);
+    let before = m.pet.edpf().free_at(PathId(2));
+    // Ten resends on the fastest path: 0.6 s of its queue that PET must see.
+    for _ in 0..10 {
+        m.pet.account_extra(PathId(2), now, 1500);
+    }
+    let after = m.pet.edpf().free_at(PathId(2));
+    assert!(
+        after >= before.max(now) + ms(550),
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(m.pet.stats().extra, 10);
+}
+
+#[test]
 fn the_estimate_follows_a_halved_rate_within_two_seconds() {
     let mut m = Model::new(&[50_000, 100_000, 200_000], &[50, 50, 50]);
     m.offer(at(0), Duration::from_secs(10), 350_000);
