@@ -259,6 +259,7 @@ struct RawBond {
     retransmit: bool,
     duplicate_dscp: Vec<u8>,
     release_pacing_pct: u32,
+    backup_rtt_multiple: u8,
 }
 
 impl Default for RawBond {
@@ -276,6 +277,7 @@ impl Default for RawBond {
             retransmit: true,
             duplicate_dscp: Vec::new(),
             release_pacing_pct: DEFAULT_RELEASE_PACING_PCT,
+            backup_rtt_multiple: 0,
         }
     }
 }
@@ -665,6 +667,14 @@ impl Config {
                     queue_limit_bytes: b.queue_kb.saturating_mul(1024),
                     equalize_delay: b.equalize_delay,
                     retransmit: b.retransmit,
+                    backup_rtt_multiple: match b.backup_rtt_multiple {
+                        0..=16 => b.backup_rtt_multiple,
+                        m => {
+                            return Err(invalid(format!(
+                                "[bond] backup_rtt_multiple = {m}: give 0 (off: hold_ms plus the paths' delay skew) or 1 to 16 times the largest path RTT"
+                            )))
+                        }
+                    },
                     policies: policies(&raw.policies, &paths, b.resequence).map_err(&invalid)?,
                 };
                 params
@@ -1241,5 +1251,13 @@ duplicate = true
             let err = parse(&client(extra)).unwrap_err();
             assert!(err.contains(want), "{want:?} not in {err:?}");
         }
+    }
+
+    #[test]
+    fn the_backup_timer_is_a_multiple_of_the_rtt() {
+        let c = parse(&client("[bond]\nbackup_rtt_multiple = 2\n")).unwrap();
+        assert_eq!(c.bond.unwrap().backup_rtt_multiple, 2);
+        let err = parse(&client("[bond]\nbackup_rtt_multiple = 17\n")).unwrap_err();
+        assert!(err.contains("1 to 16 times"), "{err}");
     }
 }

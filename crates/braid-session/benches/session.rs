@@ -41,6 +41,7 @@ fn session(cr: &mut Criterion) {
         queue_limit_bytes: 1 << 20,
         equalize_delay: false,
         retransmit: true,
+        backup_rtt_multiple: 0,
         policies: Vec::new(),
     };
     let ck = PrivateKey::from_random([1; 32]);

@@ -446,6 +446,12 @@ impl Endpoint {
         }
     }
 
+    /// `path`'s smoothed RTT, for the receiver's backup timer (BMP; used with
+    /// `BondParams::backup_rtt_multiple`).
+    pub fn set_path_rtt(&mut self, path: PathId, rtt: Option<braid_proto::time::Duration>) {
+        self.receiver.set_path_rtt(path, rtt);
+    }
+
     /// The paced release's rate (`braid_proto::resequence::Pacing`), bit/s.
     pub fn set_release_rate(&mut self, rate_bps: u64) {
         self.receiver.set_release_rate(rate_bps);
@@ -525,6 +531,7 @@ mod tests {
             queue_limit_bytes: 64 * 1024,
             equalize_delay: false,
             retransmit: false,
+            backup_rtt_multiple: 0,
             policies: Vec::new(),
         };
         Endpoint::new(&EndpointConfig {

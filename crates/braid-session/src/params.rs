@@ -3,7 +3,7 @@
 //! simulate the sender exactly).
 
 use braid_proto::credit::CreditConfig;
-use braid_proto::resequence::{ResequenceMode, ResequencerConfig};
+use braid_proto::resequence::{BackupTimer, ResequenceMode, ResequencerConfig};
 use braid_proto::scheduler::{ConfigError, QuantumRule, SchedulerConfig, SchedulerKind};
 use braid_proto::striper::{MarkerConfig, MarkerPosition, StriperConfig};
 use braid_proto::time::Duration;
@@ -38,6 +38,10 @@ pub struct BondParams {
     /// `sequence`: resend data a path lost, named by the receiver's NACKs, on the fastest path
     /// (`crate::retransmit`).
     pub retransmit: bool,
+    /// `sequence`: BMP's backup timer (BAG paper section V-B): a gap that no path's later
+    /// arrivals reveal as lost is declared lost after this multiple of the largest path RTT
+    /// (from the probes) instead of after `hold_ms` plus the delay skew; 0: off.
+    pub backup_rtt_multiple: u8,
     /// Per-class path policies (the BAG paper's per-class services, section IV), first match
     /// wins; both ends apply them to what they send. Mode `sequence` only.
     pub policies: Vec<PathPolicy>,
@@ -80,7 +84,7 @@ pub enum ParamsError {
 /// UDP 8 + transport header 16 + tag 16 + data header with sequence number 12.
 pub const WIRE_OVERHEAD_BYTES: u32 = 86;
 
-const FIXED_LEN: usize = 1 + 1 + 1 + 1 + 4 + 8 + 4 + 4 + 8 + 4 + 1;
+const FIXED_LEN: usize = 1 + 1 + 1 + 1 + 4 + 8 + 4 + 4 + 8 + 4 + 1 + 1;
 
 /// Flag bit: `equalize_delay`.
 const FLAG_EQUALIZE: u8 = 0x01;
@@ -128,6 +132,10 @@ impl BondParams {
         let mut c = ResequencerConfig::new(self.resequence, self.scheduler_config());
         c.hold = (self.hold_ms > 0).then(|| Duration::from_millis(u64::from(self.hold_ms)));
         c.equalize_delay = self.equalize_delay;
+        c.backup = (self.backup_rtt_multiple > 0).then(|| BackupTimer {
+            rtt_multiple: u32::from(self.backup_rtt_multiple),
+            ..BackupTimer::default()
+        });
         c
     }
 
@@ -198,6 +206,7 @@ impl BondParams {
             flags |= FLAG_RETRANSMIT;
         }
         v.push(flags);
+        v.push(self.backup_rtt_multiple);
         for r in &self.rates_bps {
             v.extend(r.to_be_bytes());
         }
@@ -308,6 +317,7 @@ impl BondParams {
             queue_limit_bytes: u32_at(32)?,
             equalize_delay: flags & FLAG_EQUALIZE != 0,
             retransmit: flags & FLAG_RETRANSMIT != 0,
+            backup_rtt_multiple: fixed[37],
             policies,
         };
         p.validate()?;
@@ -330,6 +340,7 @@ pub(crate) fn example(paths: usize) -> BondParams {
         queue_limit_bytes: 64 * 1024,
         equalize_delay: true,
         retransmit: true,
+        backup_rtt_multiple: 0,
         policies: Vec::new(),
     }
 }
@@ -355,6 +366,18 @@ mod tests {
         assert_eq!(p.validate(), Err(ConfigError::NotCausal("pet")));
         p.resequence = ResequenceMode::None;
         assert_eq!(p.validate(), Err(ConfigError::NotCausal("pet")));
+    }
+
+    #[test]
+    fn the_backup_timer_round_trips_into_the_receiver() {
+        let mut p = example(2);
+        p.backup_rtt_multiple = 3;
+        assert_eq!(BondParams::decode(&p.encode()), Ok(p.clone()));
+        assert_eq!(
+            p.resequencer_config().backup.map(|b| b.rtt_multiple),
+            Some(3)
+        );
+        assert_eq!(example(2).resequencer_config().backup, None);
     }
 
     #[test]

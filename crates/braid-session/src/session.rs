@@ -937,9 +937,11 @@ impl Session {
                 });
                 let one_way = st.srtt.map_or(Duration::ZERO, |r| r / 2);
                 let base_one_way = st.min_rtt.update(now, sample) / 2;
+                let srtt = st.srtt;
                 if let Some(e) = &mut self.endpoint {
                     e.set_path_delay(path, one_way);
                     e.set_path_base_delay(path, Some(base_one_way));
+                    e.set_path_rtt(path, srtt);
                 }
                 self.update_retransmit_grace();
                 let st = &mut self.paths[i];

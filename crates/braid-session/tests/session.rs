@@ -24,6 +24,7 @@ fn params(paths: usize, mode: ResequenceMode) -> BondParams {
         queue_limit_bytes: 64 * 1024,
         equalize_delay: true,
         retransmit: true,
+        backup_rtt_multiple: 0,
         policies: Vec::new(),
     }
 }
