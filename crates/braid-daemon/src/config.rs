@@ -260,6 +260,7 @@ struct RawBond {
     duplicate_dscp: Vec<u8>,
     release_pacing_pct: u32,
     backup_rtt_multiple: u8,
+    adaptive: bool,
 }
 
 impl Default for RawBond {
@@ -278,6 +279,7 @@ impl Default for RawBond {
             duplicate_dscp: Vec::new(),
             release_pacing_pct: DEFAULT_RELEASE_PACING_PCT,
             backup_rtt_multiple: 0,
+            adaptive: false,
         }
     }
 }
@@ -584,10 +586,11 @@ impl Config {
                         raw.paths.len()
                     )));
                 }
+                // PET, or adaptive SRR, measures the rates: they may be left out.
                 let pet = raw
                     .bond
                     .as_ref()
-                    .is_some_and(|b| b.scheduler == SchedulerKind::Pet);
+                    .is_some_and(|b| b.scheduler == SchedulerKind::Pet || b.adaptive);
                 for (i, p) in raw.paths.iter().enumerate() {
                     let rate_bps = match p.rate_mbit {
                         Some(r) if r.is_finite() && r > 0.0 && r <= 1e6 => (r * 1e6).round() as u64,
@@ -599,7 +602,7 @@ impl Config {
                         None if pet => PET_PRIOR_RATE_BPS,
                         None => {
                             return Err(invalid(format!(
-                                "path {i}: rate_mbit is missing: give the path's rate in Mbit/s (it sets the striping share), or set [bond] scheduler = \"pet\", which measures the paths' rates"
+                                "path {i}: rate_mbit is missing: give the path's rate in Mbit/s (it sets the striping share), or set [bond] scheduler = \"pet\" or adaptive = true, which measure the paths' rates"
                             )))
                         }
                     };
@@ -675,6 +678,7 @@ impl Config {
                             )))
                         }
                     },
+                    adaptive: b.adaptive,
                     policies: policies(&raw.policies, &paths, b.resequence).map_err(&invalid)?,
                 };
                 params
@@ -1259,5 +1263,16 @@ duplicate = true
         assert_eq!(c.bond.unwrap().backup_rtt_multiple, 2);
         let err = parse(&client("[bond]\nbackup_rtt_multiple = 17\n")).unwrap_err();
         assert!(err.contains("1 to 16 times"), "{err}");
+    }
+
+    #[test]
+    fn adaptive_srr_needs_no_rates() {
+        let text = client("[bond]\nadaptive = true\n").replace("rate_mbit = 20\n", "");
+        let c = parse(&text).unwrap();
+        let b = c.bond.unwrap();
+        assert!(b.adaptive);
+        assert_eq!(b.rates_bps, vec![PET_PRIOR_RATE_BPS, 5_000_000]);
+        let err = parse(&client("[bond]\nadaptive = true\nscheduler = \"grr\"\n")).unwrap_err();
+        assert!(err.contains("adaptive quanta need"), "{err}");
     }
 }

@@ -83,6 +83,10 @@ pub struct StriperConfig {
     pub initial_credit_bytes: Option<Vec<u64>>,
     /// The receiver equalises the paths' delays (scheduler `pet`: [`PetConfig::equalized`]).
     pub receiver_equalizes: bool,
+    /// Adaptive SRR (scheduler `srr`, mode `sequence`): a [`Pet`] measures the paths from the
+    /// packets SRR places ([`Pet::observe`]), and the driver sets SRR's quanta from its
+    /// estimates ([`Striper::adapt_quanta`]).
+    pub adaptive: bool,
 }
 
 impl StriperConfig {
@@ -96,6 +100,7 @@ impl StriperConfig {
             queue_limit_bytes: 64 * 1024,
             initial_credit_bytes: None,
             receiver_equalizes: false,
+            adaptive: false,
         }
     }
 }
@@ -193,6 +198,8 @@ pub struct Striper<P> {
     path_delay: Vec<crate::time::Duration>,
     /// Scheduler `pet`: PET chooses every data packet's path (section V-A of the BAG paper).
     pet: Option<Pet>,
+    /// Adaptive SRR: `pet` only measures; SRR places.
+    adaptive: bool,
     stats: StriperStats,
 }
 
@@ -207,7 +214,13 @@ impl<P> Striper<P> {
     pub fn new(config: &StriperConfig) -> Result<Self, ConfigError> {
         let sched = config.scheduler.build()?;
         let n = sched.paths();
-        let pet = if config.scheduler.kind == SchedulerKind::Pet {
+        let adaptive = config.adaptive && config.scheduler.kind == SchedulerKind::Srr;
+        if config.adaptive && !adaptive {
+            return Err(ConfigError::Policy(
+                "adaptive quanta are SRR's: use scheduler = \"srr\"",
+            ));
+        }
+        let pet = if config.scheduler.kind == SchedulerKind::Pet || adaptive {
             if !config.sequence_numbers {
                 return Err(ConfigError::NotCausal("pet"));
             }
@@ -243,6 +256,7 @@ impl<P> Striper<P> {
             max_packet: config.scheduler.max_packet,
             path_delay: vec![crate::time::Duration::ZERO; n],
             pet,
+            adaptive,
             stats: StriperStats::default(),
         })
     }
@@ -287,7 +301,7 @@ impl<P> Striper<P> {
         if len > self.max_packet {
             return false;
         }
-        if self.pet.is_some() {
+        if self.pet.is_some() && !self.adaptive {
             // PET's choice is made, and remembered, at send time: every path must have room.
             return self.all_have_room(len);
         }
@@ -357,7 +371,7 @@ impl<P> Striper<P> {
             return Err(SendError::TooLarge(payload));
         }
         let small = self.small_packet_path(len);
-        if small.is_none() && self.pet.is_some() {
+        if small.is_none() && self.pet.is_some() && !self.adaptive {
             if !self.all_have_room(len) {
                 self.stats.full += 1;
                 return Err(SendError::Full(payload));
@@ -409,6 +423,9 @@ impl<P> Striper<P> {
             if due(n.round) {
                 self.push_marker(path);
             }
+        }
+        if let (Some(pet), true) = (&mut self.pet, self.adaptive) {
+            pet.observe(now, self.next_seq, len, path);
         }
         self.enqueue_data(i, len, payload);
         let round_ended = self.sched.update(len);
@@ -502,6 +519,28 @@ impl<P> Striper<P> {
     /// Scheduler `pet`: the PET, to drive.
     pub fn pet_mut(&mut self) -> Option<&mut Pet> {
         self.pet.as_mut()
+    }
+
+    /// Adaptive SRR: set the quanta from the measuring PET's estimates, once every path has
+    /// one; returns whether it did. Nothing without [`StriperConfig::adaptive`].
+    pub fn adapt_quanta(&mut self) -> bool {
+        if !self.adaptive {
+            return false;
+        }
+        let Some(q) = self
+            .pet
+            .as_ref()
+            .and_then(|p| p.srr_quanta(self.max_packet))
+        else {
+            return false;
+        };
+        self.set_quanta(&q);
+        true
+    }
+
+    /// Whether this is adaptive SRR ([`StriperConfig::adaptive`]).
+    pub fn is_adaptive(&self) -> bool {
+        self.adaptive
     }
 
     /// Adaptive SRR (beyond the stripe paper): give SRR new quanta, e.g. from PET's bandwidth

@@ -42,6 +42,7 @@ fn session(cr: &mut Criterion) {
         equalize_delay: false,
         retransmit: true,
         backup_rtt_multiple: 0,
+        adaptive: false,
         policies: Vec::new(),
     };
     let ck = PrivateKey::from_random([1; 32]);

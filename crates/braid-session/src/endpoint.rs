@@ -91,7 +91,9 @@ impl Endpoint {
             grantor: config.credits.as_ref().map(CreditGrantor::new),
             feedback: VecDeque::new(),
             credit_buf: Vec::new(),
-            pet_rx: (config.receiver.scheduler.kind == SchedulerKind::Pet
+            // PET at the peer (scheduler `pet`, or adaptive SRR's measuring PET) needs reports.
+            pet_rx: ((config.receiver.scheduler.kind == SchedulerKind::Pet
+                || config.striper.adaptive)
                 && config.receiver.mode == ResequenceMode::Sequence)
                 .then(|| PetReceiver::new(PetReceiverConfig::default())),
             sig_acks: VecDeque::new(),
@@ -353,6 +355,7 @@ impl Endpoint {
                     self.stats.sig_acks_received += 1;
                     pet.handle_sig_ack(now, entries.iter());
                     self.drain_pet_events();
+                    self.striper.adapt_quanta();
                 }
             }
             // Liveness and retransmission are the session's job.
@@ -532,6 +535,7 @@ mod tests {
             equalize_delay: false,
             retransmit: false,
             backup_rtt_multiple: 0,
+            adaptive: false,
             policies: Vec::new(),
         };
         Endpoint::new(&EndpointConfig {

@@ -42,6 +42,9 @@ pub struct BondParams {
     /// arrivals reveal as lost is declared lost after this multiple of the largest path RTT
     /// (from the probes) instead of after `hold_ms` plus the delay skew; 0: off.
     pub backup_rtt_multiple: u8,
+    /// Adaptive SRR (beyond the papers; scheduler `srr`, mode `sequence`): SRR's quanta follow
+    /// PET's packet-pair estimates instead of the configured rates.
+    pub adaptive: bool,
     /// Per-class path policies (the BAG paper's per-class services, section IV), first match
     /// wins; both ends apply them to what they send. Mode `sequence` only.
     pub policies: Vec<PathPolicy>,
@@ -90,6 +93,8 @@ const FIXED_LEN: usize = 1 + 1 + 1 + 1 + 4 + 8 + 4 + 4 + 8 + 4 + 1 + 1;
 const FLAG_EQUALIZE: u8 = 0x01;
 /// Flag bit: `retransmit`.
 const FLAG_RETRANSMIT: u8 = 0x02;
+/// Flag bit: `adaptive`.
+const FLAG_ADAPTIVE: u8 = 0x04;
 
 impl BondParams {
     /// The scheduler config.
@@ -124,6 +129,7 @@ impl BondParams {
         c.queue_limit_bytes = u64::from(self.queue_limit_bytes).max(u64::from(self.max_packet));
         c.initial_credit_bytes = self.credits().map(|c| c.share_bytes);
         c.receiver_equalizes = self.equalize_delay;
+        c.adaptive = self.adaptive;
         c
     }
 
@@ -147,6 +153,13 @@ impl BondParams {
         if self.scheduler == SchedulerKind::Pet && self.resequence != ResequenceMode::Sequence {
             // PET's SIG-ACKs name packets by their sequence numbers.
             return Err(ConfigError::NotCausal("pet"));
+        }
+        if self.adaptive
+            && (self.scheduler != SchedulerKind::Srr || self.resequence != ResequenceMode::Sequence)
+        {
+            return Err(ConfigError::Policy(
+                "adaptive quanta need scheduler = \"srr\" and resequence = \"sequence\"",
+            ));
         }
         if !self.policies.is_empty() && self.resequence != ResequenceMode::Sequence {
             return Err(ConfigError::Policy(
@@ -204,6 +217,9 @@ impl BondParams {
         }
         if self.retransmit {
             flags |= FLAG_RETRANSMIT;
+        }
+        if self.adaptive {
+            flags |= FLAG_ADAPTIVE;
         }
         v.push(flags);
         v.push(self.backup_rtt_multiple);
@@ -273,7 +289,7 @@ impl BondParams {
             _ => return Err(m()),
         };
         let flags = fixed[36];
-        if flags & !(FLAG_EQUALIZE | FLAG_RETRANSMIT) != 0 {
+        if flags & !(FLAG_EQUALIZE | FLAG_RETRANSMIT | FLAG_ADAPTIVE) != 0 {
             return Err(m());
         }
         let n = usize::from(fixed[3]);
@@ -318,6 +334,7 @@ impl BondParams {
             equalize_delay: flags & FLAG_EQUALIZE != 0,
             retransmit: flags & FLAG_RETRANSMIT != 0,
             backup_rtt_multiple: fixed[37],
+            adaptive: flags & FLAG_ADAPTIVE != 0,
             policies,
         };
         p.validate()?;
@@ -341,6 +358,7 @@ pub(crate) fn example(paths: usize) -> BondParams {
         equalize_delay: true,
         retransmit: true,
         backup_rtt_multiple: 0,
+        adaptive: false,
         policies: Vec::new(),
     }
 }
@@ -378,6 +396,19 @@ mod tests {
             Some(3)
         );
         assert_eq!(example(2).resequencer_config().backup, None);
+    }
+
+    #[test]
+    fn adaptive_srr_round_trips_and_needs_srr_with_sequence_numbers() {
+        let mut p = example(2);
+        p.adaptive = true;
+        assert_eq!(BondParams::decode(&p.encode()), Ok(p.clone()));
+        assert!(p.striper_config().adaptive);
+        p.scheduler = SchedulerKind::Grr;
+        assert!(p.validate().is_err());
+        p.scheduler = SchedulerKind::Srr;
+        p.resequence = ResequenceMode::Logical;
+        assert!(p.validate().is_err());
     }
 
     #[test]

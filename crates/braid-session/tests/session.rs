@@ -25,6 +25,7 @@ fn params(paths: usize, mode: ResequenceMode) -> BondParams {
         equalize_delay: true,
         retransmit: true,
         backup_rtt_multiple: 0,
+        adaptive: false,
         policies: Vec::new(),
     }
 }
@@ -948,4 +949,63 @@ fn a_path_disabled_at_run_time_goes_quiet_and_comes_back_when_enabled() {
     assert!(tx1(&net) > quiet + 50, "back in the rotation");
     net.step(Duration::from_millis(500));
     assert_eq!(net.to_server, sent, "everything arrives, in order");
+}
+
+#[test]
+fn adaptive_srr_learns_the_rates_it_was_not_given() {
+    // The same three paths as for PET, told 10 Mbit/s each; SRR places, PET only measures.
+    let mut net = Net::new(3, ResequenceMode::Sequence);
+    let mut p = params(3, ResequenceMode::Sequence);
+    p.adaptive = true;
+    p.rates_bps = vec![10_000_000; 3];
+    p.marker_interval_rounds = 0;
+    net.client = session(client_config(p), 3);
+    let rates = [8_000_000u64, 4_000_000, 2_000_000];
+    net.rate_bps = rates.iter().map(|&r| Some(r)).collect();
+    net.established();
+    // 12 Mbit/s of 1200-byte packets for 4 s; the share is judged over the last 2 s.
+    let sent: Vec<Vec<u8>> = (0..5000).map(|i| packet(i, 1200)).collect();
+    let mut half = Vec::new();
+    for (k, chunk) in sent.chunks(5).enumerate() {
+        if k == 500 {
+            half = net
+                .client
+                .status()
+                .paths
+                .iter()
+                .map(|p| p.tx_bytes)
+                .collect();
+        }
+        for pkt in chunk {
+            // The bond may refuse while SRR still runs on the guessed rates.
+            let _ = net.client.send(net.now, pkt);
+        }
+        net.step(Duration::from_micros(4000));
+    }
+    net.step(Duration::from_millis(1000));
+    let st = net.client.status();
+    let pet = st.pet.as_ref().expect("adaptive SRR reports its PET");
+    assert!(pet.samples > 30, "{pet:?}");
+    let late: Vec<u64> = st
+        .paths
+        .iter()
+        .zip(&half)
+        .map(|(p, h)| p.tx_bytes - h)
+        .collect();
+    let total: u64 = late.iter().sum();
+    for (i, &r) in rates.iter().enumerate() {
+        let share = late[i] as f64 / total as f64;
+        let want = r as f64 / 14e6;
+        assert!(
+            (share - want).abs() < 0.08,
+            "path {i}: {share:.3} of the bytes, rate share {want:.3} ({late:?})"
+        );
+    }
+    // What arrived, arrived in order.
+    let mut last = None;
+    for p in &net.to_server {
+        let id = u32::from_be_bytes(p[..4].try_into().unwrap());
+        assert!(last.is_none_or(|l| l < id), "out of order");
+        last = Some(id);
+    }
 }

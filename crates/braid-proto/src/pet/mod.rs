@@ -436,6 +436,35 @@ impl Pet {
         path
     }
 
+    /// Adaptive SRR (beyond the paper): SRR placed data packet `seq` of `len` bytes on `path`
+    /// at `now`, and PET only measures. Consecutive packets on one path (SRR sends a quantum's
+    /// worth in a row) pair up when the second reaches the bottleneck while the first is still
+    /// there, by the estimates (as in [`schedule`](Self::schedule)); the SIG-ACKs then give
+    /// estimates for [`srr_quanta`](Self::srr_quanta).
+    pub fn observe(&mut self, now: Instant, seq: u64, len: u32, path: PathId) {
+        if path.index() >= self.paths.len() {
+            return;
+        }
+        self.check_blackouts(now);
+        let in_time = !self.estimated() || now + self.edpf.delay(path) < self.edpf.free_at(path);
+        match self.open.take() {
+            Some((p, first)) if p == path && in_time => {
+                self.edpf.account(path, now, len);
+                self.remember(now, seq, len, path, Role::Second { first });
+            }
+            open => {
+                if let Some((_, first)) = open {
+                    self.mark_single(first);
+                }
+                self.edpf.account(path, now, len);
+                self.paths[path.index()].last_pair = Some(now);
+                self.stats.pairs += 1;
+                self.open = Some((path, seq));
+                self.remember(now, seq, len, path, Role::First);
+            }
+        }
+    }
+
     /// `len` bytes went on `path` at `now` that PET did not place (a resend inside the tunnel,
     /// a small packet sent on the fastest path, a duplicate, a class's packet under a path
     /// policy): EDPF's `A_l` must count them, or PET believes the path free while its queue
