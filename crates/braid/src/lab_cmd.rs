@@ -58,6 +58,10 @@ struct RunArgs {
     /// edpf, pet, wrr...; with pet the paths' rates are not given to braid).
     #[arg(long, value_name = "NAME")]
     scheduler: Option<String>,
+    /// Set a key of the braid variant's `[braid]` table (braid.toml's `[bond]` keys), e.g.
+    /// `--bond adaptive=true --bond backup_rtt_multiple=2`; the value is TOML. Repeatable.
+    #[arg(long = "bond", value_name = "KEY=VALUE")]
+    bond: Vec<String>,
     /// No live display.
     #[arg(long)]
     quiet: bool,
@@ -183,6 +187,18 @@ fn run_file(a: &RunArgs) -> Result<()> {
         scenario
             .braid
             .insert("scheduler".into(), toml::Value::String(s.clone()));
+    }
+    for kv in &a.bond {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--bond {kv}: write KEY=VALUE, e.g. adaptive=true"))?;
+        let value: toml::Table = toml::from_str(&format!("v = {v}")).or_else(|_| {
+            // A bare word is a string: --bond scheduler=pet.
+            toml::from_str(&format!("v = {:?}", v))
+        })?;
+        scenario
+            .braid
+            .insert(k.trim().to_owned(), value["v"].clone());
     }
     need_root()?;
     let report = execute(&scenario, a.quiet)?;

@@ -61,9 +61,10 @@ impl TunnelLauncher for DaemonLauncher {
              [control]\nsocket = \"{}\"\n[bond]\n{bond}\n",
             dir.join("client.sock").display()
         );
-        // PET measures the paths' rates: the braid variant is then told none, as a user
-        // who does not know them would not.
-        let pet = scenario.braid.get("scheduler").and_then(|s| s.as_str()) == Some("pet");
+        // PET (and adaptive SRR) measures the paths' rates: the braid variant is then told
+        // none, as a user who does not know them would not.
+        let pet = scenario.braid.get("scheduler").and_then(|s| s.as_str()) == Some("pet")
+            || scenario.braid.get("adaptive").and_then(|a| a.as_bool()) == Some(true);
         for (i, p) in scenario.paths.iter().enumerate() {
             client.push_str(&format!(
                 "[[path]]\nname = \"path{i}\"\nlocal = \"{}\"\nremote = \"{}:{PORT}\"\n",
