@@ -128,12 +128,11 @@ impl Endpoint {
             .unwrap_or(1)
     }
 
-    /// Send `payload` (a copy of `packet`) under policy `k`; see [`crate::policy`].
+    /// Send `payload`, an IP packet, under policy `k`; see [`crate::policy`].
     fn send_by_policy(
         &mut self,
         now: Instant,
         k: usize,
-        packet: &[u8],
         payload: Vec<u8>,
     ) -> Result<PathId, SendError<Vec<u8>>> {
         let p = &self.policies[k];
@@ -148,7 +147,7 @@ impl Endpoint {
         }
         self.stats.policy_packets += 1;
         if p.per_flow {
-            let key = policy::flow_key(packet).unwrap_or(0);
+            let key = policy::flow_key(&payload).unwrap_or(0);
             let path = policy::flow_path(key, allowed, |i| self.rate(i)).expect("allowed != 0");
             return self
                 .striper
@@ -203,36 +202,10 @@ impl Endpoint {
     }
 
     /// Queue a copy of `packet` for sending, in a spare buffer if there is one; a refused
-    /// packet's buffer goes back to the spares.
+    /// packet's buffer goes back to the spares. See [`Endpoint::send_packet`].
     pub fn send_copy(&mut self, now: Instant, packet: &[u8]) -> Result<PathId, SendError<()>> {
         let payload = self.buffer(packet);
-        let dscp = if self.policies.is_empty() && self.duplicate_dscp == 0 {
-            None
-        } else {
-            braid_qos::classifier::dscp(packet)
-        };
-        let policy = policy::policy_for(&self.policies, dscp);
-        let sent = match policy {
-            Some(k) => self.send_by_policy(now, k, packet, payload),
-            None => self.send(now, payload),
-        };
-        if let Ok(first) = sent {
-            let within = match policy {
-                Some(k) => self.policies[k].duplicate.then_some(self.policies[k].paths),
-                None => dscp
-                    .is_some_and(|d| self.duplicate_dscp & (1 << d) != 0)
-                    .then_some(u64::MAX),
-            };
-            if let Some(allowed) = within {
-                let copy = self.buffer(packet);
-                let len = u32::try_from(packet.len()).unwrap_or(u32::MAX);
-                // No other path with room: the copy is not sent (counted by the striper).
-                let _ = self
-                    .striper
-                    .duplicate_last_within(first, len, copy, allowed);
-            }
-        }
-        sent.map_err(|e| match e {
+        self.send_packet(now, payload).map_err(|e| match e {
             SendError::Full(p) => {
                 self.recycle(p);
                 SendError::Full(())
@@ -242,6 +215,49 @@ impl Endpoint {
                 SendError::TooLarge(())
             }
         })
+    }
+
+    /// Queue `payload`, an IP packet, under the path policy of its class, if any
+    /// ([`crate::policy`]), and send a copy on a second path if its class is duplicated (a
+    /// policy's `duplicate`, or [`Endpoint::set_duplicate_dscp`]). Packets of no policy go to
+    /// [`Endpoint::send`].
+    pub fn send_packet(
+        &mut self,
+        now: Instant,
+        payload: Vec<u8>,
+    ) -> Result<PathId, SendError<Vec<u8>>> {
+        let dscp = if self.policies.is_empty() && self.duplicate_dscp == 0 {
+            None
+        } else {
+            braid_qos::classifier::dscp(&payload)
+        };
+        let policy = policy::policy_for(&self.policies, dscp);
+        let within = match policy {
+            Some(k) => self.policies[k].duplicate.then_some(self.policies[k].paths),
+            None => dscp
+                .is_some_and(|d| self.duplicate_dscp & (1 << d) != 0)
+                .then_some(u64::MAX),
+        };
+        let copy = within.map(|_| self.buffer(&payload));
+        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let sent = match policy {
+            Some(k) => self.send_by_policy(now, k, payload),
+            None => self.send(now, payload),
+        };
+        match (sent.as_ref().ok(), within, copy) {
+            (Some(&first), Some(allowed), Some(copy)) => {
+                // No other path with room: the copy is not sent (counted by the striper).
+                if let Some(p) = self
+                    .striper
+                    .duplicate_last_within(first, len, copy, allowed)
+                {
+                    self.account_extra(now, p, len);
+                }
+            }
+            (_, _, Some(copy)) => self.recycle(copy),
+            _ => {}
+        }
+        sent
     }
 
     /// Give back a payload buffer (one [`Endpoint::poll_deliver`] returned, once the driver is

@@ -1013,7 +1013,7 @@ impl Session {
             return;
         };
         while let Some(p) = q.poll(now, |len| e.striper().can_send(len)) {
-            if e.send(now, p).is_err() {
+            if e.send_packet(now, p).is_err() {
                 self.send_dropped += 1;
             }
         }

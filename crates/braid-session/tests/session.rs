@@ -1009,3 +1009,45 @@ fn adaptive_srr_learns_the_rates_it_was_not_given() {
         last = Some(id);
     }
 }
+
+#[test]
+fn policies_apply_behind_the_qos_shaper_too() {
+    use braid_session::params::PathPolicy;
+    let mut p = params(2, ResequenceMode::Sequence);
+    p.policies = vec![PathPolicy {
+        dscp: 1 << 10,
+        paths: 0b10,
+        per_flow: false,
+        duplicate: false,
+    }];
+    let qos: braid_qos::QosConfig = toml::from_str(
+        "buffer_packets = 400\n[[class]]\nname = \"voice\"\ndscp = [46]\n[[class]]\nname = \"bulk\"\ndefault = true\n",
+    )
+    .unwrap();
+    let mut cfg = client_config(p);
+    cfg.qos = Some(qos);
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.client = session(cfg, 3);
+    net.established();
+    let before: Vec<u64> = net
+        .client
+        .status()
+        .paths
+        .iter()
+        .map(|p| p.tx_bytes)
+        .collect();
+    for i in 0..100 {
+        assert!(net.client.send(net.now, &udp_packet(i, 10, 1000, 1000)));
+        net.step(Duration::from_millis(2));
+    }
+    net.step(Duration::from_millis(300));
+    let st = net.client.status();
+    let sent: Vec<u64> = st
+        .paths
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a.tx_bytes - b)
+        .collect();
+    assert!(sent[1] > 100_000 && sent[0] < 10_000, "{sent:?}");
+    assert_eq!(st.policy_packets, 100);
+}
