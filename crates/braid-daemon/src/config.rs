@@ -205,6 +205,7 @@ enum Striping {
     #[default]
     Packet,
     Flow,
+    Fastest,
 }
 
 /// A server's `[[client]]` table (the proxy role).
@@ -792,7 +793,7 @@ fn policies(
                 "[[policy]] {name}: paths is empty: name at least one [[path]], or leave paths out for all"
             ));
         }
-        if p.duplicate && p.striping == Striping::Flow {
+        if p.duplicate && p.striping != Striping::Packet {
             return Err(format!(
                 "[[policy]] {name}: duplicate = true needs striping = \"packet\" (the receiver tells the copies apart by their sequence numbers, which a per-flow class does not use)"
             ));
@@ -805,7 +806,11 @@ fn policies(
         out.push(braid_session::params::PathPolicy {
             dscp,
             paths: mask,
-            per_flow: p.striping == Striping::Flow,
+            striping: match p.striping {
+                Striping::Packet => braid_session::params::PolicyStriping::Packet,
+                Striping::Flow => braid_session::params::PolicyStriping::Flow,
+                Striping::Fastest => braid_session::params::PolicyStriping::Fastest,
+            },
             duplicate: p.duplicate,
         });
     }
@@ -1221,9 +1226,9 @@ duplicate = true
         assert_eq!(p.len(), 2);
         assert_eq!(p[0].dscp, 1 << 46 | 1 << 34);
         assert_eq!(p[0].paths, 0b01);
-        assert!(p[0].per_flow && !p[0].duplicate);
+        assert!(p[0].striping == braid_session::params::PolicyStriping::Flow && !p[0].duplicate);
         assert_eq!(p[1].paths, 0b11, "no paths: all of them");
-        assert!(p[1].duplicate && !p[1].per_flow);
+        assert!(p[1].duplicate && p[1].striping == braid_session::params::PolicyStriping::Packet);
         for (extra, want) in [
             (
                 "[[policy]]\ndscp = [46]\npaths = [\"lte\"]\n",

@@ -12,6 +12,7 @@
 pub mod emulator;
 pub mod error;
 pub mod netns;
+pub mod probe;
 pub mod runner;
 pub mod scenario;
 pub mod sys;

@@ -131,6 +131,9 @@ pub struct VariantReport {
     pub cpu: Option<CpuUse>,
     /// Emulator counters of every path during this variant (empty in direct mode).
     pub emulator: Vec<PathCounters>,
+    /// The latency probe beside the transfer (`[probe]`; for `best_single`: the best path's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<crate::probe::ProbeResult>,
     /// `braid`: both daemons' status after the transfer (`{"client": ..., "server": ...}`,
     /// as `braid status --json`): per-path RTT, loss, rates, and the receivers' counters.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -428,13 +431,26 @@ fn transfer(
             path_mbit,
         });
     };
-    traffic::run_bulk(
+    // The probe goes where the first flow goes: the same server address, the same path.
+    let probe = match (&scenario.probe, flows.first()) {
+        (Some(spec), Some(f)) => Some(crate::probe::Probe::start(
+            testbed.client(),
+            testbed.server(),
+            f.server,
+            f.bind,
+            spec,
+        )?),
+        _ => None,
+    };
+    let result = traffic::run_bulk(
         testbed.client(),
         testbed.server(),
         flows,
         duration,
         &mut tick,
-    )
+    );
+    let probe = probe.map(crate::probe::Probe::finish);
+    result.map(|r| BulkResult { probe, ..r })
 }
 
 /// Bytes that went client-to-server on each path so far: the emulator's output, or the
@@ -491,6 +507,7 @@ fn from_bulk(r: &BulkResult, paths: &[usize]) -> VariantReport {
         series_mbit: r.series_mbit.clone(),
         flows,
         cpu: r.cpu.clone(),
+        probe: r.probe.clone(),
         ..VariantReport::default()
     }
 }

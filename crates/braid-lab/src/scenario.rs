@@ -187,6 +187,10 @@ pub struct Scenario {
     pub braid: toml::Table,
     /// The `[qos]` table, handed to both daemons of the braid variant as their `[qos]`.
     pub qos: Option<toml::Table>,
+    /// The `[[policy]]` tables, handed to the braid variant's client as its `[[policy]]`.
+    pub policy: Vec<toml::Table>,
+    /// A latency probe beside every transfer (`[probe]`).
+    pub probe: Option<crate::probe::ProbeSpec>,
     /// The braid variant's flows: one bulk TCP flow per entry, its packets marked with that
     /// DSCP (0-63), all at once; empty: one unmarked flow.
     pub dscp: Vec<u8>,
@@ -287,8 +291,18 @@ struct RawScenario {
     congestion_control: Option<Spanned<String>>,
     braid: Option<toml::Table>,
     qos: Option<toml::Table>,
+    policy: Option<Vec<toml::Table>>,
+    probe: Option<Spanned<RawProbe>>,
     dscp: Option<Spanned<Vec<u8>>>,
     path: Option<Spanned<Vec<Spanned<RawPath>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProbe {
+    dscp: Option<u8>,
+    interval_ms: Option<f64>,
+    bytes: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -473,6 +487,30 @@ impl Validator<'_> {
             Some(d) => d.into_inner(),
             None => Vec::new(),
         };
+        let probe = match raw.probe {
+            None => None,
+            Some(p) => {
+                let span = p.span();
+                let p = p.into_inner();
+                let dscp = p.dscp.unwrap_or(46);
+                let interval_ms = p.interval_ms.unwrap_or(20.0);
+                let bytes = p.bytes.unwrap_or(160);
+                if dscp > 63
+                    || !(1.0..=1000.0).contains(&interval_ms)
+                    || !(12..=1400).contains(&bytes)
+                {
+                    return Err(self.err_at(
+                        Some(span),
+                        "[probe]: dscp 0 to 63 (default 46), interval_ms 1 to 1000 (default 20), bytes 12 to 1400 (default 160)".into(),
+                    ));
+                }
+                Some(crate::probe::ProbeSpec {
+                    dscp,
+                    interval: Duration::from_secs_f64(interval_ms / 1e3),
+                    bytes,
+                })
+            }
+        };
         Ok(Scenario {
             name: raw.name,
             duration: Duration::from_secs_f64(duration_s),
@@ -482,6 +520,8 @@ impl Validator<'_> {
             congestion_control,
             braid: raw.braid.unwrap_or_default(),
             qos: raw.qos,
+            policy: raw.policy.unwrap_or_default(),
+            probe,
             dscp,
             paths,
         })

@@ -99,6 +99,8 @@ pub struct BulkResult {
     pub series_mbit: Vec<f64>,
     /// CPU use over the window, if it could be read.
     pub cpu: Option<CpuUse>,
+    /// The latency probe beside the transfer, if the scenario has one.
+    pub probe: Option<crate::probe::ProbeResult>,
 }
 
 /// CPU use over a transfer's window, in cores (CPU-seconds per second): 1.0 is one core busy.
@@ -350,6 +352,7 @@ pub fn run_bulk(
         max_stall_ms,
         series_mbit: series,
         cpu,
+        probe: None,
     })
 }
 

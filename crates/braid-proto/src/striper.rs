@@ -500,6 +500,19 @@ impl<P> Striper<P> {
         Ok(path)
     }
 
+    /// Among the active paths in `allowed` (bit `i` for path `i`), the one with the least
+    /// measured one-way delay (paths not measured yet last; the lowest-numbered allowed path if
+    /// none is active).
+    pub fn least_delay_in(&self, allowed: u64) -> PathId {
+        let fallback = (0..self.paths.len())
+            .find(|&i| allowed & (1 << i) != 0)
+            .unwrap_or(0);
+        PathId(
+            self.least_delay_path(|i| allowed & (1 << i) != 0)
+                .unwrap_or(fallback) as u8,
+        )
+    }
+
     /// Whether `path` is in the rotation (not taken out as dark).
     pub fn is_path_active(&self, path: PathId) -> bool {
         path.index() < self.paths.len() && self.sched.is_active(path)

@@ -3,7 +3,7 @@
 //! codec in between. The [`crate::Session`] wraps it with encryption and liveness; the
 //! simulator's in-memory `Pair` drives it bare.
 
-use crate::params::PathPolicy;
+use crate::params::{PathPolicy, PolicyStriping};
 use crate::policy;
 use braid_proto::credit::{CreditConfig, CreditGrantor};
 use braid_proto::pet::{PetReceiver, PetReceiverConfig, SigAckEntry};
@@ -146,12 +146,19 @@ impl Endpoint {
             return Err(SendError::Full(payload));
         }
         self.stats.policy_packets += 1;
-        if p.per_flow {
-            let key = policy::flow_key(&payload).unwrap_or(0);
-            let path = policy::flow_path(key, allowed, |i| self.rate(i)).expect("allowed != 0");
-            return self
-                .striper
-                .send_unsequenced(now, PathId(path as u8), len, payload);
+        match p.striping {
+            PolicyStriping::Flow => {
+                let key = policy::flow_key(&payload).unwrap_or(0);
+                let path = policy::flow_path(key, allowed, |i| self.rate(i)).expect("allowed != 0");
+                return self
+                    .striper
+                    .send_unsequenced(now, PathId(path as u8), len, payload);
+            }
+            PolicyStriping::Fastest => {
+                let path = self.striper.least_delay_in(allowed);
+                return self.striper.send_unsequenced(now, path, len, payload);
+            }
+            PolicyStriping::Packet => {}
         }
         if allowed == active {
             return self.striper.send(now, len, payload);

@@ -58,12 +58,23 @@ pub struct PathPolicy {
     pub dscp: u64,
     /// The paths it may use: bit `i` for path `i`. Never empty.
     pub paths: u64,
-    /// Per-flow striping: every packet of a flow (addresses, protocol, ports) goes on one of
-    /// the class's paths and is delivered without resequencing. Otherwise per packet, over the
-    /// class's paths, resequenced with everything else.
-    pub per_flow: bool,
+    /// How the class's packets are spread over its paths.
+    pub striping: PolicyStriping,
     /// Each packet also goes on a second of the class's paths (the reliability service).
     pub duplicate: bool,
+}
+
+/// How a policy's class is spread over its paths ([`crate::policy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyStriping {
+    /// Per packet, over the class's paths, resequenced with everything else.
+    Packet,
+    /// Every packet of a flow (addresses, protocol, ports) on one of the class's paths,
+    /// chosen in proportion to the rates, delivered without resequencing.
+    Flow,
+    /// Every packet on the class's path with the least delay now, delivered without
+    /// resequencing (voice, games).
+    Fastest,
 }
 
 /// The most policies a bond has.
@@ -71,6 +82,7 @@ pub const MAX_POLICIES: usize = 16;
 const POLICY_LEN: usize = 8 + 8 + 1;
 const POLICY_PER_FLOW: u8 = 0x01;
 const POLICY_DUPLICATE: u8 = 0x02;
+const POLICY_FASTEST: u8 = 0x04;
 
 /// Handshake payload that does not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -173,7 +185,10 @@ impl BondParams {
         };
         if self.policies.len() > MAX_POLICIES
             || self.policies.iter().any(|p| {
-                p.paths == 0 || p.paths & !all != 0 || p.dscp == 0 || (p.per_flow && p.duplicate)
+                p.paths == 0
+                    || p.paths & !all != 0
+                    || p.dscp == 0
+                    || (p.striping != PolicyStriping::Packet && p.duplicate)
             })
         {
             return Err(ConfigError::Policy(
@@ -232,10 +247,11 @@ impl BondParams {
             for p in &self.policies {
                 v.extend(p.dscp.to_be_bytes());
                 v.extend(p.paths.to_be_bytes());
-                let mut f = 0;
-                if p.per_flow {
-                    f |= POLICY_PER_FLOW;
-                }
+                let mut f = match p.striping {
+                    PolicyStriping::Packet => 0,
+                    PolicyStriping::Flow => POLICY_PER_FLOW,
+                    PolicyStriping::Fastest => POLICY_FASTEST,
+                };
                 if p.duplicate {
                     f |= POLICY_DUPLICATE;
                 }
@@ -309,13 +325,19 @@ impl BondParams {
             for c in rest.chunks_exact(POLICY_LEN) {
                 let word = |at: usize| u64::from_be_bytes(c[at..at + 8].try_into().expect("8"));
                 let f = c[16];
-                if f & !(POLICY_PER_FLOW | POLICY_DUPLICATE) != 0 {
+                let striping = match f & (POLICY_PER_FLOW | POLICY_FASTEST) {
+                    0 => PolicyStriping::Packet,
+                    POLICY_PER_FLOW => PolicyStriping::Flow,
+                    POLICY_FASTEST => PolicyStriping::Fastest,
+                    _ => return Err(m()),
+                };
+                if f & !(POLICY_PER_FLOW | POLICY_DUPLICATE | POLICY_FASTEST) != 0 {
                     return Err(m());
                 }
                 policies.push(PathPolicy {
                     dscp: word(0),
                     paths: word(8),
-                    per_flow: f & POLICY_PER_FLOW != 0,
+                    striping,
                     duplicate: f & POLICY_DUPLICATE != 0,
                 });
             }
@@ -418,13 +440,19 @@ mod tests {
             PathPolicy {
                 dscp: 1 << 46,
                 paths: 0b001,
-                per_flow: true,
+                striping: PolicyStriping::Flow,
                 duplicate: false,
             },
             PathPolicy {
                 dscp: 1 << 10 | 1 << 12,
                 paths: 0b110,
-                per_flow: false,
+                striping: PolicyStriping::Fastest,
+                duplicate: false,
+            },
+            PathPolicy {
+                dscp: 1 << 8,
+                paths: 0b011,
+                striping: PolicyStriping::Packet,
                 duplicate: true,
             },
         ];

@@ -25,21 +25,25 @@ pub fn policy_for(policies: &[PathPolicy], dscp: Option<u8>) -> Option<usize> {
 }
 
 /// A hash of the packet's flow: addresses, protocol and ports (ports only where the packet
-/// has them). `None` for bytes that are not an IP packet.
+/// has them). Symmetric: a packet and its reply (source and destination swapped) hash alike,
+/// so both ends put the two directions of a flow on the same path and it sees that path's
+/// round trip. `None` for bytes that are not an IP packet.
 pub fn flow_key(packet: &[u8]) -> Option<u64> {
     let h = braid_qos::classifier::headers(packet)?;
+    let end = |a: std::net::IpAddr, port: Option<u16>| {
+        let mut v = match a {
+            std::net::IpAddr::V4(a) => a.octets().to_vec(),
+            std::net::IpAddr::V6(a) => a.octets().to_vec(),
+        };
+        v.extend(port.unwrap_or(0).to_be_bytes());
+        v
+    };
+    let (a, b) = (end(h.src, h.src_port), end(h.dst, h.dst_port));
+    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
     let mut x = Fnv::default();
-    match h.src {
-        std::net::IpAddr::V4(a) => x.write(&a.octets()),
-        std::net::IpAddr::V6(a) => x.write(&a.octets()),
-    }
-    match h.dst {
-        std::net::IpAddr::V4(a) => x.write(&a.octets()),
-        std::net::IpAddr::V6(a) => x.write(&a.octets()),
-    }
+    x.write(&lo);
+    x.write(&hi);
     x.write(&[h.proto]);
-    x.write(&h.src_port.unwrap_or(0).to_be_bytes());
-    x.write(&h.dst_port.unwrap_or(0).to_be_bytes());
     Some(x.finish())
 }
 
@@ -130,7 +134,7 @@ mod tests {
         let pol = |dscp: u64| PathPolicy {
             dscp,
             paths: 1,
-            per_flow: false,
+            striping: crate::params::PolicyStriping::Packet,
             duplicate: false,
         };
         let policies = [pol(1 << 46), pol(1 << 10 | 1 << 46)];
@@ -155,6 +159,15 @@ mod tests {
             }
         }
         let share = f64::from(count[0]) / 4000.0;
+        // A reply hashes like its request.
+        let mut reply = udp(7, 46);
+        let (src, dst) = (reply[12..16].to_vec(), reply[16..20].to_vec());
+        reply[12..16].copy_from_slice(&dst);
+        reply[16..20].copy_from_slice(&src);
+        let (sp, dp) = (reply[20..22].to_vec(), reply[22..24].to_vec());
+        reply[20..22].copy_from_slice(&dp);
+        reply[22..24].copy_from_slice(&sp);
+        assert_eq!(flow_key(&reply), flow_key(&udp(7, 46)));
         assert!((0.72..0.78).contains(&share), "{count:?}");
         assert_eq!(flow_key(&[0x45, 0, 0]), None);
         assert_eq!(flow_path(1, 0, |_| 1), None);

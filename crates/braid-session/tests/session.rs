@@ -838,21 +838,28 @@ fn id_of(p: &[u8]) -> u32 {
 
 #[test]
 fn path_policies_keep_a_class_to_its_paths_and_a_flow_class_off_the_resequencer() {
-    use braid_session::params::PathPolicy;
+    use braid_session::params::{PathPolicy, PolicyStriping};
     let mut p = params(3, ResequenceMode::Sequence);
     p.policies = vec![
         // Voice: per flow, on the two faster paths; never held for the slow one.
         PathPolicy {
             dscp: 1 << 46,
             paths: 0b011,
-            per_flow: true,
+            striping: PolicyStriping::Flow,
             duplicate: false,
         },
         // Bulk (AF11): the slowest path only.
         PathPolicy {
             dscp: 1 << 10,
             paths: 0b100,
-            per_flow: false,
+            striping: PolicyStriping::Packet,
+            duplicate: false,
+        },
+        // Games (AF41): always the fastest path there is.
+        PathPolicy {
+            dscp: 1 << 34,
+            paths: 0b111,
+            striping: PolicyStriping::Fastest,
             duplicate: false,
         },
     ];
@@ -911,8 +918,25 @@ fn path_policies_keep_a_class_to_its_paths_and_a_flow_class_off_the_resequencer(
             );
         }
     }
+    // Games: every packet at the fastest path's 5 ms.
+    net.to_server.clear();
+    net.to_server_at.clear();
+    for i in 0..50u32 {
+        let id = 5000 + i;
+        sent_at.insert(id, net.now);
+        assert!(net
+            .client
+            .send(net.now, &udp_packet(id, 34, 7000 + i as u16, 200)));
+        net.step(Duration::from_millis(3));
+    }
+    net.step(Duration::from_millis(200));
+    assert_eq!(net.to_server.len(), 50);
+    for (pkt, at) in net.to_server.iter().zip(&net.to_server_at) {
+        let delay = *at - sent_at[&id_of(pkt)];
+        assert!(delay < Duration::from_millis(15), "{delay:?}");
+    }
     let st = net.client.status();
-    assert_eq!(st.policy_packets, 300);
+    assert_eq!(st.policy_packets, 350);
     assert_eq!(st.policy_no_path, 0);
 }
 
@@ -1012,12 +1036,12 @@ fn adaptive_srr_learns_the_rates_it_was_not_given() {
 
 #[test]
 fn policies_apply_behind_the_qos_shaper_too() {
-    use braid_session::params::PathPolicy;
+    use braid_session::params::{PathPolicy, PolicyStriping};
     let mut p = params(2, ResequenceMode::Sequence);
     p.policies = vec![PathPolicy {
         dscp: 1 << 10,
         paths: 0b10,
-        per_flow: false,
+        striping: PolicyStriping::Packet,
         duplicate: false,
     }];
     let qos: braid_qos::QosConfig = toml::from_str(

@@ -326,6 +326,17 @@ fn table(report: &LabReport) -> String {
                 .collect();
             notes.push(per.join(", "));
         }
+        if let Some(p) = &v.probe {
+            notes.push(format!(
+                "probe dscp {}: rtt p50 {} p95 {} max {} ms, {}/{} back",
+                p.dscp,
+                fmt_opt(p.rtt_ms_p50, 1),
+                fmt_opt(p.rtt_ms_p95, 1),
+                fmt_opt(p.rtt_ms_max, 1),
+                p.received,
+                p.sent
+            ));
+        }
         if let Some(s) = v
             .flows
             .first()

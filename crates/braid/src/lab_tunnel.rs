@@ -77,6 +77,23 @@ impl TunnelLauncher for DaemonLauncher {
                 client.push_str(&format!("rate_mbit = {rate}\n"));
             }
         }
+        // The client's path policies (it sends them in the handshake).
+        if !scenario.policy.is_empty() {
+            let mut t = toml::Table::new();
+            t.insert(
+                "policy".into(),
+                toml::Value::Array(
+                    scenario
+                        .policy
+                        .iter()
+                        .cloned()
+                        .map(toml::Value::Table)
+                        .collect(),
+                ),
+            );
+            let policy = toml::to_string(&t).map_err(|e| LabError::Traffic(e.to_string()))?;
+            client.push_str(&policy);
+        }
         // Both ends shape their egress with the scenario's [qos], if any.
         let mut server = server;
         if let Some(q) = &scenario.qos {
