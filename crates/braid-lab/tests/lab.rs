@@ -324,3 +324,26 @@ fn bad_scenario_files_name_the_problem() {
     assert!(e.contains("cannot read the scenario"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn the_probe_times_round_trips_beside_the_transfer() {
+    let Some(_one) = root() else {
+        return;
+    };
+    // One 10 Mbit/s path of 20 ms one way: every echo takes at least the 40 ms round trip.
+    let text = "duration_s = 2\nvariants = [\"sum\"]\n[probe]\ninterval_ms = 10\n[[path]]\nrate_mbit = 10\ndelay_ms = 20\n";
+    let s = Scenario::parse(text).unwrap();
+    let report = braid_lab::run(&s, &Default::default(), &mut braid_lab::runner::Silent).unwrap();
+    let v = report.variant("sum").unwrap();
+    let p = v.probe.as_ref().expect("a probe result");
+    assert_eq!(p.dscp, 46);
+    assert!(p.sent >= 100, "{p:?}");
+    assert!(
+        p.received * 10 >= p.sent * 9,
+        "most echoes come back: {p:?}"
+    );
+    assert!(p.rtt_ms_p50.unwrap() >= 40.0, "{p:?}");
+    assert!(p.rtt_ms_max.unwrap() >= p.rtt_ms_p95.unwrap());
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(json["variants"]["sum"]["probe"]["rtt_ms_p95"].is_number());
+}
