@@ -618,8 +618,19 @@ impl Config {
                             )));
                         }
                     }
+                    let name = p.name.clone().unwrap_or_else(|| format!("path{i}"));
+                    if name.is_empty() || name.chars().any(char::is_whitespace) {
+                        return Err(invalid(format!(
+                            "path {i}: name `{name}`: give a name without spaces (`braid path up|down NAME` and the metrics use it)"
+                        )));
+                    }
+                    if paths.iter().any(|x: &PathConfig| x.name == name) {
+                        return Err(invalid(format!(
+                            "path {i}: another [[path]] is already named `{name}`: names must be unique"
+                        )));
+                    }
                     paths.push(PathConfig {
-                        name: p.name.clone().unwrap_or_else(|| format!("path{i}")),
+                        name,
                         local: p.local,
                         interface: p.interface.clone(),
                         remote: p.remote,
@@ -672,7 +683,7 @@ impl Config {
                     equalize_delay: b.equalize_delay,
                     retransmit: b.retransmit,
                     backup_rtt_multiple: match b.backup_rtt_multiple {
-                        0..=16 => b.backup_rtt_multiple,
+                        0..=braid_session::params::MAX_BACKUP_RTT_MULTIPLE => b.backup_rtt_multiple,
                         m => {
                             return Err(invalid(format!(
                                 "[bond] backup_rtt_multiple = {m}: give 0 (off: hold_ms plus the paths' delay skew) or 1 to 16 times the largest path RTT"
@@ -855,6 +866,11 @@ fn peers(raw: &Raw, private_key: &PrivateKey) -> Result<Vec<PeerConfig>, String>
             let mut out: Vec<PeerConfig> = Vec::new();
             for (i, c) in raw.clients.iter().enumerate() {
                 let name = c.name.clone().unwrap_or_else(|| format!("client{i}"));
+                if name.is_empty() || name.chars().any(char::is_whitespace) {
+                    return Err(format!(
+                        "[[client]] name `{name}`: give a name without spaces (it names the client in status and metrics)"
+                    ));
+                }
                 let public_key = key(&format!("[[client]] {name}: public_key"), &c.public_key)?;
                 if c.address.is_empty() || c.address.len() > braid_session::session::MAX_HANDED_ADDRESSES {
                     return Err(format!(
@@ -883,7 +899,10 @@ fn peers(raw: &Raw, private_key: &PrivateKey) -> Result<Vec<PeerConfig>, String>
                             other.name
                         ));
                     }
-                    if let Some(a) = addresses.iter().find(|a| other.owns(a.addr)) {
+                    if let Some(a) = addresses
+                        .iter()
+                        .find(|a| other.addresses.iter().any(|o| o.addr == a.addr))
+                    {
                         return Err(format!(
                             "[[client]] {name}: address {} is already {}'s: each client needs its own",
                             a.addr, other.name
@@ -900,6 +919,26 @@ fn peers(raw: &Raw, private_key: &PrivateKey) -> Result<Vec<PeerConfig>, String>
                     routes: c.routes.clone(),
                     catch_all: false,
                 });
+            }
+            // A client's routes are what it may send from: they must not hold the server's
+            // tunnel address or another client's.
+            for p in &out {
+                for r in &p.routes {
+                    if let Some(a) = raw.interface.address.iter().find(|a| r.contains(a.addr)) {
+                        return Err(format!(
+                            "[[client]] {}: route {r} holds the server's own address {}: route only the prefixes behind this client",
+                            p.name, a.addr
+                        ));
+                    }
+                    for o in out.iter().filter(|o| o.name != p.name) {
+                        if let Some(a) = o.addresses.iter().find(|a| r.contains(a.addr)) {
+                            return Err(format!(
+                                "[[client]] {}: route {r} holds {}'s address {}: route only the prefixes behind this client",
+                                p.name, o.name, a.addr
+                            ));
+                        }
+                    }
+                }
             }
             Ok(out)
         }
@@ -1279,5 +1318,22 @@ duplicate = true
         assert_eq!(b.rates_bps, vec![PET_PRIOR_RATE_BPS, 5_000_000]);
         let err = parse(&client("[bond]\nadaptive = true\nscheduler = \"grr\"\n")).unwrap_err();
         assert!(err.contains("adaptive quanta need"), "{err}");
+    }
+
+    #[test]
+    fn a_client_route_may_not_cover_the_server_or_another_client() {
+        let two = |routes: &str| {
+            proxy(&format!(
+                "[[client]]\nname = \"a\"\npublic_key = \"{SERVER_PUB}\"\naddress = [\"10.77.0.2\"]\nroutes = [{routes}]\n\
+                 [[client]]\nname = \"b\"\npublic_key = \"{KEY_A}\"\naddress = [\"10.77.0.3\"]\n"
+            ))
+        };
+        assert!(parse(&two("\"192.168.1.0/24\"")).is_ok());
+        let err = parse(&two("\"0.0.0.0/0\"")).unwrap_err();
+        assert!(err.contains("server's own address"), "{err}");
+        let err = parse(&two("\"10.77.0.3/32\"")).unwrap_err();
+        assert!(err.contains("holds b's address"), "{err}");
+        let err = parse(&client("").replace("name = \"dsl\"", "name = \"my dsl\"")).unwrap_err();
+        assert!(err.contains("without spaces"), "{err}");
     }
 }

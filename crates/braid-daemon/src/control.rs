@@ -7,7 +7,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::Duration;
 
 /// A request the event loop carries out.
@@ -48,7 +48,7 @@ pub fn query_status(socket: &Path) -> Result<String, String> {
 fn answer(
     line: &str,
     snapshot: &std::sync::Mutex<String>,
-    commands: &Sender<Command>,
+    commands: &SyncSender<Command>,
     paths: &[String],
 ) -> String {
     let words: Vec<&str> = line.split_whitespace().collect();
@@ -66,7 +66,7 @@ fn answer(
                 );
             };
             let enabled = *verb == "up";
-            match commands.send(Command::Path { index, enabled }) {
+            match commands.try_send(Command::Path { index, enabled }) {
                 Ok(()) => json(
                     "ok",
                     &format!(
@@ -78,7 +78,11 @@ fn answer(
                         }
                     ),
                 ),
-                Err(_) => json("error", "the daemon is stopping"),
+                Err(TrySendError::Full(_)) => json(
+                    "error",
+                    "the daemon is busy with earlier requests: try again",
+                ),
+                Err(TrySendError::Disconnected(_)) => json("error", "the daemon is stopping"),
             }
         }
         _ => json(
@@ -95,7 +99,7 @@ fn answer(
 pub(crate) fn serve(
     listener: std::os::unix::net::UnixListener,
     snapshot: std::sync::Arc<std::sync::Mutex<String>>,
-    commands: Sender<Command>,
+    commands: SyncSender<Command>,
     paths: Vec<String>,
 ) {
     std::thread::Builder::new()
@@ -130,7 +134,7 @@ mod tests {
     #[test]
     fn requests_are_answered_and_path_commands_queued() {
         let snap = std::sync::Mutex::new("{\"x\":1}".to_owned());
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
         let paths = vec!["dsl".to_owned(), "lte".to_owned()];
         assert_eq!(answer("status", &snap, &tx, &paths), "{\"x\":1}");
         assert!(answer("path down lte", &snap, &tx, &paths).contains("\"ok\""));

@@ -86,6 +86,9 @@ const RX_BUFFER_BYTES: usize = 65_536;
 /// TUN reads (each up to [`net::TUN_BATCH`] packets) per wake-up at most.
 const MAX_TUN_READS: usize = 64;
 
+/// Control requests waiting for the event loop at most; more are refused ("busy").
+const COMMAND_QUEUE: usize = 64;
+
 const TUN: Token = Token(0);
 const UDP_BASE: usize = 16;
 
@@ -173,6 +176,8 @@ struct Peer {
     spoofed: u64,
     /// Client: the handed addresses already put on the TUN.
     applied: Vec<(IpAddr, u8)>,
+    /// Client: after a failure to put a handed address on the TUN, when to try again.
+    retry_addresses_at: Instant,
 }
 
 struct Daemon {
@@ -196,6 +201,8 @@ struct Daemon {
     poll: Poll,
     /// When to try again to open the sockets of paths that have none.
     next_reopen: Instant,
+    /// Server: an MTU `ip` refused, not tried again.
+    mtu_failed: Option<u16>,
     /// The status JSON the control thread serves, refreshed by the loop.
     snapshot: Arc<Mutex<String>>,
     /// The metrics text the metrics thread serves, if there is a metrics endpoint.
@@ -295,7 +302,14 @@ impl Daemon {
             None => None,
         };
         let snapshot = Arc::new(Mutex::new(String::from("{}")));
-        let (command_tx, commands) = std::sync::mpsc::channel();
+        // Owner-only: the control socket takes commands that change the bond.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&cfg.control_socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| DaemonError::Control {
+                path: cfg.control_socket.display().to_string(),
+                err: e,
+            })?;
+        let (command_tx, commands) = std::sync::mpsc::sync_channel(COMMAND_QUEUE);
         control::serve(control, snapshot.clone(), command_tx, names.clone());
         let metrics_text = metrics.map(|l| {
             let text = Arc::new(Mutex::new(String::new()));
@@ -326,6 +340,7 @@ impl Daemon {
                 addrs: addrs.clone(),
                 spoofed: 0,
                 applied: Vec::new(),
+                retry_addresses_at: Instant::ZERO,
             });
         }
         let clock = std::time::Instant::now();
@@ -363,6 +378,7 @@ impl Daemon {
             commands,
             poll,
             next_reopen: Instant::ZERO,
+            mtu_failed: None,
             cfg,
             peers,
             tun,
@@ -551,7 +567,7 @@ impl Daemon {
         let Ok(max) = u16::try_from(max) else {
             return;
         };
-        if max != self.mtu {
+        if max != self.mtu && self.mtu_failed != Some(max) {
             let ok = std::process::Command::new("ip")
                 .args([
                     "link",
@@ -571,6 +587,10 @@ impl Daemon {
                 } else {
                     "the smallest of the clients', from their handshakes".to_owned()
                 };
+            } else {
+                // Tried once: not again every turn of the loop.
+                eprintln!("braid: cannot set the MTU of {} to {max}", self.cfg.ifname);
+                self.mtu_failed = Some(max);
             }
         }
     }
@@ -582,27 +602,45 @@ impl Daemon {
             return;
         }
         let ifname = self.cfg.ifname.clone();
+        let now = self.now();
+        let ip = |verb: &str, spec: &str| {
+            std::process::Command::new("ip")
+                .args(["addr", verb, spec, "dev", &ifname])
+                .status()
+                .is_ok_and(|s| s.success())
+        };
         for p in &mut self.peers {
-            let handed = p.session.handed_addresses();
-            if handed == &p.applied[..] {
+            let handed = p.session.handed_addresses().to_vec();
+            if handed == p.applied || now < p.retry_addresses_at {
                 continue;
             }
-            for (a, prefix) in handed {
-                if p.applied.contains(&(*a, *prefix)) {
+            // What the server no longer hands goes; what failed is tried again in a second.
+            for (a, prefix) in p.applied.iter().filter(|x| !handed.contains(x)) {
+                let spec = format!("{a}/{prefix}");
+                if ip("del", &spec) {
+                    eprintln!("braid: the server no longer hands {spec}: removed from {ifname}");
+                }
+            }
+            p.applied.retain(|x| handed.contains(x));
+            for &(a, prefix) in &handed {
+                if p.applied.contains(&(a, prefix)) {
                     continue;
                 }
                 let spec = format!("{a}/{prefix}");
-                let ok = std::process::Command::new("ip")
-                    .args(["addr", "replace", &spec, "dev", &ifname])
-                    .status()
-                    .is_ok_and(|s| s.success());
-                if ok {
+                if ip("replace", &spec) {
                     eprintln!("braid: the server handed this end {spec}: on {ifname}");
+                    p.applied.push((a, prefix));
                 } else {
-                    eprintln!("braid: cannot put the handed address {spec} on {ifname}");
+                    eprintln!(
+                        "braid: cannot put the handed address {spec} on {ifname}; trying again"
+                    );
+                    p.retry_addresses_at = now + braid_proto::time::Duration::from_secs(1);
                 }
             }
-            p.applied = handed.to_vec();
+            if p.applied.len() == handed.len() {
+                // Same set, the server's order.
+                p.applied = handed;
+            }
         }
     }
 
@@ -628,7 +666,13 @@ impl Daemon {
         if self.single() {
             return Some(0);
         }
-        let dst = packet_address(packet, false)?;
+        self.owner(packet_address(packet, false)?)
+    }
+
+    /// The client that owns `ip`: its handed address, or the longest of the clients' routes
+    /// that holds it.
+    fn owner(&self, ip: IpAddr) -> Option<usize> {
+        let dst = ip;
         let mut best: Option<(u8, usize)> = None;
         for (i, p) in self.peers.iter().enumerate() {
             let len = if p.cfg.addresses.iter().any(|c| c.addr == dst) {
@@ -792,9 +836,15 @@ impl Daemon {
         let now = self.now();
         for k in 0..self.peers.len() {
             while let Some(p) = self.peers[k].session.poll_deliver(now) {
+                // A client may send only from what is routed to it: the source's owner must be
+                // this client (not another whose address a wider route of it covers), and never
+                // the server's own tunnel address.
+                let own = self.peers[k].cfg.catch_all
+                    || packet_address(&p, true).is_some_and(|src| {
+                        self.owner(src) == Some(k)
+                            && !self.cfg.addresses.iter().any(|a| a.addr == src)
+                    });
                 let peer = &mut self.peers[k];
-                let own = peer.cfg.catch_all
-                    || packet_address(&p, true).is_some_and(|src| peer.cfg.owns(src));
                 if !own {
                     peer.spoofed += 1;
                     peer.session.recycle(p);

@@ -33,7 +33,8 @@ pub struct ProbeResult {
     pub dscp: u8,
     /// Probes sent.
     pub sent: u64,
-    /// Echoes received (late ones, after the window, are not counted).
+    /// Echoes received while the probe ran (those still on their way when it stopped are not
+    /// counted).
     pub received: u64,
     /// Median round trip.
     pub rtt_ms_p50: Option<f64>,

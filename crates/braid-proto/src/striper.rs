@@ -216,7 +216,7 @@ impl<P> Striper<P> {
         let n = sched.paths();
         let adaptive = config.adaptive && config.scheduler.kind == SchedulerKind::Srr;
         if config.adaptive && !adaptive {
-            return Err(ConfigError::Policy(
+            return Err(ConfigError::Invalid(
                 "adaptive quanta are SRR's: use scheduler = \"srr\"",
             ));
         }

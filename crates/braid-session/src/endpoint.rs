@@ -149,7 +149,10 @@ impl Endpoint {
         match p.striping {
             PolicyStriping::Flow => {
                 let key = policy::flow_key(&payload).unwrap_or(0);
-                let path = policy::flow_path(key, allowed, |i| self.rate(i)).expect("allowed != 0");
+                // The configured rates, not PET's moving estimates: a flow must keep its path.
+                let rates = &self.rates_bps;
+                let path = policy::flow_path(key, allowed, |i| rates.get(i).copied().unwrap_or(1))
+                    .expect("allowed != 0");
                 return self
                     .striper
                     .send_unsequenced(now, PathId(path as u8), len, payload);

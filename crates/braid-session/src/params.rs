@@ -77,6 +77,9 @@ pub enum PolicyStriping {
     Fastest,
 }
 
+/// The largest `backup_rtt_multiple`.
+pub const MAX_BACKUP_RTT_MULTIPLE: u8 = 16;
+
 /// The most policies a bond has.
 pub const MAX_POLICIES: usize = 16;
 const POLICY_LEN: usize = 8 + 8 + 1;
@@ -159,6 +162,18 @@ impl BondParams {
 
     /// Check the parameters make a valid bond.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        // The server's TUN MTU follows the client's: nothing below IPv4's minimum datagram a
+        // host must take (576), nor above what one datagram carries.
+        if !(576..=65_535).contains(&self.max_packet) {
+            return Err(ConfigError::Invalid(
+                "the largest packet (the TUN MTU) must be 576 to 65535 bytes",
+            ));
+        }
+        if self.backup_rtt_multiple > MAX_BACKUP_RTT_MULTIPLE {
+            return Err(ConfigError::Invalid(
+                "the backup timer is at most 16 times the largest RTT",
+            ));
+        }
         if self.scheduler == SchedulerKind::Edpf && self.resequence == ResequenceMode::Logical {
             return Err(ConfigError::NotCausal("edpf"));
         }
@@ -169,13 +184,13 @@ impl BondParams {
         if self.adaptive
             && (self.scheduler != SchedulerKind::Srr || self.resequence != ResequenceMode::Sequence)
         {
-            return Err(ConfigError::Policy(
+            return Err(ConfigError::Invalid(
                 "adaptive quanta need scheduler = \"srr\" and resequence = \"sequence\"",
             ));
         }
         if !self.policies.is_empty() && self.resequence != ResequenceMode::Sequence {
-            return Err(ConfigError::Policy(
-                "policies need resequence = \"sequence\" (the receiver tells the classes' packets apart by their sequence numbers)",
+            return Err(ConfigError::Invalid(
+                "path policies need resequence = \"sequence\" (the receiver tells the classes' packets apart by their sequence numbers)",
             ));
         }
         let all = if self.rates_bps.len() >= 64 {
@@ -191,8 +206,8 @@ impl BondParams {
                     || (p.striping != PolicyStriping::Packet && p.duplicate)
             })
         {
-            return Err(ConfigError::Policy(
-                "a policy names no DSCP value, no path, or a path the bond does not have, or duplicates a per-flow class (copies are told apart by sequence numbers)",
+            return Err(ConfigError::Invalid(
+                "path policy: a policy names no DSCP value, no path, or a path the bond does not have, or duplicates a per-flow class (copies are told apart by sequence numbers)",
             ));
         }
         self.scheduler_config().build().map(|_| ())

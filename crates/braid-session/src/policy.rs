@@ -11,7 +11,8 @@
 //!   everything else.
 //! - **Per flow**: every packet of a flow (addresses, protocol, ports) goes to one of the
 //!   class's paths, chosen by weighted rendezvous hashing ([`flow_path`]): each path gets
-//!   flows in proportion to its rate, and a flow moves only when its path leaves the rotation.
+//!   flows in proportion to its configured rate (not PET's moving estimates), and a flow moves
+//!   only when its path leaves the rotation.
 //!   Its packets travel without a sequence number and are delivered as they arrive: a path is
 //!   FIFO, so the flow keeps its order without waiting for the other paths (no resequencing
 //!   delay, no delay equalisation: the class sees its path's own delay).

@@ -1153,7 +1153,12 @@ impl Session {
             .as_ref()
             .and_then(|k| k.counters.get(path).copied());
         let sealed = self.seal(path, plain, out)?;
-        if self.retransmit && plain.get(1) == Some(&u8::from(braid_wire::Kind::Data)) {
+        // Only numbered data: a packet of a `flow` or `fastest` class must keep to its path
+        // and its order, and a resend on another path would break both.
+        let numbered = plain
+            .get(3)
+            .is_some_and(|f| f & braid_wire::FLAG_HAS_SEQ != 0);
+        if self.retransmit && numbered && plain.get(1) == Some(&u8::from(braid_wire::Kind::Data)) {
             if let Some(c) = counter {
                 self.ring.record(path, c, plain);
             }
@@ -1465,8 +1470,6 @@ impl Session {
     }
 }
 
-/// The Noise prologue of a handshake: the protocol label, plus the initiation's cleartext header
-/// fields (path and the initiator's index), so tampering with them makes the handshake fail.
 /// The static key of the initiator of a handshake initiation, read with this end's
 /// `private_key`; `None` if `datagram` is not an initiation or does not decrypt. A server with
 /// several clients (the proxy role) uses it to find the session an initiation is for; the
@@ -1533,7 +1536,13 @@ fn decode_addresses(mut bytes: &[u8]) -> Option<Vec<(IpAddr, u8)>> {
             _ => return None,
         };
         let (&prefix, rest) = rest.split_first()?;
-        if prefix > bits || out.len() >= MAX_HANDED_ADDRESSES {
+        // A short prefix would route much of the client's traffic into the tunnel.
+        let shortest = if bits == 32 {
+            MIN_HANDED_PREFIX_V4
+        } else {
+            MIN_HANDED_PREFIX_V6
+        };
+        if prefix > bits || prefix < shortest || out.len() >= MAX_HANDED_ADDRESSES {
             return None;
         }
         out.push((addr, prefix));
@@ -1544,7 +1553,14 @@ fn decode_addresses(mut bytes: &[u8]) -> Option<Vec<(IpAddr, u8)>> {
 
 /// The most addresses a handshake response hands over (they must fit one Noise message).
 pub const MAX_HANDED_ADDRESSES: usize = 32;
+/// The shortest prefix of a handed IPv4 address: a shorter one would put a route to much of
+/// the Internet into the tunnel on the client.
+pub const MIN_HANDED_PREFIX_V4: u8 = 8;
+/// The shortest prefix of a handed IPv6 address.
+pub const MIN_HANDED_PREFIX_V6: u8 = 16;
 
+/// The Noise prologue of a handshake: the protocol label, plus the initiation's cleartext header
+/// fields (path and the initiator's index), so tampering with them makes the handshake fail.
 fn prologue(path: PathId, initiator_index: u32) -> Vec<u8> {
     let mut p = PROLOGUE.to_vec();
     p.push(path.0);
@@ -1582,6 +1598,7 @@ mod tests {
             &[5u8, 1, 2, 3, 4, 24][..],
             &[4, 10, 77, 0, 2][..],
             &[4, 10, 77, 0, 2, 33][..],
+            &[4, 10, 77, 0, 2, 0][..],
             &[6, 0, 0][..],
         ] {
             assert_eq!(decode_addresses(bad), None, "{bad:?}");

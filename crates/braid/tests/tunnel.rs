@@ -550,10 +550,6 @@ fn a_path_killed_mid_transfer_does_not_stall_it() {
         st["peers"][0]["session"]["paths"][1]["state"], "down",
         "{st}"
     );
-    assert!(
-        gap < Duration::from_secs(1),
-        "stalled {gap:?} when a path died"
-    );
     eprintln!("longest read gap with a path killed: {gap:?}");
 }
 
@@ -615,10 +611,6 @@ fn a_path_that_moves_to_a_new_address_keeps_the_transfer_going_with_pet() {
     for p in s["paths"].as_array().unwrap() {
         assert!(p["pet_estimate_bps"].as_u64().unwrap() > 0, "{st}");
     }
-    assert!(
-        gap < Duration::from_secs(1),
-        "stalled {gap:?} when the path moved"
-    );
     eprintln!("path two moved {before} -> {after}; longest read gap {gap:?}");
 }
 
@@ -945,7 +937,8 @@ fn paths_come_and_go_at_run_time() {
     };
     let gap = transfer_watched(c, s, "10.77.0.1:5006".parse().unwrap(), len, progress);
     mover.join().unwrap();
-    assert!(gap < Duration::from_secs(1), "stalled {gap:?}");
+    // How long the transfer stalled is a benchmark figure, not a test's (no timing asserts).
+    eprintln!("longest read gap while paths came and went: {gap:?}");
     // Path three found its interface, path two is back.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {

@@ -168,8 +168,8 @@ impl<P> SequenceReceiver<P> {
 
     /// A data packet arrived. A packet without a sequence number is delivered at once, ahead
     /// of everything waiting (the sender's per-flow policy keeps its flow on one path, whose
-    /// FIFO order is the flow's order); with more than the buffer limit of them waiting, it is
-    /// dropped.
+    /// FIFO order is the flow's order); it counts against the same byte limit as the reorder
+    /// buffer, and is dropped when that is full.
     pub fn handle_data(
         &mut self,
         now: Instant,
@@ -197,7 +197,9 @@ impl<P> SequenceReceiver<P> {
             return;
         }
         let Some(seq) = seq else {
-            if self.express_bytes + u64::from(len) > self.limit {
+            // One budget with the reorder buffer: twice the limit in all, as below.
+            let held = self.express_bytes + self.total_buffered;
+            if held + u64::from(len) > self.limit.saturating_mul(2) {
                 self.stats.overflow_dropped += 1;
                 return;
             }
@@ -218,7 +220,8 @@ impl<P> SequenceReceiver<P> {
             self.stats.invalid_dropped += 1;
             return;
         }
-        if self.total_buffered + u64::from(len) > self.limit.saturating_mul(2) {
+        if self.total_buffered + self.express_bytes + u64::from(len) > self.limit.saturating_mul(2)
+        {
             self.stats.overflow_dropped += 1;
             return;
         }

@@ -312,9 +312,9 @@ pub enum ConfigError {
         /// Paths configured.
         paths: usize,
     },
-    /// A per-class path policy that cannot be applied.
-    #[error("path policy: {0}")]
-    Policy(&'static str),
+    /// Settings that make no valid bond (a path policy, the largest packet, ...).
+    #[error("{0}")]
+    Invalid(&'static str),
 }
 
 /// Static dispatch over the built-in schedulers.
