@@ -22,4 +22,7 @@ pub mod session;
 
 pub use keys::{PrivateKey, PublicKey};
 pub use params::BondParams;
-pub use session::{DropReason, PathStatus, PetStatus, Role, Session, SessionConfig, SessionStatus};
+pub use session::{
+    DropReason, PathStatus, PetStatus, PtcpCounters, PtcpSegment, Role, Session, SessionConfig,
+    SessionStatus, PTCP_RX_QUEUE,
+};
