@@ -5,6 +5,7 @@ mod daemon_cmd;
 mod lab_cmd;
 mod lab_tunnel;
 mod spec;
+mod transfer_cmd;
 
 use anyhow::{bail, Context, Result};
 use braid_proto::credit::CreditConfig;
@@ -41,6 +42,11 @@ enum Command {
     },
     /// Run one end of a bond (client or server) in the foreground.
     Up(daemon_cmd::UpArgs),
+    /// Send one file over pTCP inside braid's secure session, one micro-flow per path of the
+    /// client's config (no TUN needed; not while `braid up` holds the same sockets).
+    Send(transfer_cmd::SendArgs),
+    /// Receive one file sent with `braid send`, verify its length and SHA-256, and exit.
+    Recv(transfer_cmd::RecvArgs),
     /// Show what a running daemon's paths are doing.
     Status(daemon_cmd::StatusArgs),
     /// Print a new private key (base64).
@@ -222,6 +228,8 @@ fn main() {
         } => qos_import(&file),
         Command::Up(args) => daemon_cmd::up(&args),
         Command::Status(args) => daemon_cmd::status(&args),
+        Command::Send(args) => transfer_cmd::send(&args),
+        Command::Recv(args) => transfer_cmd::recv(&args),
         Command::Genkey => daemon_cmd::genkey(),
         Command::Pubkey => daemon_cmd::pubkey(),
         Command::Lab(args) => lab_cmd::run(args),
