@@ -3,6 +3,7 @@
 mod bench_cmd;
 mod daemon_cmd;
 mod lab_cmd;
+mod lab_ptcp;
 mod lab_tunnel;
 mod spec;
 mod transfer_cmd;
