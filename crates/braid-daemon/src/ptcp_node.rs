@@ -34,15 +34,19 @@ use std::time::Duration as StdDuration;
 /// Connections a node holds at most; SYNs for more are dropped and counted.
 pub const MAX_CONNECTIONS: usize = 256;
 
+/// SACK blocks a data segment carries at most (the most recent; ACK-only segments carry up to
+/// four): the MSS sets room aside for this many.
+pub const SACK_BLOCKS_WITH_DATA: usize = 1;
+
 /// Bytes a pTCP segment's payload gives up to headers on a path of a given MTU: outer IP and
-/// UDP, the session's transport header, tag and inner pTCP header, the pTCP header and its
-/// largest SACK option.
+/// UDP, the session's transport header, tag and inner pTCP header, the pTCP header and
+/// [`SACK_BLOCKS_WITH_DATA`] SACK blocks (124 bytes over IPv4, 144 over IPv6).
 pub fn ptcp_overhead(ipv6: bool) -> usize {
     let ip = if ipv6 { 40 } else { 20 };
     ip + 8
         + Session::PTCP_OVERHEAD
         + braid_ptcp::wire::HEADER_LEN
-        + braid_ptcp::wire::MAX_SACK_BLOCKS * braid_ptcp::wire::SACK_BLOCK_LEN
+        + SACK_BLOCKS_WITH_DATA * braid_ptcp::wire::SACK_BLOCK_LEN
 }
 
 /// How a node runs its connections.
@@ -196,6 +200,7 @@ impl PtcpNode {
         let mut c = braid_ptcp::Config::default();
         c.flow.congestion.algorithm = self.options.congestion;
         c.flow.congestion.mss = self.mss;
+        c.sack_blocks_with_data = SACK_BLOCKS_WITH_DATA;
         let rates: Vec<u64> = self
             .session
             .params()
