@@ -106,6 +106,9 @@ pub struct PtcpNode {
 
 const UDP_BASE: usize = 1;
 
+/// The application's sockets registered with [`PtcpNode::registry`] use tokens from here on.
+pub const APP_TOKEN_BASE: usize = 1 << 16;
+
 impl PtcpNode {
     /// Opens the config's UDP sockets and starts the session (the client's first handshake
     /// goes out at the first [`PtcpNode::turn`]).
@@ -256,14 +259,26 @@ impl PtcpNode {
         self.conns.get_mut(&id)
     }
 
+    /// The ids of the connections the node holds.
+    pub fn conn_ids(&self) -> Vec<u32> {
+        self.conns.keys().copied().collect()
+    }
+
     /// Forget a connection (closed, or given up on).
     pub fn remove(&mut self, id: u32) -> Option<StripedConnection> {
         self.conns.remove(&id)
     }
 
-    /// Waits up to `max_wait` for a datagram or a timer, handles what came, and sends what
-    /// the session and the connections have.
-    pub fn turn(&mut self, max_wait: StdDuration) -> io::Result<()> {
+    /// The node's `mio` registry, for the application's own sockets: register them with
+    /// tokens from [`APP_TOKEN_BASE`] on, and [`PtcpNode::turn`] wakes for them too.
+    pub fn registry(&self) -> &mio::Registry {
+        self.poll.registry()
+    }
+
+    /// Waits up to `max_wait` for a datagram, a timer or an event of the application's
+    /// sockets, handles the node's, sends what the session and the connections have, and
+    /// returns the application's tokens that had events.
+    pub fn turn(&mut self, max_wait: StdDuration) -> io::Result<Vec<Token>> {
         self.flush();
         let now = self.now();
         let next = self
@@ -284,7 +299,14 @@ impl PtcpNode {
         let ready: Vec<usize> = self
             .events
             .iter()
+            .filter(|e| e.token().0 < APP_TOKEN_BASE)
             .filter_map(|e| e.token().0.checked_sub(UDP_BASE))
+            .collect();
+        let app: Vec<Token> = self
+            .events
+            .iter()
+            .map(|e| e.token())
+            .filter(|t| t.0 >= APP_TOKEN_BASE)
             .collect();
         for i in ready {
             self.read_socket(i);
@@ -297,7 +319,7 @@ impl PtcpNode {
             }
         }
         self.flush();
-        Ok(())
+        Ok(app)
     }
 
     fn read_socket(&mut self, i: usize) {

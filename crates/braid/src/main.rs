@@ -2,6 +2,7 @@
 
 mod bench_cmd;
 mod daemon_cmd;
+mod forward_cmd;
 mod lab_cmd;
 mod lab_ptcp;
 mod lab_tunnel;
@@ -48,6 +49,9 @@ enum Command {
     Send(transfer_cmd::SendArgs),
     /// Receive one file sent with `braid send`, verify its length and SHA-256, and exit.
     Recv(transfer_cmd::RecvArgs),
+    /// Forward TCP over pTCP inside the session: the client's --listen port to the server's
+    /// --target, one pTCP connection per TCP connection (not beside `braid up` of the config).
+    Forward(forward_cmd::ForwardArgs),
     /// Show what a running daemon's paths are doing.
     Status(daemon_cmd::StatusArgs),
     /// Print a new private key (base64).
@@ -231,6 +235,7 @@ fn main() {
         Command::Status(args) => daemon_cmd::status(&args),
         Command::Send(args) => transfer_cmd::send(&args),
         Command::Recv(args) => transfer_cmd::recv(&args),
+        Command::Forward(args) => forward_cmd::forward(&args),
         Command::Genkey => daemon_cmd::genkey(),
         Command::Pubkey => daemon_cmd::pubkey(),
         Command::Lab(args) => lab_cmd::run(args),

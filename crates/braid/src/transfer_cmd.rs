@@ -59,7 +59,7 @@ pub struct SendArgs {
     /// Congestion control of every micro-flow: cubic (default) or reno.
     #[arg(long, value_name = "NAME", default_value = "cubic")]
     pub congestion_control: String,
-    /// No progress bar.
+    /// No progress bar (the final summary is still printed).
     #[arg(long)]
     pub quiet: bool,
 }
@@ -77,7 +77,7 @@ pub struct RecvArgs {
     /// Congestion control of every micro-flow: cubic (default) or reno.
     #[arg(long, value_name = "NAME", default_value = "cubic")]
     pub congestion_control: String,
-    /// No progress bar.
+    /// No progress bar (the final summary is still printed).
     #[arg(long)]
     pub quiet: bool,
 }
@@ -357,12 +357,10 @@ pub fn send(args: &SendArgs) -> Result<()> {
     );
     match verdict {
         Some(VERDICT_OK) => {
-            if !args.quiet {
-                println!(
-                    "sent {}: {summary}; the receiver verified the length and SHA-256",
-                    args.file.display()
-                );
-            }
+            println!(
+                "sent {}: {summary}; the receiver verified the length and SHA-256",
+                args.file.display()
+            );
             Ok(())
         }
         Some(VERDICT_DIGEST) => bail!(
@@ -580,14 +578,12 @@ pub fn recv(args: &RecvArgs) -> Result<()> {
              file is corrupt; have it sent again"
         );
     }
-    if !args.quiet {
-        println!(
-            "received {shown}: {got} bytes in {secs:.2} s, {:.2} Mbit/s; paths (bytes on the \
-             wire): {}; length and SHA-256 verified",
-            got as f64 * 8.0 / secs.max(1e-9) / 1e6,
-            shares(&node, false)
-        );
-    }
+    println!(
+        "received {shown}: {got} bytes in {secs:.2} s, {:.2} Mbit/s; paths (bytes on the \
+         wire): {}; length and SHA-256 verified",
+        got as f64 * 8.0 / secs.max(1e-9) / 1e6,
+        shares(&node, false)
+    );
     Ok(())
 }
 

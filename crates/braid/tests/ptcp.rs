@@ -398,3 +398,103 @@ fn a_path_blacked_out_mid_transfer_loses_nothing() {
     );
     eprintln!("{}", bed.log("c"));
 }
+
+/// Run `f` on a thread inside network namespace `ns`.
+fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("open netns");
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on a valid namespace fd only changes this thread's network namespace.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}");
+        f()
+    })
+}
+
+#[test]
+fn tcp_connections_are_forwarded_both_ways_over_ptcp() {
+    use std::io::Read;
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    need_root!();
+    let mut bed = Bed::new(3);
+    bed.configs();
+    relay(
+        &bed,
+        "10.92.2.2:7100".parse().unwrap(),
+        "10.92.2.2:7000".parse().unwrap(),
+        0,
+        Arc::new(AtomicBool::new(false)),
+    );
+    // The target: an echo server in the server's namespace.
+    let (tx, rx) = std::sync::mpsc::channel();
+    in_ns(&bed.ns("s"), move || {
+        let l = TcpListener::bind("127.0.0.1:9000").unwrap();
+        tx.send(()).unwrap();
+        for c in l.incoming().take(2) {
+            let mut c = c.unwrap();
+            std::thread::spawn(move || {
+                let mut w = c.try_clone().unwrap();
+                std::io::copy(&mut c, &mut w).unwrap();
+                w.shutdown(Shutdown::Write).unwrap();
+            });
+        }
+    });
+    rx.recv().unwrap();
+    let (s, c) = (bed.dir.join("s.toml"), bed.dir.join("c.toml"));
+    bed.start(
+        "s",
+        &[
+            "forward",
+            "-c",
+            s.to_str().unwrap(),
+            "--target",
+            "127.0.0.1:9000",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    bed.start(
+        "c",
+        &[
+            "forward",
+            "-c",
+            c.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:8080",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // Two connections at once, 3 MiB each way, each its own pTCP connection.
+    let clients: Vec<_> = (0..2u8)
+        .map(|k| {
+            in_ns(&bed.ns("c"), move || {
+                let data: Vec<u8> = (0..3u32 << 20)
+                    .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ k)
+                    .collect();
+                let mut s = TcpStream::connect("127.0.0.1:8080").unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let mut w = s.try_clone().unwrap();
+                let sent = data.clone();
+                let writer = std::thread::spawn(move || {
+                    w.write_all(&sent).unwrap();
+                    w.shutdown(Shutdown::Write).unwrap();
+                });
+                let mut back = Vec::new();
+                s.read_to_end(&mut back).unwrap();
+                writer.join().unwrap();
+                back == data
+            })
+        })
+        .collect();
+    for (k, c) in clients.into_iter().enumerate() {
+        assert!(
+            c.join().unwrap(),
+            "connection {k}: the echo differs; client: {} server: {}",
+            bed.log("c"),
+            bed.log("s")
+        );
+    }
+}
