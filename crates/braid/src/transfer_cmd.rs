@@ -485,22 +485,9 @@ pub fn recv(args: &RecvArgs) -> Result<()> {
                 pb = bar(len, args.quiet);
                 start = Instant::now();
                 file = Some((BufWriter::new(f), path, len, name));
-                let rest = head.split_off(used);
-                head = rest;
+                // What followed the header is the file's first bytes.
+                head.drain(..used);
                 data = &head[..];
-                // Fall through with what followed the header (copied out below).
-                let owned = data.to_vec();
-                let (w, _, len, _) = file.as_mut().expect("just set");
-                let take = owned.len().min((*len - got) as usize);
-                if let Err(e) = w.write_all(&owned[..take]) {
-                    problem = Some(anyhow::anyhow!("writing: {e}"));
-                    verdict = VERDICT_WRITE;
-                    break 'outer;
-                }
-                hasher.update(&owned[..take]);
-                got += take as u64;
-                trailer.extend_from_slice(&owned[take..]);
-                continue;
             }
             let (w, _, len, _) = file.as_mut().expect("checked");
             let take = data.len().min((*len - got) as usize);
