@@ -498,3 +498,51 @@ fn tcp_connections_are_forwarded_both_ways_over_ptcp() {
         );
     }
 }
+
+/// Runs `braid ARGS` and returns (exit success, stderr).
+fn braid(args: &[&str]) -> (bool, String) {
+    let out = Command::new(BRAID).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn misuse_is_refused_with_the_problem_and_the_fix() {
+    // No root needed: the checks come before any socket.
+    let dir = std::env::temp_dir().join(format!("braid-ptcp-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (server, client) = (dir.join("s.toml"), dir.join("c.toml"));
+    std::fs::write(
+        &server,
+        "role = \"server\"\nprivate_key = \"MNvmxTAMIs+phNkwgH3kk3xpt83tadL6qLRmwXKK70s=\"\n\
+         peer_public_key = \"j2i3NRapy6PhI5sCicBlkSaMFd2zcc12kg7qHK+aHhs=\"\nlisten = \"127.0.0.1:0\"\n\
+         [interface]\naddress = [\"10.77.0.1/30\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &client,
+        "role = \"client\"\nprivate_key = \"qKepv4YZTRipn+Xj6jqd5z4nStDtKQ+OYE0yaL3oalg=\"\n\
+         peer_public_key = \"l89yN2l4VzVPvhoUd8JRY9AMbb3L0ba2qA/HpnwoFT4=\"\n\
+         [interface]\naddress = [\"10.77.0.2/30\"]\n[[path]]\nremote = \"127.0.0.1:9\"\nrate_mbit = 10\n",
+    )
+    .unwrap();
+    let (s, c) = (server.to_str().unwrap(), client.to_str().unwrap());
+    let (ok, err) = braid(&["send", c, "-c", s]);
+    assert!(!ok && err.contains("role = \"client\""), "{err}");
+    let (ok, err) = braid(&["recv", "-c", c]);
+    assert!(!ok && err.contains("role = \"server\""), "{err}");
+    let (ok, err) = braid(&["send", "/nonexistent/file", "-c", c]);
+    assert!(
+        !ok && err.contains("cannot open /nonexistent/file"),
+        "{err}"
+    );
+    let (ok, err) = braid(&["send", c, "-c", c, "--congestion-control", "bbr"]);
+    assert!(!ok && err.contains("cubic and reno"), "{err}");
+    let (ok, err) = braid(&["forward", "-c", c, "--target", "127.0.0.1:80"]);
+    assert!(!ok && err.contains("give --listen"), "{err}");
+    let (ok, err) = braid(&["forward", "-c", s, "--listen", "127.0.0.1:80"]);
+    assert!(!ok && err.contains("give --target"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
