@@ -34,6 +34,10 @@ use std::time::Duration as StdDuration;
 /// Connections a node holds at most; SYNs for more are dropped and counted.
 pub const MAX_CONNECTIONS: usize = 256;
 
+/// Ids of removed connections a server remembers, so that a late duplicate SYN of one does not
+/// open it again.
+const RETIRED_IDS: usize = 4096;
+
 /// SACK blocks a data segment carries at most (the most recent; ACK-only segments carry up to
 /// four): the MSS sets room aside for this many.
 pub const SACK_BLOCKS_WITH_DATA: usize = 1;
@@ -98,6 +102,8 @@ pub struct PtcpNode {
     mss: u64,
     conns: BTreeMap<u32, StripedConnection>,
     accepted: VecDeque<u32>,
+    /// Recently removed connection ids (at most [`RETIRED_IDS`]).
+    retired: VecDeque<u32>,
     next_conn: u32,
     stats: NodeStats,
     rx: Vec<u8>,
@@ -153,6 +159,7 @@ impl PtcpNode {
             mss,
             conns: BTreeMap::new(),
             accepted: VecDeque::new(),
+            retired: VecDeque::new(),
             next_conn: 1,
             stats: NodeStats::default(),
             rx: vec![0u8; 65_536],
@@ -266,7 +273,14 @@ impl PtcpNode {
 
     /// Forget a connection (closed, or given up on).
     pub fn remove(&mut self, id: u32) -> Option<StripedConnection> {
-        self.conns.remove(&id)
+        let c = self.conns.remove(&id);
+        if c.is_some() {
+            if self.retired.len() >= RETIRED_IDS {
+                self.retired.pop_front();
+            }
+            self.retired.push_back(id);
+        }
+        c
     }
 
     /// The node's `mio` registry, for the application's own sockets: register them with
@@ -356,7 +370,11 @@ impl PtcpNode {
             if !self.conns.contains_key(&seg.conn) {
                 let syn = Segment::parse_bytes(&seg.segment)
                     .is_ok_and(|s| s.flags.contains(Flags::SYN) && !s.flags.contains(Flags::ACK));
-                if self.role != Role::Responder || !syn || self.conns.len() >= MAX_CONNECTIONS {
+                let refused = self.role != Role::Responder
+                    || !syn
+                    || self.conns.len() >= MAX_CONNECTIONS
+                    || self.retired.contains(&seg.conn);
+                if refused {
                     self.stats.unknown_conn += 1;
                     continue;
                 }

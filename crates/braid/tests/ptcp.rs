@@ -629,3 +629,26 @@ fn a_path_that_moves_to_a_new_address_keeps_carrying_the_transfer() {
         .unwrap_or_else(|| panic!("no share of path two in {summary}"));
     assert!(share > 50.0, "{summary}");
 }
+
+#[test]
+fn a_sender_without_a_receiver_gives_up_with_the_reason() {
+    // No root needed: a loopback socket with nobody behind it. Takes the 10 s handshake wait.
+    let dir = std::env::temp_dir().join(format!("braid-ptcp-alone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let client = dir.join("c.toml");
+    std::fs::write(
+        &client,
+        "role = \"client\"\nprivate_key = \"qKepv4YZTRipn+Xj6jqd5z4nStDtKQ+OYE0yaL3oalg=\"\n\
+         peer_public_key = \"l89yN2l4VzVPvhoUd8JRY9AMbb3L0ba2qA/HpnwoFT4=\"\n\
+         [interface]\naddress = [\"10.77.0.2/30\"]\n[[path]]\nremote = \"127.0.0.1:9\"\nrate_mbit = 10\n",
+    )
+    .unwrap();
+    let c = client.to_str().unwrap();
+    let (ok, err) = braid(&["send", c, "-c", c, "--quiet"]);
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("no answer from the server at 127.0.0.1:9") && err.contains("braid recv"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
