@@ -13,6 +13,7 @@ pub mod config;
 pub mod control;
 mod metrics;
 mod net;
+pub mod ptcp_node;
 
 use crate::config::{Config, PeerConfig};
 use braid_proto::time::Instant;
@@ -222,7 +223,7 @@ struct Daemon {
     out: Vec<u8>,
 }
 
-fn wall_ns() -> u64 {
+pub(crate) fn wall_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)

@@ -31,6 +31,9 @@ pub enum LabError {
     /// The braid variant needs a tunnel launcher and none is installed.
     #[error("the braid variant needs the daemon (braid up), not built yet")]
     BraidNotBuilt,
+    /// The ptcp variant needs a pTCP launcher and none is installed.
+    #[error("the ptcp variant needs the braid command's pTCP launcher (braid lab run)")]
+    PtcpNotInstalled,
     /// A traffic run failed.
     #[error("traffic: {0}")]
     Traffic(String),

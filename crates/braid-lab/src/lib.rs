@@ -21,6 +21,9 @@ pub mod traffic;
 
 pub use error::LabError;
 pub use netns::{is_root, Netns};
-pub use runner::{run, LabReport, Observer, RunOptions, Tunnel, TunnelLauncher, VariantReport};
+pub use runner::{
+    run, LabReport, Observer, PtcpLauncher, PtcpOutcome, PtcpTransfer, RunOptions, Tunnel,
+    TunnelLauncher, VariantReport,
+};
 pub use scenario::{Mode, Scenario, ScenarioError, Variant};
 pub use testbed::{Links, PathInfo, Testbed};

@@ -9,7 +9,9 @@ use crate::traffic::{self, BulkResult, CpuUse, FlowSpec, TcpStats};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Port the bulk transfer's flow `i` listens on.
 pub const BASE_PORT: u16 = 5201;
@@ -39,6 +41,42 @@ pub trait TunnelLauncher {
     /// Start both ends over every path of `testbed`, with the scenario's `[braid]` table and
     /// path rates, and return once the tunnel carries traffic.
     fn start(&self, testbed: &Testbed, scenario: &Scenario) -> Result<Box<dyn Tunnel>, LabError>;
+}
+
+/// A pTCP transfer between the testbed's client and server namespaces: the extension point of
+/// the `ptcp` variant (the `braid` command installs one that runs `braid send`/`braid recv`'s
+/// code in the namespaces); without one the variant fails with [`LabError::PtcpNotInstalled`].
+pub trait PtcpLauncher {
+    /// Start both ends over every path of `testbed` (the scenario's rates and congestion
+    /// control) and return once the pTCP connection is open and ready to send.
+    fn start(
+        &self,
+        testbed: &Testbed,
+        scenario: &Scenario,
+    ) -> Result<Box<dyn PtcpTransfer>, LabError>;
+}
+
+/// Where a pTCP receiver reports its reads: `(when, bytes)`.
+pub type DataSink = Arc<dyn Fn(Instant, u64) + Send + Sync>;
+
+/// A pTCP connection ready to send (from [`PtcpLauncher::start`]).
+pub trait PtcpTransfer {
+    /// The sender writes as fast as the connection takes data until `end`; the receiver
+    /// reports every read to `on_data`. Returns at once: both ends run on their own threads.
+    fn go(&mut self, end: Instant, on_data: DataSink) -> Result<(), LabError>;
+    /// After `end`: stop both ends and say what they counted.
+    fn finish(self: Box<Self>) -> Result<PtcpOutcome, LabError>;
+}
+
+/// What a pTCP transfer's ends counted.
+#[derive(Clone, Debug, Default)]
+pub struct PtcpOutcome {
+    /// Virtual packets the sender's micro-flows resent.
+    pub retransmits: u64,
+    /// Caveats and per-flow figures.
+    pub notes: Vec<String>,
+    /// Both sessions' status (`{"client": ..., "server": ...}`) and the connection's counters.
+    pub status: Option<serde_json::Value>,
 }
 
 /// Progress of a run, for live displays.
@@ -223,6 +261,8 @@ impl LabReport {
 pub struct RunOptions {
     /// Starts the braid tunnel; `None` until the daemon exists.
     pub tunnel: Option<Box<dyn TunnelLauncher>>,
+    /// Starts the `ptcp` variant's transfer.
+    pub ptcp: Option<Box<dyn PtcpLauncher>>,
 }
 
 /// Build the scenario's testbed, run its variants in order, tear the testbed down and return
@@ -279,6 +319,7 @@ pub fn run(
             Variant::Mptcp => mptcp_variant(scenario, &testbed, observer),
             Variant::BestSingle => best_single_variant(scenario, &testbed, settle, observer),
             Variant::Sum => sum_variant(scenario, &testbed, observer),
+            Variant::Ptcp => ptcp_variant(scenario, options, &testbed, observer),
         }
         .unwrap_or_else(|e| VariantReport {
             error: Some(e.to_string()),
@@ -679,4 +720,92 @@ fn braid_variant(
     }
     report.tunnel_status = status;
     Ok(report)
+}
+
+/// The `ptcp` variant: pTCP inside the braid session, one micro-flow per path, measured as the
+/// TCP variants are (payload read by the receiver in the window, per 100 ms, longest stall).
+fn ptcp_variant(
+    scenario: &Scenario,
+    options: &RunOptions,
+    testbed: &Testbed,
+    observer: &mut dyn Observer,
+) -> Result<VariantReport, LabError> {
+    let Some(launcher) = options.ptcp.as_ref() else {
+        return Err(LabError::PtcpNotInstalled);
+    };
+    observer.note("starting pTCP over the braid session");
+    let mut run = launcher.start(testbed, scenario)?;
+    let duration = scenario.duration;
+    observer.transfer_started("ptcp", duration);
+    let mut last = path_bytes(testbed);
+    let mut last_t = Duration::ZERO;
+    testbed.restart_schedules();
+    let t0 = Instant::now();
+    let end = t0 + duration;
+    let meter = Arc::new(Mutex::new(traffic::StreamMeter::new(t0, duration)));
+    let total = Arc::new(AtomicU64::new(0));
+    let (m2, tot2) = (meter.clone(), total.clone());
+    let sink: DataSink = Arc::new(move |t, n| {
+        m2.lock().unwrap_or_else(|p| p.into_inner()).data_at(t, n);
+        tot2.fetch_add(n, Ordering::Relaxed);
+    });
+    let cpu = traffic::CpuMeter::start();
+    run.go(end, sink)?;
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        std::thread::sleep(traffic::INTERVAL.min(end - now));
+        let elapsed = t0.elapsed().min(duration);
+        let now_bytes = path_bytes(testbed);
+        let dt = (elapsed - last_t.min(elapsed)).as_secs_f64().max(1e-3);
+        let path_mbit = now_bytes
+            .iter()
+            .zip(&last)
+            .map(|(a, b)| a.saturating_sub(*b) as f64 * 8.0 / dt / 1e6)
+            .collect();
+        last = now_bytes;
+        last_t = elapsed;
+        observer.tick(&Tick {
+            elapsed,
+            duration,
+            goodput_mbit: total.load(Ordering::Relaxed) as f64 * 8.0
+                / elapsed.as_secs_f64().max(1e-3)
+                / 1e6,
+            path_mbit,
+        });
+    }
+    let cpu = cpu.finish();
+    let outcome = run.finish()?;
+    let flow = meter
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .result(Err("pTCP: no TCP_INFO (its counters are in notes)".into()));
+    if flow.bytes == 0 {
+        return Err(LabError::Traffic(format!(
+            "pTCP: no data arrived; {}",
+            outcome.notes.join("; ")
+        )));
+    }
+    Ok(VariantReport {
+        goodput_mbit: Some(flow.goodput_mbit),
+        retransmits: Some(outcome.retransmits),
+        max_stall_ms: Some(flow.max_stall_ms),
+        notes: outcome.notes,
+        series_mbit: flow.series_mbit.clone(),
+        flows: vec![FlowReport {
+            path: 0,
+            goodput_mbit: flow.goodput_mbit,
+            retransmits: Some(outcome.retransmits),
+            max_stall_ms: flow.max_stall_ms,
+            tcp_info: None,
+            tcp_info_error: None,
+            series_mbit: flow.series_mbit,
+            dscp: None,
+        }],
+        cpu,
+        tunnel_status: outcome.status,
+        ..VariantReport::default()
+    })
 }

@@ -32,12 +32,16 @@ pub enum Variant {
     BestSingle,
     /// One plain TCP per path at once, goodputs summed (the papers' "MTCP" ideal).
     Sum,
+    /// pTCP (the pTCP paper) inside braid's secure session, one micro-flow per path: the
+    /// code of `braid send`/`braid recv`, in the namespaces.
+    Ptcp,
 }
 
 impl Variant {
     /// All variants, in report order.
-    pub const ALL: [Variant; 4] = [
+    pub const ALL: [Variant; 5] = [
         Variant::Braid,
+        Variant::Ptcp,
         Variant::Mptcp,
         Variant::BestSingle,
         Variant::Sum,
@@ -50,6 +54,7 @@ impl Variant {
             Variant::Mptcp => "mptcp",
             Variant::BestSingle => "best_single",
             Variant::Sum => "sum",
+            Variant::Ptcp => "ptcp",
         }
     }
 }
@@ -67,7 +72,7 @@ impl FromStr for Variant {
             .into_iter()
             .find(|v| v.name() == s)
             .ok_or_else(|| {
-                format!("unknown variant {s:?}: choose from braid, mptcp, best_single, sum")
+                format!("unknown variant {s:?}: choose from braid, ptcp, mptcp, best_single, sum")
             })
     }
 }
@@ -774,7 +779,15 @@ schedule = [{ at_s = 5.0, rate_mbit = 2.0 }, { at_s = 8.0, down_s = 3.0 }]
     fn the_issue_example_parses() {
         let s = Scenario::parse(ISSUE_EXAMPLE).unwrap();
         assert_eq!(s.duration, Duration::from_secs(20));
-        assert_eq!(s.variants, Variant::ALL.to_vec());
+        assert_eq!(
+            s.variants,
+            [
+                Variant::Braid,
+                Variant::Mptcp,
+                Variant::BestSingle,
+                Variant::Sum
+            ]
+        );
         assert_eq!(
             s.braid.get("scheduler").and_then(|v| v.as_str()),
             Some("srr")

@@ -128,14 +128,14 @@ fn machine_jiffies() -> Option<(u64, u64)> {
 }
 
 /// A CPU reading at the start of a window.
-struct CpuMeter {
+pub(crate) struct CpuMeter {
     at: Instant,
     process: Option<Duration>,
     machine: Option<(u64, u64)>,
 }
 
 impl CpuMeter {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         CpuMeter {
             at: Instant::now(),
             process: sys::process_cpu_time().ok(),
@@ -143,7 +143,7 @@ impl CpuMeter {
         }
     }
 
-    fn finish(&self) -> Option<CpuUse> {
+    pub(crate) fn finish(&self) -> Option<CpuUse> {
         let wall = self.at.elapsed().as_secs_f64();
         let process = sys::process_cpu_time().ok()?.checked_sub(self.process?)?;
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
@@ -180,6 +180,58 @@ impl StallClock {
                     .as_secs_f64()
                     * 1e3
             }
+        }
+    }
+}
+
+/// One stream's reads counted as [`receive`] counts a TCP socket's: bytes in the window, per
+/// [`INTERVAL`] bin, the first byte and the longest stall. For receivers that are not kernel
+/// sockets (the `ptcp` variant).
+pub(crate) struct StreamMeter {
+    t0: Instant,
+    end: Instant,
+    bytes: u64,
+    bins: Vec<u64>,
+    first: Option<Instant>,
+    stall: StallClock,
+}
+
+impl StreamMeter {
+    pub(crate) fn new(t0: Instant, duration: Duration) -> Self {
+        let n_bins = duration.as_nanos().div_ceil(INTERVAL.as_nanos()).max(1) as usize;
+        StreamMeter {
+            t0,
+            end: t0 + duration,
+            bytes: 0,
+            bins: vec![0; n_bins],
+            first: None,
+            stall: StallClock::default(),
+        }
+    }
+
+    /// `n` bytes were read at `t` (ignored outside the window).
+    pub(crate) fn data_at(&mut self, t: Instant, n: u64) {
+        if t > self.end || t < self.t0 || n == 0 {
+            return;
+        }
+        let last = self.bins.len() - 1;
+        let bin = (((t - self.t0).as_nanos() / INTERVAL.as_nanos()) as usize).min(last);
+        self.bins[bin] += n;
+        self.bytes += n;
+        self.first.get_or_insert(t);
+        self.stall.data_at(t);
+    }
+
+    /// The stream's figures, as a TCP flow's (with `tcp` saying why there is no `TCP_INFO`).
+    pub(crate) fn result(&self, tcp: Result<TcpStats, String>) -> FlowResult {
+        let duration = self.end - self.t0;
+        FlowResult {
+            bytes: self.bytes,
+            goodput_mbit: mbit(self.bytes, duration),
+            max_stall_ms: self.stall.finish(self.end, duration),
+            first_byte_ms: self.first.map(|f| (f - self.t0).as_secs_f64() * 1e3),
+            series_mbit: self.bins.iter().map(|&b| mbit(b, INTERVAL)).collect(),
+            tcp,
         }
     }
 }

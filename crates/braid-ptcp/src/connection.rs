@@ -64,6 +64,12 @@ pub struct Config {
     /// Also copy a packet lost by SACK to another flow when its data is the oldest the peer
     /// has not acknowledged (head-of-line); beyond the paper, see `docs/ptcp.md`.
     pub copy_head_of_line: bool,
+    /// SACK blocks a segment that carries data may hold (the first, most recent block is
+    /// kept, as RFC 2018 section 4 asks); ACK-only segments carry up to
+    /// [`crate::wire::MAX_SACK_BLOCKS`]. With 1, a data segment is at most
+    /// `HEADER_LEN + SACK_BLOCK_LEN + mss` bytes, so a driver can size the MSS for its path MTU
+    /// without setting 48 bytes aside for blocks a data segment seldom carries.
+    pub sack_blocks_with_data: usize,
 }
 
 impl Default for Config {
@@ -74,6 +80,7 @@ impl Default for Config {
             send_buffer_bytes: 4 << 20,
             redundant_queue_limit: 64,
             copy_head_of_line: true,
+            sack_blocks_with_data: crate::wire::MAX_SACK_BLOCKS,
         }
     }
 }
@@ -680,6 +687,13 @@ impl StripedConnection {
             let hi = hi.min(self.send_buf.len());
             self.send_buf.range(lo.min(hi)..hi).copied().collect()
         };
+        if !payload.is_empty() {
+            let room = self
+                .config
+                .sack_blocks_with_data
+                .min(usize::from(seg.sack_len));
+            seg.sack_len = room as u8;
+        }
         seg.payload = &payload;
         let bytes = seg.to_vec();
         (self.flows[idx].path(), bytes)
@@ -741,6 +755,39 @@ mod tests {
                 return sent;
             }
         }
+    }
+
+    #[test]
+    fn data_segments_carry_at_most_the_configured_sack_blocks() {
+        let server = Config {
+            sack_blocks_with_data: 1,
+            ..Config::default()
+        };
+        let (mut c, mut s) = open_pair_with(1, server);
+        c.write(&[1u8; 60_000]);
+        s.write(&[2u8; 60_000]);
+        // Every third data segment of the client is lost: the server holds holes and SACKs.
+        let (mut k, mut most_with_data, mut most_alone) = (0, 0, 0);
+        for _ in 0..4 {
+            while let Some((p, b)) = c.poll_transmit(ms(1)) {
+                let seg = Segment::parse_bytes(&b).unwrap();
+                k += 1;
+                if seg.payload.is_empty() || k % 3 != 0 {
+                    s.handle_datagram(ms(1), p, &b);
+                }
+            }
+            while let Some((p, b)) = s.poll_transmit(ms(1)) {
+                let seg = Segment::parse_bytes(&b).unwrap();
+                if seg.payload.is_empty() {
+                    most_alone = most_alone.max(seg.sack_len);
+                } else {
+                    most_with_data = most_with_data.max(seg.sack_len);
+                }
+                c.handle_datagram(ms(1), p, &b);
+            }
+        }
+        assert_eq!(most_with_data, 1, "the latest block rides with data");
+        assert!(most_alone <= crate::wire::MAX_SACK_BLOCKS as u8);
     }
 
     #[test]

@@ -384,8 +384,12 @@ impl Endpoint {
                     self.striper.adapt_quanta();
                 }
             }
-            // Liveness and retransmission are the session's job.
-            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) | Repr::Abandon(_) => {}
+            // Liveness and retransmission are the session's job, and pTCP bypasses the bond.
+            Repr::Probe(_)
+            | Repr::ProbeAck(_)
+            | Repr::Nack(_)
+            | Repr::Abandon(_)
+            | Repr::Ptcp { .. } => {}
         }
     }
 

@@ -25,5 +25,6 @@ pub mod session;
 pub use keys::{PrivateKey, PublicKey};
 pub use params::BondParams;
 pub use session::{
-    initiator_key, DropReason, PathStatus, PetStatus, Role, Session, SessionConfig, SessionStatus,
+    initiator_key, DropReason, PathStatus, PetStatus, PtcpCounters, PtcpSegment, Role, Session,
+    SessionConfig, SessionStatus, PTCP_RX_QUEUE,
 };

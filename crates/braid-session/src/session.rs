@@ -19,11 +19,19 @@
 //!   RTT, or 1 s before one is measured, so a long path's first answer is waited for) is taken out of
 //!   the rotation at both halves of the endpoint; any authenticated packet on it puts it back.
 //!
+//! - **pTCP.** Segments of pTCP connections (`braid-ptcp`, the pTCP paper) travel as inner
+//!   packets of kind `Ptcp` under the same keys, counters and replay windows, each on the path
+//!   of the micro-flow it belongs to: they bypass the striper and the resequencer (a micro-flow
+//!   *is* a path's transport, pTCP paper section 2), and a connection id lets several pTCP
+//!   connections share the session. They count as traffic for liveness and, at the server, for
+//!   learning each path's address.
+//!
 //! # Polling
 //! Feed datagrams to [`Session::handle_datagram`] and IP packets to [`Session::send`]; for each
 //! path, call [`Session::poll_transmit`] until it returns `None`; take IP packets with
-//! [`Session::poll_deliver`]; call [`Session::handle_timeout`] when [`Session::poll_timeout`]
-//! says. `now` must never go backwards.
+//! [`Session::poll_deliver`] and pTCP segments with [`Session::poll_ptcp`]; seal pTCP segments
+//! with [`Session::seal_ptcp`] whenever there are some; call [`Session::handle_timeout`] when
+//! [`Session::poll_timeout`] says. `now` must never go backwards.
 
 use crate::endpoint::{Endpoint, EndpointConfig};
 use crate::keys::{PrivateKey, PublicKey};
@@ -243,7 +251,38 @@ pub struct SessionStatus {
     /// Scheduler `pet`: SIG-ACKs and PET's counters (absent for the other schedulers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pet: Option<PetStatus>,
+    /// pTCP segments carried (absent when there were none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ptcp: Option<PtcpCounters>,
 }
+
+/// pTCP segments the session carried ([`Session::seal_ptcp`], [`Session::poll_ptcp`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PtcpCounters {
+    /// Segments sealed for sending.
+    pub sent: u64,
+    /// Segments that could not be sealed (no keys yet, unknown path, buffer too small).
+    pub unsent: u64,
+    /// Segments received and queued for [`Session::poll_ptcp`].
+    pub received: u64,
+    /// Segments received while the queue was full, dropped (pTCP recovers them).
+    pub dropped: u64,
+}
+
+/// A pTCP segment that arrived, authenticated and decrypted ([`Session::poll_ptcp`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PtcpSegment {
+    /// The path it arrived on (its micro-flow's).
+    pub path: PathId,
+    /// The pTCP connection it belongs to.
+    pub conn: u32,
+    /// The segment, for `StripedConnection::handle_datagram`.
+    pub segment: Vec<u8>,
+}
+
+/// pTCP segments received and not yet taken by [`Session::poll_ptcp`] at most; more are
+/// dropped and counted.
+pub const PTCP_RX_QUEUE: usize = 4096;
 
 /// What PET did (scheduler `pet`), for `braid status`.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -392,6 +431,9 @@ pub struct Session {
     last_now: Instant,
     /// Initiator: the tunnel addresses the responder handed over in its last response.
     handed: Vec<(IpAddr, u8)>,
+    /// pTCP segments received, for [`Session::poll_ptcp`] (at most [`PTCP_RX_QUEUE`]).
+    ptcp_rx: VecDeque<PtcpSegment>,
+    ptcp: PtcpCounters,
 }
 
 impl Session {
@@ -432,6 +474,8 @@ impl Session {
             qos_wake: None,
             last_now: now,
             handed: Vec::new(),
+            ptcp_rx: VecDeque::new(),
+            ptcp: PtcpCounters::default(),
             cfg,
         };
         if let Some(p) = s.cfg.bond.clone() {
@@ -952,6 +996,24 @@ impl Session {
                 Ok(())
             }
             Ok(Repr::Probe(_) | Repr::ProbeAck(_)) => Err(DropReason::BadInner),
+            Ok(Repr::Ptcp {
+                path: p,
+                conn,
+                segment,
+            }) if p == path => {
+                if self.ptcp_rx.len() >= PTCP_RX_QUEUE {
+                    self.ptcp.dropped += 1;
+                } else {
+                    self.ptcp.received += 1;
+                    self.ptcp_rx.push_back(PtcpSegment {
+                        path,
+                        conn,
+                        segment: segment.to_vec(),
+                    });
+                }
+                Ok(())
+            }
+            Ok(Repr::Ptcp { .. }) => Err(DropReason::BadInner),
             Ok(Repr::Nack(n)) => {
                 self.on_nack(now, n);
                 Ok(())
@@ -992,6 +1054,58 @@ impl Session {
             return false;
         }
         true
+    }
+
+    /// Seal one segment of pTCP connection `conn` for `path` (the path of the micro-flow that
+    /// sent it) into `out`, and return the datagram's length. The segment goes out on that
+    /// path with the session's encryption and counters, outside the striper and the
+    /// resequencer; send the datagram on `path` as one from [`Session::poll_transmit`].
+    ///
+    /// `None` (counted) if there are no keys yet, `path` is not one of the session's, the
+    /// segment is empty, or `out` cannot hold the datagram (the segment's length plus
+    /// [`Session::PTCP_OVERHEAD`]): pTCP resends what it loses, so the caller may just drop it.
+    pub fn seal_ptcp(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        conn: u32,
+        segment: &[u8],
+        out: &mut [u8],
+    ) -> Option<usize> {
+        self.last_now = now;
+        let i = path.index();
+        let sealed = if i < self.paths.len() {
+            self.seal_repr(
+                i,
+                Repr::Ptcp {
+                    path,
+                    conn,
+                    segment,
+                },
+                out,
+            )
+        } else {
+            None
+        };
+        match sealed {
+            Some(_) => self.ptcp.sent += 1,
+            None => self.ptcp.unsent += 1,
+        }
+        sealed
+    }
+
+    /// Bytes a pTCP segment grows by on the wire in a UDP payload: the transport header, the
+    /// AEAD tag and the inner pTCP header.
+    pub const PTCP_OVERHEAD: usize = TRANSPORT_HEADER_LEN + TAG_LEN + braid_wire::PTCP_HEADER_LEN;
+
+    /// The next pTCP segment that arrived, in arrival order, for the connection it names.
+    pub fn poll_ptcp(&mut self) -> Option<PtcpSegment> {
+        self.ptcp_rx.pop_front()
+    }
+
+    /// Counters of the pTCP segments carried.
+    pub fn ptcp_counters(&self) -> PtcpCounters {
+        self.ptcp
     }
 
     /// Whether a packet of `len` bytes would be accepted by [`Session::send`] now.
@@ -1466,6 +1580,7 @@ impl Session {
                     unknown_feedback: p.unknown_feedback,
                 })
             }),
+            ptcp: (self.ptcp != PtcpCounters::default()).then_some(self.ptcp),
         }
     }
 }

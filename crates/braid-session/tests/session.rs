@@ -1075,3 +1075,140 @@ fn policies_apply_behind_the_qos_shaper_too() {
     assert!(sent[1] > 100_000 && sent[0] < 10_000, "{sent:?}");
     assert_eq!(st.policy_packets, 100);
 }
+
+/// Moves pTCP segments between two `StripedConnection`s through the sessions: sealed by one,
+/// over the in-memory paths (dead paths, rates and `drop_every` apply), opened by the other.
+fn ptcp_step(
+    net: &mut Net,
+    client: &mut braid_ptcp::StripedConnection,
+    server: &mut Option<braid_ptcp::StripedConnection>,
+    conn: u32,
+) {
+    let mut out = vec![0u8; 2048];
+    while let Some((path, seg)) = client.poll_transmit(net.now) {
+        let n = net
+            .client
+            .seal_ptcp(net.now, path, conn, &seg, &mut out)
+            .expect("sealed");
+        let p = path.index();
+        net.sent_large[p] += 1;
+        let lost = net.drop_every[p].is_some_and(|k| net.sent_large[p] % k == 0);
+        if !net.dead[p] && !lost {
+            let mut left = net.now;
+            if let Some(r) = net.rate_bps[p] {
+                let air = Duration::from_nanos(n as u64 * 8 * 1_000_000_000 / r);
+                left = net.now.max(net.free_at[p]) + air;
+                net.free_at[p] = left;
+            }
+            net.wires
+                .push_back((left + net.delay[p], p, true, out[..n].to_vec()));
+        }
+    }
+    if let Some(s) = server.as_mut() {
+        while let Some((path, seg)) = s.poll_transmit(net.now) {
+            let n = net
+                .server
+                .seal_ptcp(net.now, path, conn, &seg, &mut out)
+                .expect("sealed");
+            if !net.dead[path.index()] {
+                let at = net.now + net.delay[path.index()];
+                net.wires
+                    .push_back((at, path.index(), false, out[..n].to_vec()));
+            }
+        }
+    }
+    net.step(Duration::from_millis(1));
+    while let Some(seg) = net.server.poll_ptcp() {
+        assert_eq!(seg.conn, conn);
+        let s = server.get_or_insert_with(|| {
+            braid_ptcp::StripedConnection::accept(braid_ptcp::Config::default())
+        });
+        s.handle_datagram(net.now, seg.path, &seg.segment);
+    }
+    while let Some(seg) = net.client.poll_ptcp() {
+        client.handle_datagram(net.now, seg.path, &seg.segment);
+    }
+    for c in [Some(&mut *client), server.as_mut()].into_iter().flatten() {
+        if c.poll_timeout().is_some_and(|t| t <= net.now) {
+            c.handle_timeout(net.now);
+        }
+    }
+}
+
+#[test]
+fn ptcp_rides_the_session_on_its_flows_paths_and_loses_nothing() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.established();
+    // Path 1 loses every 20th datagram client to server.
+    net.drop_every[1] = Some(20);
+    net.rate_bps = vec![Some(4_000_000), Some(2_000_000)];
+    let paths = [PathId(0), PathId(1)];
+    let mut client =
+        braid_ptcp::StripedConnection::connect(braid_ptcp::Config::default(), net.now, &paths);
+    let mut server = None;
+    let data: Vec<u8> = (0..400_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut written = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let deadline = net.now + Duration::from_secs(60);
+    while got.len() < data.len() && net.now < deadline {
+        written += client.write(&data[written..]);
+        if written == data.len() {
+            client.close(net.now);
+        }
+        ptcp_step(&mut net, &mut client, &mut server, 7);
+        if let Some(s) = server.as_mut() {
+            loop {
+                let n = s.read(&mut buf);
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+    }
+    assert!(
+        got == data,
+        "{} of {} bytes, in order",
+        got.len(),
+        data.len()
+    );
+    let flows = client.flow_stats();
+    assert!(
+        flows.iter().all(|(_, _, f)| f.packets_sent > 20),
+        "{flows:?}"
+    );
+    assert!(
+        flows[1].2.retransmits > 0,
+        "the lossy path resent: {flows:?}"
+    );
+    let c = net.client.ptcp_counters();
+    assert!(c.sent > 0 && c.unsent == 0 && c.dropped == 0, "{c:?}");
+    assert!(net.server.ptcp_counters().received > 0);
+    assert!(net.server.status().dropped.is_empty());
+
+    // A captured pTCP datagram replayed is dropped by the replay window, and never reaches
+    // the connection.
+    let mut out = vec![0u8; 2048];
+    let n = net
+        .client
+        .seal_ptcp(net.now, PathId(0), 7, b"x", &mut out)
+        .unwrap();
+    let first = net.server.handle_datagram(net.now, None, &out[..n]);
+    assert_eq!(first, Ok(PathId(0)));
+    assert_eq!(
+        net.server.handle_datagram(net.now, None, &out[..n]),
+        Err(DropReason::Replayed)
+    );
+    assert_eq!(
+        net.server.poll_ptcp().map(|s| s.segment),
+        Some(b"x".to_vec())
+    );
+    assert_eq!(net.server.poll_ptcp(), None);
+    // A path the session does not have: not sealed, counted.
+    assert_eq!(
+        net.client.seal_ptcp(net.now, PathId(5), 7, b"x", &mut out),
+        None
+    );
+    assert_eq!(net.client.ptcp_counters().unsent, 1);
+}

@@ -62,6 +62,13 @@
 //!
 //! SIG-ACK (kind 7, PET's arrival report) is laid out in [`sigack`]: `4 + 20 x count` bytes.
 //!
+//! Abandon (kind 8) has the NACK's layout.
+//!
+//! pTCP (kind 9) carries one segment of a pTCP connection (`braid-ptcp`'s wire format, opaque
+//! here) on the path of the micro-flow it belongs to, outside the striper and the resequencer:
+//! version, kind, path (< 64, the path it travels on), flags = 0, the connection id (u32) at
+//! offset 4, and the segment: every byte from offset 8, at least one.
+//!
 //! Flag bits and reserved bytes that this version does not define must be zero; a parser
 //! rejects anything else with [`Error::Reserved`] so that a later version can give them a meaning
 //! without being misread.
@@ -112,6 +119,10 @@ pub const MAX_FEEDBACK_LEN: usize = FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * M
 /// Length of a probe or probe acknowledgement.
 pub const PROBE_LEN: usize = 16;
 
+/// Length of a pTCP packet's header (version, kind, path, flags, connection id) in front of
+/// its segment.
+pub const PTCP_HEADER_LEN: usize = 8;
+
 /// Data flag: a sequence number of [`SEQ_LEN`] bytes follows the data header.
 pub const FLAG_HAS_SEQ: u8 = 0x01;
 
@@ -143,6 +154,9 @@ mod field {
     /// Probe and probe acknowledgement.
     pub const PROBE_ID: usize = 4;
     pub const PROBE_TIMESTAMP: usize = 8;
+    /// pTCP.
+    pub const CONN: usize = 4;
+    pub const SEGMENT: usize = 8;
     /// Offsets inside one feedback entry.
     pub const ENTRY_PATH: usize = 0;
     pub const ENTRY_RESERVED: usize = 1;
@@ -195,6 +209,8 @@ pub enum Kind {
     SigAck = 7,
     /// The sender gave up on data sequence numbers a path lost in a run: resequence past them.
     Abandon = 8,
+    /// A segment of a pTCP connection, on its micro-flow's path.
+    Ptcp = 9,
 }
 
 impl From<Kind> for u8 {
@@ -216,6 +232,7 @@ impl TryFrom<u8> for Kind {
             6 => Ok(Kind::Nack),
             7 => Ok(Kind::SigAck),
             8 => Ok(Kind::Abandon),
+            9 => Ok(Kind::Ptcp),
             other => Err(Error::UnknownKind(other)),
         }
     }
@@ -298,6 +315,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
             Kind::Data => {
                 // The payload is every remaining byte, so only a lower bound.
                 return if len < data_overhead(self.has_seq()?) {
+                    Err(Error::Truncated)
+                } else {
+                    Ok(())
+                };
+            }
+            Kind::Ptcp => {
+                // The segment is every remaining byte, at least one.
+                return if len <= PTCP_HEADER_LEN {
                     Err(Error::Truncated)
                 } else {
                     Ok(())
@@ -397,6 +422,19 @@ impl<T: AsRef<[u8]>> Packet<T> {
         read(self.buffer.as_ref(), field::TX_BYTES).map(u64::from_be_bytes)
     }
 
+    /// pTCP: the connection id.
+    pub fn conn(&self) -> Result<u32, Error> {
+        read(self.buffer.as_ref(), field::CONN).map(u32::from_be_bytes)
+    }
+
+    /// pTCP: the segment, every byte from offset 8.
+    pub fn segment(&self) -> Result<&[u8], Error> {
+        self.buffer
+            .as_ref()
+            .get(field::SEGMENT..)
+            .ok_or(Error::Truncated)
+    }
+
     /// Probe and probe acknowledgement: the probe's id.
     pub fn probe_id(&self) -> Result<u32, Error> {
         read(self.buffer.as_ref(), field::PROBE_ID).map(u32::from_be_bytes)
@@ -488,6 +526,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the deficit counter `DC` of a marker packet.
     pub fn set_deficit(&mut self, deficit: i64) -> Result<(), Error> {
         write(self.buffer.as_mut(), field::DEFICIT, deficit.to_be_bytes())
+    }
+
+    /// Sets a pTCP packet's connection id.
+    pub fn set_conn(&mut self, conn: u32) -> Result<(), Error> {
+        write(self.buffer.as_mut(), field::CONN, conn.to_be_bytes())
     }
 
     /// Sets a probe's id.
@@ -718,6 +761,16 @@ pub enum Repr<'a> {
     /// its loss at once. Same layout as a NACK: the count where a probe has its id, the first
     /// sequence number where it has its timestamp.
     Abandon(Abandon),
+    /// A segment of pTCP connection `conn` on `path` (the path its micro-flow runs on),
+    /// outside the striper and the resequencer.
+    Ptcp {
+        /// The path the packet travels on.
+        path: PathId,
+        /// Which pTCP connection of the session.
+        conn: u32,
+        /// The pTCP segment (never empty).
+        segment: &'a [u8],
+    },
 }
 
 /// Data sequence numbers `first..first + count`, lost on `path`, that the sender will not
@@ -831,6 +884,19 @@ impl<'a> Repr<'a> {
                 sigack::validate(entries)?;
                 Ok(Repr::SigAck(SigAcks::from_wire(entries)))
             }
+            Kind::Ptcp => {
+                if packet.flags()? != 0 {
+                    return Err(Error::Reserved);
+                }
+                let path = packet.path()?;
+                check_path(path)?;
+                let segment = bytes.get(field::SEGMENT..).ok_or(Error::Truncated)?;
+                Ok(Repr::Ptcp {
+                    path,
+                    conn: packet.conn()?,
+                    segment,
+                })
+            }
             kind @ (Kind::Nack | Kind::Abandon) => {
                 if packet.flags()? != 0 {
                     return Err(Error::Reserved);
@@ -863,6 +929,7 @@ impl<'a> Repr<'a> {
             Repr::Nack(_) => Kind::Nack,
             Repr::Abandon(_) => Kind::Abandon,
             Repr::SigAck(_) => Kind::SigAck,
+            Repr::Ptcp { .. } => Kind::Ptcp,
         }
     }
 
@@ -874,13 +941,22 @@ impl<'a> Repr<'a> {
             Repr::Feedback(credits) => FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * credits.len(),
             Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) | Repr::Abandon(_) => PROBE_LEN,
             Repr::SigAck(entries) => SIGACK_HEADER_LEN + SIGACK_ENTRY_LEN * entries.len(),
+            Repr::Ptcp { segment, .. } => PTCP_HEADER_LEN + segment.len(),
         }
     }
 
     /// Checks that the representation can be put on the wire: path ids below [`MAX_PATHS`]
-    /// ([`Error::BadPath`]) and at most [`MAX_PATHS`] credits ([`Error::BadLength`]).
+    /// ([`Error::BadPath`]), at most [`MAX_PATHS`] credits and a pTCP segment of at least one
+    /// byte ([`Error::BadLength`]).
     pub fn check(&self) -> Result<(), Error> {
         match self {
+            Repr::Ptcp { path, segment, .. } => {
+                check_path(*path)?;
+                if segment.is_empty() {
+                    return Err(Error::BadLength);
+                }
+                Ok(())
+            }
             Repr::Data { path, .. } => check_path(*path),
             Repr::Marker(marker) => check_path(marker.path),
             Repr::Probe(probe) | Repr::ProbeAck(probe) => check_path(probe.path),
@@ -946,6 +1022,20 @@ impl<'a> Repr<'a> {
                 packet.set_flags(0)?;
                 packet.set_probe_id(count)?;
                 packet.set_probe_timestamp(first)?;
+            }
+            Repr::Ptcp {
+                path,
+                conn,
+                segment,
+            } => {
+                packet.set_path(path)?;
+                packet.set_flags(0)?;
+                packet.set_conn(conn)?;
+                packet
+                    .payload_mut_from(field::SEGMENT)
+                    .and_then(|b| b.get_mut(..segment.len()))
+                    .ok_or(Error::BufferTooSmall)?
+                    .copy_from_slice(segment);
             }
             Repr::SigAck(entries) => {
                 packet.set_count(u8::try_from(entries.len()).map_err(|_| Error::BadLength)?)?;
@@ -1184,15 +1274,16 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for kind in [0, 9, 0x80, 0xff] {
+        for kind in [0, 10, 0x80, 0xff] {
             assert_eq!(
                 parse(&[0x01, kind, 0x00, 0x00]),
                 Err(Error::UnknownKind(kind))
             );
         }
         assert_eq!(parse(&[0x01, 0x00]), Err(Error::UnknownKind(0)));
-        assert_eq!(Kind::try_from(9), Err(Error::UnknownKind(9)));
+        assert_eq!(Kind::try_from(10), Err(Error::UnknownKind(10)));
         for kind in [
+            Kind::Ptcp,
             Kind::Abandon,
             Kind::Data,
             Kind::Marker,
@@ -1402,6 +1493,11 @@ mod tests {
         ProbeAck(Probe),
         Nack(Nack),
         Abandon(Abandon),
+        Ptcp {
+            path: PathId,
+            conn: u32,
+            segment: Vec<u8>,
+        },
     }
 
     impl Owned {
@@ -1418,6 +1514,15 @@ mod tests {
                 Owned::ProbeAck(p) => Repr::ProbeAck(*p),
                 Owned::Nack(n) => Repr::Nack(*n),
                 Owned::Abandon(a) => Repr::Abandon(*a),
+                Owned::Ptcp {
+                    path,
+                    conn,
+                    segment,
+                } => Repr::Ptcp {
+                    path: *path,
+                    conn: *conn,
+                    segment,
+                },
             }
         }
     }
@@ -1463,6 +1568,13 @@ mod tests {
             (arb_path(), any::<u64>(), any::<u32>()).prop_map(|(path, first, count)| {
                 Owned::Abandon(Abandon { path, first, count })
             }),
+            (arb_path(), any::<u32>(), vec(any::<u8>(), 1..1500)).prop_map(
+                |(path, conn, segment)| Owned::Ptcp {
+                    path,
+                    conn,
+                    segment
+                }
+            ),
         ]
     }
 
@@ -1470,7 +1582,7 @@ mod tests {
     fn arb_bytes() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             vec(any::<u8>(), 0..=2048),
-            (1u8..=5, vec(any::<u8>(), 0..=2046)).prop_map(|(kind, rest)| {
+            (1u8..=9, vec(any::<u8>(), 0..=2046)).prop_map(|(kind, rest)| {
                 let mut bytes = vec![VERSION, kind];
                 bytes.extend(rest);
                 bytes
@@ -1501,6 +1613,7 @@ mod tests {
         );
         let _ = (packet.deficit(), packet.tx_bytes(), packet.check_len());
         let _ = (packet.probe_id(), packet.probe_timestamp());
+        let _ = (packet.conn(), packet.segment());
         for index in [0, 1, 63, 64, 1 << 40, usize::MAX] {
             let _ = packet.credit_path(index);
             let _ = packet.credit_reserved(index);
@@ -1529,6 +1642,45 @@ mod tests {
         let mut flagged = ack.clone();
         flagged[3] = 1;
         assert_eq!(parse(&flagged), Err(Error::Reserved));
+    }
+
+    #[test]
+    fn ptcp_vectors() {
+        let bytes = [1, 9, 2, 0, 0xde, 0xad, 0xbe, 0xef, 0x01, 0x02];
+        pinned(
+            &bytes,
+            Repr::Ptcp {
+                path: PathId(2),
+                conn: 0xdead_beef,
+                segment: &[1, 2],
+            },
+        );
+        let packet = Packet::new_checked(&bytes[..]).unwrap();
+        assert_eq!(packet.conn(), Ok(0xdead_beef));
+        assert_eq!(packet.segment(), Ok(&[1u8, 2][..]));
+        // No segment: truncated; flags: reserved; path out of range.
+        assert_eq!(parse(&bytes[..8]), Err(Error::Truncated));
+        assert_eq!(parse(&bytes[..5]), Err(Error::Truncated));
+        let mut flagged = bytes;
+        flagged[3] = 1;
+        assert_eq!(parse(&flagged), Err(Error::Reserved));
+        let mut far = bytes;
+        far[2] = 64;
+        assert_eq!(parse(&far), Err(Error::BadPath(64)));
+        let empty = Repr::Ptcp {
+            path: PathId(0),
+            conn: 1,
+            segment: &[],
+        };
+        assert_eq!(empty.emit_to_vec(), Err(Error::BadLength));
+        let mut short = [0u8; 9];
+        let repr = Repr::Ptcp {
+            path: PathId(0),
+            conn: 1,
+            segment: &[1, 2],
+        };
+        assert_eq!(repr.emit_into(&mut short), Err(Error::BufferTooSmall));
+        assert_eq!(short, [0; 9], "nothing written on failure");
     }
 
     proptest! {

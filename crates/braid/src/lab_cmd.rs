@@ -44,14 +44,15 @@ struct RunArgs {
     /// Write a plot of goodput over time per variant here (SVG).
     #[arg(long, value_name = "OUT.svg")]
     plot: Option<PathBuf>,
-    /// Run these variants instead of the scenario's (comma-separated: braid, mptcp,
+    /// Run these variants instead of the scenario's (comma-separated: braid, ptcp, mptcp,
     /// best_single, sum).
     #[arg(long, value_delimiter = ',')]
     variants: Option<Vec<String>>,
     /// Run each transfer this many seconds instead of the scenario's duration_s.
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
-    /// TCP congestion control for every flow instead of the scenario's (e.g. cubic, bbr).
+    /// TCP congestion control for every flow instead of the scenario's (e.g. cubic, bbr); the
+    /// ptcp variant's micro-flows take cubic or reno (anything else: cubic, with a note).
     #[arg(long, value_name = "NAME")]
     congestion_control: Option<String>,
     /// The braid variant's scheduler instead of the scenario's `[braid] scheduler` (srr,
@@ -146,7 +147,7 @@ fn parse_variants(list: &[String]) -> Result<Vec<Variant>> {
         }
     }
     if out.is_empty() {
-        bail!("--variants is empty: give some of braid, mptcp, best_single, sum");
+        bail!("--variants is empty: give some of braid, ptcp, mptcp, best_single, sum");
     }
     Ok(out)
 }
@@ -240,6 +241,7 @@ fn demo(a: &DemoArgs) -> Result<()> {
 fn execute(scenario: &Scenario, quiet: bool) -> Result<LabReport> {
     let options = RunOptions {
         tunnel: tunnel_launcher(),
+        ptcp: Some(Box::new(crate::lab_ptcp::Launcher)),
     };
     let started = Instant::now();
     let mut report = if quiet {

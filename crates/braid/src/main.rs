@@ -2,9 +2,12 @@
 
 mod bench_cmd;
 mod daemon_cmd;
+mod forward_cmd;
 mod lab_cmd;
+mod lab_ptcp;
 mod lab_tunnel;
 mod spec;
+mod transfer_cmd;
 
 use anyhow::{bail, Context, Result};
 use braid_proto::credit::CreditConfig;
@@ -41,6 +44,14 @@ enum Command {
     },
     /// Run one end of a bond (client or server) in the foreground.
     Up(daemon_cmd::UpArgs),
+    /// Send one file over pTCP inside braid's secure session, one micro-flow per path of the
+    /// client's config (no TUN needed; not while `braid up` holds the same sockets).
+    Send(transfer_cmd::SendArgs),
+    /// Receive one file sent with `braid send`, verify its length and SHA-256, and exit.
+    Recv(transfer_cmd::RecvArgs),
+    /// Forward TCP over pTCP inside the session: the client's --listen port to the server's
+    /// --target, one pTCP connection per TCP connection (not beside `braid up` of the config).
+    Forward(forward_cmd::ForwardArgs),
     /// Show what a running daemon's paths are doing.
     Status(daemon_cmd::StatusArgs),
     /// Take a client's path out of use, or give it back, while the daemon runs.
@@ -225,6 +236,9 @@ fn main() {
         Command::Up(args) => daemon_cmd::up(&args),
         Command::Status(args) => daemon_cmd::status(&args),
         Command::Path(args) => daemon_cmd::path(&args),
+        Command::Send(args) => transfer_cmd::send(&args),
+        Command::Recv(args) => transfer_cmd::recv(&args),
+        Command::Forward(args) => forward_cmd::forward(&args),
         Command::Genkey => daemon_cmd::genkey(),
         Command::Pubkey => daemon_cmd::pubkey(),
         Command::Lab(args) => lab_cmd::run(args),

@@ -1,0 +1,292 @@
+//! `braid forward`: TCP forwarding over pTCP inside braid's secure session (issue 6). On the
+//! client, a local listening port; each TCP connection accepted there rides its own pTCP
+//! connection (one micro-flow per path) to the server, which connects onward to the target it
+//! was configured with and copies both ways. The client cannot choose the target: the server's
+//! `--target` decides.
+//!
+//! Point an application at the client's `--listen` address as it would at the target itself
+//! (e.g. `curl http://127.0.0.1:8080/` for `--target web.internal:80`).
+
+use anyhow::{bail, Context, Result};
+use braid_daemon::config::Config;
+use braid_daemon::ptcp_node::{NodeOptions, PtcpNode, APP_TOKEN_BASE};
+use braid_ptcp::{State, StripedConnection};
+use braid_session::Role;
+use clap::Args;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Interest, Token};
+use std::collections::BTreeMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bytes copied per read.
+const CHUNK: usize = 64 * 1024;
+/// One node turn waits at most this long.
+const TURN: Duration = Duration::from_millis(20);
+/// Forwarded connections at most at once; more are refused (closed at once).
+const MAX_PAIRS: usize = 200;
+
+/// `braid forward`.
+#[derive(Args, Debug)]
+pub struct ForwardArgs {
+    /// The configuration `braid up` uses: the client's (with --listen) or the server's (with
+    /// --target).
+    #[arg(short, long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Client: accept TCP connections on this address (e.g. 127.0.0.1:8080).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
+    /// Server: connect every forwarded connection to this address.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub target: Option<String>,
+    /// Congestion control of every micro-flow: cubic (default) or reno.
+    #[arg(long, value_name = "NAME", default_value = "cubic")]
+    pub congestion_control: String,
+    /// Say nothing about connections.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn addr(s: &str, flag: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    s.to_socket_addrs()
+        .with_context(|| format!("{flag} {s}: not an ADDR:PORT this machine can resolve"))?
+        .next()
+        .with_context(|| format!("{flag} {s}: the name has no address"))
+}
+
+/// One forwarded connection: a TCP socket and the pTCP connection it rides.
+struct Pair {
+    tcp: TcpStream,
+    id: u32,
+    /// Read from TCP, not yet taken by the pTCP connection.
+    up: Vec<u8>,
+    /// Read from pTCP, not yet written to TCP.
+    down: Vec<u8>,
+    tcp_eof: bool,
+    ptcp_closed: bool,
+    tcp_shut: bool,
+    /// The TCP socket failed (reset, refused): stop using it.
+    tcp_dead: bool,
+}
+
+impl Pair {
+    fn new(tcp: TcpStream, id: u32) -> Pair {
+        Pair {
+            tcp,
+            id,
+            up: Vec::new(),
+            down: Vec::new(),
+            tcp_eof: false,
+            ptcp_closed: false,
+            tcp_shut: false,
+            tcp_dead: false,
+        }
+    }
+
+    /// Copies what it can both ways. Returns `true` once the pair is done.
+    fn pump(&mut self, c: &mut StripedConnection, now: braid_proto::time::Instant) -> bool {
+        let mut buf = [0u8; CHUNK];
+        // TCP -> pTCP.
+        while !self.tcp_dead {
+            if !self.up.is_empty() {
+                let n = c.write(&self.up);
+                self.up.drain(..n);
+                if !self.up.is_empty() {
+                    break;
+                }
+            }
+            if self.tcp_eof {
+                break;
+            }
+            match self.tcp.read(&mut buf) {
+                Ok(0) => self.tcp_eof = true,
+                Ok(n) => self.up.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::NotConnected => break,
+                Err(_) => self.tcp_dead = true,
+            }
+        }
+        if (self.tcp_eof && self.up.is_empty() || self.tcp_dead) && !self.ptcp_closed {
+            c.close(now);
+            self.ptcp_closed = true;
+        }
+        // pTCP -> TCP.
+        while !self.tcp_dead {
+            if !self.down.is_empty() {
+                match self.tcp.write(&self.down) {
+                    Ok(n) => {
+                        self.down.drain(..n);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == ErrorKind::NotConnected => break,
+                    Err(_) => self.tcp_dead = true,
+                }
+                continue;
+            }
+            let n = c.read(&mut buf);
+            if n == 0 {
+                break;
+            }
+            self.down.extend_from_slice(&buf[..n]);
+        }
+        let peer_done = c.is_finished() || c.state() == State::Closed;
+        if peer_done && self.down.is_empty() && !self.tcp_shut && !self.tcp_dead {
+            let _ = self.tcp.shutdown(Shutdown::Write);
+            self.tcp_shut = true;
+        }
+        let tcp_done = self.tcp_dead || (self.tcp_eof && self.tcp_shut);
+        if c.state() == State::Closed && !tcp_done {
+            // The peer gave up: end the TCP side too.
+            let _ = self.tcp.shutdown(Shutdown::Both);
+            return true;
+        }
+        tcp_done && c.state() == State::Closed
+    }
+}
+
+/// `braid forward -c FILE (--listen ADDR | --target HOST:PORT)`: runs until SIGINT/SIGTERM.
+pub fn forward(args: &ForwardArgs) -> Result<()> {
+    let cfg = Config::load(&args.config)?;
+    let (listen, target) = match (cfg.role, &args.listen, &args.target) {
+        (Role::Initiator, Some(l), None) => (Some(addr(l, "--listen")?), None),
+        (Role::Responder, None, Some(t)) => (None, Some(addr(t, "--target")?)),
+        (Role::Initiator, _, _) => bail!(
+            "{}: a client config forwards a local port: give --listen ADDR:PORT (and no \
+             --target: the server's --target decides where connections go)",
+            args.config.display()
+        ),
+        (Role::Responder, _, _) => bail!(
+            "{}: a server config forwards to a target: give --target HOST:PORT (and no \
+             --listen: the client's --listen accepts the connections)",
+            args.config.display()
+        ),
+    };
+    let options = NodeOptions {
+        congestion: crate::transfer_cmd::congestion(&args.congestion_control)?,
+        ..NodeOptions::default()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    ctrlc::set_handler(move || s.store(true, Ordering::Relaxed))
+        .context("cannot install the SIGINT/SIGTERM handler")?;
+    let mut node = PtcpNode::new(&cfg, options)?;
+    let listener_token = Token(APP_TOKEN_BASE);
+    let listener = match listen {
+        Some(a) => {
+            let mut l = TcpListener::bind(a).with_context(|| {
+                format!("cannot listen on {a}: is the port in use, or the address not here?")
+            })?;
+            node.registry()
+                .register(&mut l, listener_token, Interest::READABLE)?;
+            if !args.quiet {
+                eprintln!("braid forward: connections to {a} ride pTCP to the server");
+            }
+            Some(l)
+        }
+        None => {
+            if !args.quiet {
+                eprintln!(
+                    "braid forward: pTCP connections from the client go on to {}",
+                    target.map_or(String::new(), |t| t.to_string())
+                );
+            }
+            None
+        }
+    };
+    let mut pairs: BTreeMap<usize, Pair> = BTreeMap::new();
+    let mut next_token = APP_TOKEN_BASE + 1;
+    while !stop.load(Ordering::Relaxed) {
+        node.turn(TURN)?;
+        let now = node.now();
+        // Client: accept local connections once the session is up.
+        if let (Some(l), true) = (&listener, node.is_established()) {
+            loop {
+                match l.accept() {
+                    Ok((mut tcp, from)) => {
+                        let Some(id) = (pairs.len() < MAX_PAIRS).then(|| node.connect()).flatten()
+                        else {
+                            continue;
+                        };
+                        let token = Token(next_token);
+                        next_token += 1;
+                        node.registry().register(
+                            &mut tcp,
+                            token,
+                            Interest::READABLE | Interest::WRITABLE,
+                        )?;
+                        if !args.quiet {
+                            eprintln!("{from}: forwarding (pTCP connection {id})");
+                        }
+                        pairs.insert(token.0, Pair::new(tcp, id));
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        eprintln!("accept: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        // Server: each new pTCP connection connects onward.
+        if let Some(t) = target {
+            while let Some(id) = node.accept() {
+                match TcpStream::connect(t) {
+                    Ok(mut tcp) => {
+                        let token = Token(next_token);
+                        next_token += 1;
+                        node.registry().register(
+                            &mut tcp,
+                            token,
+                            Interest::READABLE | Interest::WRITABLE,
+                        )?;
+                        if !args.quiet {
+                            eprintln!("pTCP connection {id}: forwarding to {t}");
+                        }
+                        pairs.insert(token.0, Pair::new(tcp, id));
+                    }
+                    Err(e) => {
+                        eprintln!("pTCP connection {id}: cannot connect to {t}: {e}");
+                        if let Some(c) = node.conn_mut(id) {
+                            c.close(now);
+                        }
+                    }
+                }
+            }
+        }
+        let mut done = Vec::new();
+        for (&token, p) in pairs.iter_mut() {
+            let Some(c) = node.conn_mut(p.id) else {
+                done.push(token);
+                continue;
+            };
+            if p.pump(c, now) {
+                done.push(token);
+            }
+        }
+        for token in done {
+            if let Some(mut p) = pairs.remove(&token) {
+                let _ = node.registry().deregister(&mut p.tcp);
+                node.remove(p.id);
+                if !args.quiet {
+                    eprintln!("pTCP connection {}: done", p.id);
+                }
+            }
+        }
+        // Forget connections without a TCP side (the onward connect failed) once closed.
+        for id in node.conn_ids() {
+            let paired = pairs.values().any(|p| p.id == id);
+            if !paired && node.conn(id).is_some_and(|c| c.state() == State::Closed) {
+                node.remove(id);
+            }
+        }
+    }
+    Ok(())
+}

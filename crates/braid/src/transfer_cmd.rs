@@ -1,0 +1,606 @@
+//! `braid send FILE` and `braid recv`: one file over pTCP (the pTCP paper) inside braid's
+//! secure session, one micro-flow per configured path, with the keys and paths of the
+//! daemon's config files (`braid-daemon`'s `ptcp_node`). No TUN device is needed.
+//!
+//! The stream the sender writes:
+//!
+//! ```text
+//!   8 bytes  magic "braidTX1"
+//!   8 bytes  file length, u64 big-endian
+//!   2 bytes  name length, u16 big-endian (at most 255), then the file's name (UTF-8)
+//!   ...      the file's bytes
+//!  32 bytes  SHA-256 of the file's bytes
+//! ```
+//!
+//! The receiver answers with one byte (0: length and SHA-256 verified; 1: the digest does not
+//! match; 2: the receiver could not write the file) and closes; the sender exits with an error
+//! unless it read 0.
+
+use anyhow::{bail, Context, Result};
+use braid_daemon::config::Config;
+use braid_daemon::ptcp_node::{NodeOptions, PtcpNode};
+use braid_ptcp::{CongestionAlgorithm, State, StripedConnection};
+use braid_session::Role;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Magic at the start of a transfer's stream.
+pub const MAGIC: &[u8; 8] = b"braidTX1";
+/// The receiver's answers.
+const VERDICT_OK: u8 = 0;
+const VERDICT_DIGEST: u8 = 1;
+const VERDICT_WRITE: u8 = 2;
+/// How long the session's handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A transfer that moves no byte for this long has failed.
+const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for the graceful close once the transfer is done.
+const CLOSE_LINGER: Duration = Duration::from_secs(3);
+/// One turn of the node waits at most this long.
+const TURN: Duration = Duration::from_millis(20);
+
+/// `braid send`.
+#[derive(Args, Debug)]
+pub struct SendArgs {
+    /// The file to send.
+    pub file: PathBuf,
+    /// The client's configuration (the one `braid up` uses): keys and paths.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Send every path to this server address instead of each path's `remote`.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub to: Option<String>,
+    /// Congestion control of every micro-flow: cubic (default) or reno.
+    #[arg(long, value_name = "NAME", default_value = "cubic")]
+    pub congestion_control: String,
+    /// No progress bar (the final summary is still printed).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `braid recv`.
+#[derive(Args, Debug)]
+pub struct RecvArgs {
+    /// The server's configuration (the one `braid up` uses): keys and the listen address.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Where to write: a directory (the sender's file name inside it) or a file name. Default:
+    /// the sender's file name in the current directory.
+    #[arg(long, value_name = "DIR|FILE")]
+    pub out: Option<PathBuf>,
+    /// Congestion control of every micro-flow: cubic (default) or reno.
+    #[arg(long, value_name = "NAME", default_value = "cubic")]
+    pub congestion_control: String,
+    /// No progress bar (the final summary is still printed).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Congestion control by name, with the fix in the error.
+pub fn congestion(name: &str) -> Result<CongestionAlgorithm> {
+    name.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "--congestion-control {name:?}: pTCP's micro-flows have cubic and reno (newreno); \
+             give one of those"
+        )
+    })
+}
+
+fn load(path: &Path, want: Role, cmd: &str) -> Result<Config> {
+    let cfg = Config::load(path)?;
+    if cfg.role != want {
+        let (role, what) = match want {
+            Role::Initiator => ("client", "the client's config, with its [[path]]s"),
+            Role::Responder => ("server", "the server's config, with its listen address"),
+        };
+        bail!(
+            "{}: braid {cmd} needs role = \"{role}\": give {what} (the one `braid up` uses)",
+            path.display()
+        );
+    }
+    Ok(cfg)
+}
+
+fn bar(len: u64, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {elapsed_precise} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb
+}
+
+/// Per-path rates for the progress line: what the session sent (`tx`) or received on each
+/// path, Mbit/s on the wire, smoothed over the probe interval.
+fn path_rates(node: &PtcpNode, tx: bool) -> String {
+    let st = node.status();
+    let total: f64 = st
+        .paths
+        .iter()
+        .map(|p| if tx { p.tx_bps } else { p.rx_bps })
+        .sum();
+    let per: Vec<String> = st
+        .paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            format!(
+                "{} {:.1}",
+                node.path_name(i),
+                (if tx { p.tx_bps } else { p.rx_bps }) / 1e6
+            )
+        })
+        .collect();
+    format!("{:.1} Mbit/s ({})", total / 1e6, per.join(", "))
+}
+
+/// Share of the bytes each path carried (`tx`: sent; else received), as "name 61%".
+fn shares(node: &PtcpNode, tx: bool) -> String {
+    let st = node.status();
+    let bytes: Vec<u64> = st
+        .paths
+        .iter()
+        .map(|p| if tx { p.tx_bytes } else { p.rx_bytes })
+        .collect();
+    let total: u64 = bytes.iter().sum::<u64>().max(1);
+    bytes
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            format!(
+                "{} {:.0}%",
+                node.path_name(i),
+                b as f64 * 100.0 / total as f64
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Retransmission figures of a connection: virtual packets resent by the flows, and the SM's
+/// re-striped and redundant bytes.
+fn retransmissions(c: &StripedConnection) -> String {
+    let resent: u64 = c.flow_stats().iter().map(|(_, _, f)| f.retransmits).sum();
+    let timeouts: u64 = c.flow_stats().iter().map(|(_, _, f)| f.timeouts).sum();
+    let s = c.stats();
+    format!(
+        "{resent} packets resent ({timeouts} timeouts), {} bytes re-striped, {} bytes copied \
+         to another path",
+        s.restriped_bytes, s.redundant_bytes
+    )
+}
+
+/// Wait for the session's keys (client: the handshake; server: the client's).
+fn wait_established(node: &mut PtcpNode, timeout: Option<Duration>, what: &str) -> Result<()> {
+    let start = Instant::now();
+    while !node.is_established() {
+        if timeout.is_some_and(|t| start.elapsed() > t) {
+            bail!("{what}");
+        }
+        node.turn(TURN).context("the event loop failed")?;
+    }
+    Ok(())
+}
+
+fn resolve(to: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    to.to_socket_addrs()
+        .with_context(|| format!("--to {to}: not a HOST:PORT this machine can resolve"))?
+        .next()
+        .with_context(|| format!("--to {to}: the name has no address"))
+}
+
+/// `braid send FILE -c client.toml`.
+pub fn send(args: &SendArgs) -> Result<()> {
+    let cfg = load(&args.config, Role::Initiator, "send")?;
+    let mut file =
+        File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?;
+    let len = file
+        .metadata()
+        .with_context(|| format!("cannot read the size of {}", args.file.display()))?
+        .len();
+    let name = args
+        .file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("the file's name is not UTF-8: rename it")?;
+    if name.len() > 255 {
+        bail!("the file's name is longer than 255 bytes: rename it");
+    }
+    let options = NodeOptions {
+        congestion: congestion(&args.congestion_control)?,
+        remote_override: args.to.as_deref().map(resolve).transpose()?,
+        ..NodeOptions::default()
+    };
+    let server = options.remote_override.map_or_else(
+        || {
+            cfg.paths
+                .first()
+                .map_or(String::new(), |p| p.remote.to_string())
+        },
+        |a| a.to_string(),
+    );
+    let mut node = PtcpNode::new(&cfg, options)?;
+    wait_established(
+        &mut node,
+        Some(HANDSHAKE_TIMEOUT),
+        &format!(
+            "no answer from the server at {server} within {} s: is `braid recv -c server.toml` \
+             running there, with this client's public key as its peer_public_key? (A running \
+             `braid up` of the same config holds the port: stop it first.)",
+            HANDSHAKE_TIMEOUT.as_secs()
+        ),
+    )?;
+    // Give every path a first RTT sample, for the receive-buffer rule.
+    let measured_by = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < measured_by && node.status().paths.iter().any(|p| p.rtt_ms.is_none()) {
+        node.turn(TURN)?;
+    }
+    let id = node.connect().context("the session has no paths")?;
+
+    let mut header = Vec::with_capacity(18 + name.len());
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&len.to_be_bytes());
+    header.extend_from_slice(&(name.len() as u16).to_be_bytes());
+    header.extend_from_slice(name.as_bytes());
+    let mut pending = header;
+    let mut pos = 0usize;
+    let mut read_total = 0u64;
+    let mut hasher = Sha256::new();
+    let mut trailer_queued = false;
+    let mut closed = false;
+    let mut chunk = vec![0u8; 256 * 1024];
+    let pb = bar(len, args.quiet);
+    let start = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut last_acked = 0u64;
+    let mut verdict = None;
+    let mut next_draw = Instant::now();
+    loop {
+        let now = node.now();
+        let conn = node.conn_mut(id).context("the connection vanished")?;
+        // Fill the send buffer.
+        loop {
+            if pos == pending.len() {
+                pending.clear();
+                pos = 0;
+                if read_total < len {
+                    let want = chunk.len().min((len - read_total) as usize);
+                    let n = file
+                        .read(&mut chunk[..want])
+                        .with_context(|| format!("reading {}", args.file.display()))?;
+                    if n == 0 {
+                        bail!("{} shrank while being sent", args.file.display());
+                    }
+                    hasher.update(&chunk[..n]);
+                    read_total += n as u64;
+                    pending.extend_from_slice(&chunk[..n]);
+                } else if !trailer_queued {
+                    trailer_queued = true;
+                    pending.extend_from_slice(&hasher.clone().finalize());
+                } else {
+                    break;
+                }
+            }
+            let n = conn.write(&pending[pos..]);
+            if n == 0 {
+                break;
+            }
+            pos += n;
+        }
+        if trailer_queued && pos == pending.len() && !closed {
+            conn.close(now);
+            closed = true;
+        }
+        let mut b = [0u8; 1];
+        if verdict.is_none() && conn.read(&mut b) == 1 {
+            verdict = Some(b[0]);
+        }
+        // Acknowledged payload bytes: what the peer holds, headers excluded.
+        let written = read_total + 18 + name.len() as u64 + if trailer_queued { 32 } else { 0 };
+        let acked = written
+            .saturating_sub(pending.len() as u64 - pos as u64)
+            .saturating_sub(conn.unacked_bytes());
+        if acked > last_acked {
+            last_acked = acked;
+            last_progress = Instant::now();
+        }
+        let state = conn.state();
+        if verdict.is_some() {
+            break;
+        }
+        if state == State::Closed {
+            bail!(
+                "the receiver closed the connection without confirming the file ({} of {len} \
+                 bytes acknowledged)",
+                acked.saturating_sub(18 + name.len() as u64).min(len)
+            );
+        }
+        if last_progress.elapsed() > STALL_TIMEOUT {
+            bail!(
+                "the transfer stalled: nothing acknowledged for {} s ({} of {len} bytes sent); \
+                 paths: {}",
+                STALL_TIMEOUT.as_secs(),
+                acked.saturating_sub(18 + name.len() as u64).min(len),
+                path_states(&node)
+            );
+        }
+        if Instant::now() >= next_draw {
+            next_draw = Instant::now() + Duration::from_millis(200);
+            pb.set_position(acked.saturating_sub(18 + name.len() as u64).min(len));
+            pb.set_message(path_rates(&node, true));
+        }
+        node.turn(TURN)?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    // Let the close finish (the FINs), briefly.
+    let linger = Instant::now() + CLOSE_LINGER;
+    while Instant::now() < linger && node.conn(id).is_some_and(|c| c.state() != State::Closed) {
+        node.turn(TURN)?;
+    }
+    let conn = node.conn(id).context("the connection vanished")?;
+    let summary = format!(
+        "{len} bytes in {secs:.2} s, {:.2} Mbit/s; paths (bytes on the wire): {}; {}",
+        len as f64 * 8.0 / secs.max(1e-9) / 1e6,
+        shares(&node, true),
+        retransmissions(conn)
+    );
+    match verdict {
+        Some(VERDICT_OK) => {
+            println!(
+                "sent {}: {summary}; the receiver verified the length and SHA-256",
+                args.file.display()
+            );
+            Ok(())
+        }
+        Some(VERDICT_DIGEST) => bail!(
+            "the receiver's SHA-256 of {} does not match: the file changed while being sent, or \
+             the data was corrupted; send it again ({summary})",
+            args.file.display()
+        ),
+        Some(VERDICT_WRITE) => bail!(
+            "the receiver could not write the file (see its error); nothing is wrong with the \
+             transfer ({summary})"
+        ),
+        other => bail!("the receiver answered {other:?}, which this version does not know"),
+    }
+}
+
+fn path_states(node: &PtcpNode) -> String {
+    node.status()
+        .paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{} {}", node.path_name(i), p.state))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Where the receiver writes `name`.
+fn out_path(out: Option<&Path>, name: &str) -> Result<PathBuf> {
+    let base = Path::new(name)
+        .file_name()
+        .filter(|n| !n.is_empty())
+        .with_context(|| format!("the sender's file name {name:?} is not a plain file name"))?;
+    Ok(match out {
+        Some(o) if o.is_dir() => o.join(base),
+        Some(o) => o.to_path_buf(),
+        None => PathBuf::from(base),
+    })
+}
+
+/// The header of a transfer, once complete: file length, name, and the header's length.
+fn parse_header(buf: &[u8]) -> Result<Option<(u64, String, usize)>> {
+    if buf.len() < 18 {
+        return Ok(None);
+    }
+    if &buf[..8] != MAGIC {
+        bail!(
+            "the sender does not speak this transfer format (magic {:?})",
+            &buf[..8]
+        );
+    }
+    let len = u64::from_be_bytes(buf[8..16].try_into().expect("8 bytes"));
+    let name_len = usize::from(u16::from_be_bytes([buf[16], buf[17]]));
+    if name_len > 255 {
+        bail!("the sender's file name is {name_len} bytes long (at most 255)");
+    }
+    if buf.len() < 18 + name_len {
+        return Ok(None);
+    }
+    let name = String::from_utf8(buf[18..18 + name_len].to_vec())
+        .context("the sender's file name is not UTF-8")?;
+    Ok(Some((len, name, 18 + name_len)))
+}
+
+/// `braid recv -c server.toml`.
+pub fn recv(args: &RecvArgs) -> Result<()> {
+    let cfg = load(&args.config, Role::Responder, "recv")?;
+    let options = NodeOptions {
+        congestion: congestion(&args.congestion_control)?,
+        ..NodeOptions::default()
+    };
+    let listen = cfg.listen.map_or(String::new(), |l| l.to_string());
+    let mut node = PtcpNode::new(&cfg, options)?;
+    if !args.quiet {
+        eprintln!("braid recv: waiting for a sender on {listen}");
+    }
+    let id = loop {
+        if let Some(id) = node.accept() {
+            break id;
+        }
+        node.turn(Duration::from_millis(100))?;
+    };
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut head = Vec::new();
+    let mut file: Option<(BufWriter<File>, PathBuf, u64, String)> = None;
+    let mut got = 0u64;
+    let mut hasher = Sha256::new();
+    let mut trailer = Vec::with_capacity(32);
+    let mut pb = ProgressBar::hidden();
+    let mut start = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut next_draw = Instant::now();
+    let verdict;
+    let mut problem: Option<anyhow::Error> = None;
+    'outer: loop {
+        let conn = node.conn_mut(id).context("the connection vanished")?;
+        loop {
+            let n = conn.read(&mut buf);
+            if n == 0 {
+                break;
+            }
+            last_progress = Instant::now();
+            let mut data = &buf[..n];
+            if file.is_none() {
+                head.extend_from_slice(data);
+                let Some((len, name, used)) = parse_header(&head)? else {
+                    continue;
+                };
+                let path = out_path(args.out.as_deref(), &name)?;
+                let f = match File::create(&path) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        problem = Some(anyhow::anyhow!(
+                            "cannot create {}: {e}: give a writable --out",
+                            path.display()
+                        ));
+                        verdict = VERDICT_WRITE;
+                        break 'outer;
+                    }
+                };
+                if !args.quiet {
+                    eprintln!("receiving {name} ({len} bytes) into {}", path.display());
+                }
+                pb = bar(len, args.quiet);
+                start = Instant::now();
+                file = Some((BufWriter::new(f), path, len, name));
+                // What followed the header is the file's first bytes.
+                head.drain(..used);
+                data = &head[..];
+            }
+            let (w, _, len, _) = file.as_mut().expect("checked");
+            let take = data.len().min((*len - got) as usize);
+            if let Err(e) = w.write_all(&data[..take]) {
+                problem = Some(anyhow::anyhow!("writing: {e}"));
+                verdict = VERDICT_WRITE;
+                break 'outer;
+            }
+            hasher.update(&data[..take]);
+            got += take as u64;
+            data = &data[take..];
+            trailer.extend_from_slice(data);
+        }
+        if let Some((_, _, len, _)) = &file {
+            if got == *len && trailer.len() >= 32 {
+                let digest = hasher.clone().finalize();
+                verdict = if trailer[..32] == digest[..] {
+                    VERDICT_OK
+                } else {
+                    VERDICT_DIGEST
+                };
+                break;
+            }
+        }
+        if conn.is_finished() || conn.state() == State::Closed {
+            bail!(
+                "the sender ended the stream early ({got} bytes of the file received): the \
+                 partial file is left as it is"
+            );
+        }
+        if file.is_some() && last_progress.elapsed() > STALL_TIMEOUT {
+            bail!(
+                "the transfer stalled: nothing received for {} s ({got} bytes); paths: {}",
+                STALL_TIMEOUT.as_secs(),
+                path_states(&node)
+            );
+        }
+        if Instant::now() >= next_draw {
+            next_draw = Instant::now() + Duration::from_millis(200);
+            pb.set_position(got);
+            pb.set_message(path_rates(&node, false));
+        }
+        node.turn(TURN)?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    let mut path_written = None;
+    if let Some((mut w, path, _, _)) = file.take() {
+        if let Err(e) = w.flush() {
+            problem.get_or_insert(anyhow::anyhow!("writing {}: {e}", path.display()));
+        }
+        path_written = Some(path);
+    }
+    let verdict = if problem.is_some() && verdict == VERDICT_OK {
+        VERDICT_WRITE
+    } else {
+        verdict
+    };
+    let now = node.now();
+    if let Some(c) = node.conn_mut(id) {
+        c.write(&[verdict]);
+        c.close(now);
+    }
+    let linger = Instant::now() + CLOSE_LINGER;
+    while Instant::now() < linger && node.conn(id).is_some_and(|c| c.state() != State::Closed) {
+        node.turn(TURN)?;
+    }
+    if let Some(e) = problem {
+        return Err(e);
+    }
+    let shown = path_written.map_or(String::new(), |p| p.display().to_string());
+    if verdict == VERDICT_DIGEST {
+        bail!(
+            "{shown}: the SHA-256 of the {got} bytes received does not match the sender's: the \
+             file is corrupt; have it sent again"
+        );
+    }
+    println!(
+        "received {shown}: {got} bytes in {secs:.2} s, {:.2} Mbit/s; paths (bytes on the \
+         wire): {}; length and SHA-256 verified",
+        got as f64 * 8.0 / secs.max(1e-9) / 1e6,
+        shares(&node, false)
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_parses_in_pieces_and_rejects_strangers() {
+        let mut h = MAGIC.to_vec();
+        h.extend_from_slice(&5u64.to_be_bytes());
+        h.extend_from_slice(&3u16.to_be_bytes());
+        h.extend_from_slice(b"a.b");
+        for cut in 0..h.len() {
+            assert_eq!(parse_header(&h[..cut]).unwrap(), None);
+        }
+        assert_eq!(
+            parse_header(&h).unwrap(),
+            Some((5, "a.b".to_owned(), h.len()))
+        );
+        h[0] = b'x';
+        assert!(parse_header(&h).is_err());
+    }
+
+    #[test]
+    fn out_path_keeps_only_the_file_name() {
+        let p = out_path(None, "../../etc/passwd").unwrap();
+        assert_eq!(p, PathBuf::from("passwd"));
+        let dir = std::env::temp_dir();
+        assert_eq!(out_path(Some(&dir), "x").unwrap(), dir.join("x"));
+        assert!(out_path(None, "..").is_err());
+    }
+}
