@@ -209,6 +209,12 @@ pub struct Striper<P> {
 /// every ACK behind it.
 pub const SMALL_PACKET_BYTES: u32 = 160;
 
+/// Adaptive SRR: the slowest path's quantum is this many of the largest packets, so that SRR
+/// sends every path at least two packets back to back each round, and the measuring PET gets
+/// its pairs (with one packet a round on a path, no two consecutive packets share it, and the
+/// estimate never comes).
+pub const ADAPTIVE_PACKETS_PER_ROUND: u32 = 2;
+
 impl<P> Striper<P> {
     /// A sender with the given config.
     pub fn new(config: &StriperConfig) -> Result<Self, ConfigError> {
@@ -246,7 +252,7 @@ impl<P> Striper<P> {
                 last_round: 0,
             })
             .collect();
-        Ok(Striper {
+        let mut striper = Striper {
             sched,
             paths,
             markers: config.markers,
@@ -258,7 +264,20 @@ impl<P> Striper<P> {
             pet,
             adaptive,
             stats: StriperStats::default(),
-        })
+        };
+        if adaptive {
+            // Quanta from the configured (or guessed) rates, the slowest path sending
+            // ADAPTIVE_PACKETS_PER_ROUND packets a round, so every path sends pairs.
+            let rates = &config.scheduler.rates_bps;
+            let min = rates.iter().copied().min().unwrap_or(1).max(1);
+            let unit = u64::from(striper.max_packet) * u64::from(ADAPTIVE_PACKETS_PER_ROUND);
+            let q: Vec<u32> = rates
+                .iter()
+                .map(|&r| u32::try_from(unit * r / min).unwrap_or(u32::MAX))
+                .collect();
+            striper.set_quanta(&q);
+        }
+        Ok(striper)
     }
 
     /// Number of paths.
@@ -540,11 +559,8 @@ impl<P> Striper<P> {
         if !self.adaptive {
             return false;
         }
-        let Some(q) = self
-            .pet
-            .as_ref()
-            .and_then(|p| p.srr_quanta(self.max_packet))
-        else {
+        let unit = self.max_packet.saturating_mul(ADAPTIVE_PACKETS_PER_ROUND);
+        let Some(q) = self.pet.as_ref().and_then(|p| p.srr_quanta(unit)) else {
             return false;
         };
         self.set_quanta(&q);

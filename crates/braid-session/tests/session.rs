@@ -987,8 +987,9 @@ fn adaptive_srr_learns_the_rates_it_was_not_given() {
     let rates = [8_000_000u64, 4_000_000, 2_000_000];
     net.rate_bps = rates.iter().map(|&r| Some(r)).collect();
     net.established();
-    // 12 Mbit/s of 1200-byte packets for 4 s; the share is judged over the last 2 s.
-    let sent: Vec<Vec<u8>> = (0..5000).map(|i| packet(i, 1200)).collect();
+    // 12 Mbit/s of full-size packets (the bond's largest: one a round per path would never
+    // make a pair) for 4 s; the share is judged over the last 2 s.
+    let sent: Vec<Vec<u8>> = (0..4300).map(|i| packet(i, 1400)).collect();
     let mut half = Vec::new();
     for (k, chunk) in sent.chunks(5).enumerate() {
         if k == 500 {
