@@ -247,6 +247,38 @@ impl StripedConnection {
         c
     }
 
+    /// Opens a connection with `weight` micro-flows over each path: the pTCP paper's weighted
+    /// rate differentiation by "the striped approach" (section 4.2: "a connection with weight
+    /// w is actually composed of w micro-flows of the default weight of one", which "share the
+    /// same path"). At a bottleneck shared with one-flow connections it then takes about w
+    /// times the share of each (the `ptcp-weights` experiment, Figure 6(a)). Flows are numbered
+    /// path by path: the first path's `0..w0`, the next path's `w0..w0 + w1`, and so on;
+    /// `connect_weighted(c, now, &[(p, 1), (q, 1)])` is `connect(c, now, &[p, q])`.
+    ///
+    /// # Panics
+    /// If `paths` is empty, a weight is 0, or the weights add up to more than [`MAX_FLOWS`].
+    pub fn connect_weighted(config: Config, now: Instant, paths: &[(PathId, u32)]) -> Self {
+        assert!(
+            paths.iter().all(|&(_, w)| w > 0),
+            "connect_weighted: every weight at least 1"
+        );
+        let total: u64 = paths.iter().map(|&(_, w)| u64::from(w)).sum();
+        assert!(
+            total <= MAX_FLOWS as u64,
+            "connect_weighted: weights add up to {total}, more than {MAX_FLOWS} flows"
+        );
+        let ids: Vec<PathId> = paths
+            .iter()
+            .flat_map(|&(p, w)| core::iter::repeat_n(p, w as usize))
+            .collect();
+        Self::connect(config, now, &ids)
+    }
+
+    /// The weight of `path`: how many of the connection's micro-flows run over it (section 4.2).
+    pub fn weight(&self, path: PathId) -> usize {
+        self.flows.iter().filter(|f| f.path() == path).count()
+    }
+
     /// A connection that waits for the peer's SYNs; each SYN opens the flow it names, over the
     /// path it arrived on.
     pub fn accept(config: Config) -> Self {
@@ -884,6 +916,76 @@ mod tests {
         let mut buf = vec![0; 200_000];
         assert_eq!(s.read(&mut buf), data.len());
         assert_eq!(&buf[..data.len()], &data[..]);
+    }
+
+    #[test]
+    fn weighted_connect_opens_w_flows_per_path() {
+        let c = StripedConnection::connect_weighted(
+            Config::default(),
+            ms(0),
+            &[(PathId(3), 2), (PathId(1), 3)],
+        );
+        let paths: Vec<(u8, u8)> = c.flows().iter().map(|f| (f.id().0, f.path().0)).collect();
+        assert_eq!(paths, vec![(0, 3), (1, 3), (2, 1), (3, 1), (4, 1)]);
+        assert_eq!(c.weight(PathId(3)), 2);
+        assert_eq!(c.weight(PathId(1)), 3);
+        assert_eq!(c.weight(PathId(0)), 0);
+        // Weight 1 everywhere is `connect`.
+        let a = StripedConnection::connect_weighted(
+            Config::default(),
+            ms(0),
+            &[(PathId(0), 1), (PathId(1), 1)],
+        );
+        let b = StripedConnection::connect(Config::default(), ms(0), &[PathId(0), PathId(1)]);
+        let ids = |c: &StripedConnection| -> Vec<(FlowId, PathId)> {
+            c.flows().iter().map(|f| (f.id(), f.path())).collect()
+        };
+        assert_eq!(ids(&a), ids(&b));
+    }
+
+    #[test]
+    fn weight_100_carries_data_over_all_its_flows() {
+        // Figure 6's largest weight: 100 flows on one path, every one of them used.
+        let mut c =
+            StripedConnection::connect_weighted(Config::default(), ms(0), &[(PathId(0), 100)]);
+        let mut s = StripedConnection::accept(Config::default());
+        exchange(&mut c, &mut s, ms(0), |_, _| true);
+        assert_eq!(s.flows().len(), 100);
+        assert_eq!(s.weight(PathId(0)), 100);
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+        let mut got = Vec::new();
+        let mut buf = vec![0; 1 << 20];
+        let mut written = 0;
+        let mut used = [false; 100];
+        for step in 1..1000 {
+            written += c.write(&data[written..]);
+            for x in exchange(&mut c, &mut s, ms(step), |_, _| true) {
+                used[usize::from(x.0)] |= x.2.end > x.2.start;
+            }
+            let n = s.read(&mut buf);
+            got.extend_from_slice(&buf[..n]);
+            if got.len() == data.len() {
+                break;
+            }
+        }
+        assert_eq!(got, data);
+        assert!(used.iter().all(|&u| u), "every flow carried data");
+    }
+
+    #[test]
+    #[should_panic(expected = "at least 1")]
+    fn weight_zero_is_refused() {
+        StripedConnection::connect_weighted(Config::default(), ms(0), &[(PathId(0), 0)]);
+    }
+
+    #[test]
+    #[should_panic(expected = "more than 128 flows")]
+    fn weights_beyond_max_flows_are_refused() {
+        StripedConnection::connect_weighted(
+            Config::default(),
+            ms(0),
+            &[(PathId(0), 100), (PathId(1), 29)],
+        );
     }
 
     #[test]
