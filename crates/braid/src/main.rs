@@ -96,6 +96,9 @@ enum SimCommand {
     /// flows over (a) a 500 kbit/s 400 ms path and a 100 ms path of 1 to 10 times its rate,
     /// (b) 2 to 5 paths, (c) 2 to 5 paths fluctuating between 20% and 100% of their rates.
     PtcpFig4(ExperimentArgs),
+    /// pTCP paper Figure 6(a): one connection of weight 1 to 100 (w micro-flows on one path)
+    /// against 9 regular connections at a 100 Mbit/s RED bottleneck of 240 ms.
+    PtcpWeights(ExperimentArgs),
     /// All the experiments, one subdirectory of --out each.
     All(ExperimentArgs),
     /// List the experiments.
@@ -277,6 +280,7 @@ fn sim(command: SimCommand) -> Result<()> {
         SimCommand::Resync(a) => ("resync", a),
         SimCommand::Bag(a) => ("bag", a),
         SimCommand::PtcpFig4(a) => ("ptcp-fig4", a),
+        SimCommand::PtcpWeights(a) => ("ptcp-weights", a),
         SimCommand::Qosbox(a) => return qosbox(&a),
     };
     claims_held(run_one(name, &args.out, &args, &|seed, progress| {
