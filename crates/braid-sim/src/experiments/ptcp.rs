@@ -106,6 +106,7 @@ pub(super) struct Link {
     queue_bytes: u64,
     free_at: Instant,
     dropped: u64,
+    dropped_early: u64,
     red: Option<Red>,
 }
 
@@ -118,6 +119,7 @@ impl Link {
             queue_bytes: bdp.max(8 * 1500),
             free_at: Instant::ZERO,
             dropped: 0,
+            dropped_early: 0,
             red: None,
         }
     }
@@ -132,6 +134,11 @@ impl Link {
     /// Datagrams turned away (queue full or dropped early by RED).
     pub(super) fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Datagrams RED dropped before the queue was full.
+    pub(super) fn dropped_early(&self) -> u64 {
+        self.dropped_early
     }
 
     /// The rate at `t`.
@@ -169,6 +176,7 @@ impl Link {
             };
             if red.early_drop(queued, idle_slots) {
                 self.dropped += 1;
+                self.dropped_early += 1;
                 return None;
             }
         }

@@ -78,6 +78,22 @@ pub fn run_weight(
     warmup: Duration,
     end: Duration,
 ) -> WeightRun {
+    let (bps, net) = simulate(bottleneck, w, seed, warmup, end);
+    WeightRun {
+        weighted_bps: bps[0],
+        regular_bps: bps[1..].to_vec(),
+        dropped: net.links[0].iter().map(Link::dropped).sum(),
+    }
+}
+
+/// [`run_weight`]'s simulation: each connection's goodput and the network at the end.
+fn simulate(
+    bottleneck: PathSpec,
+    w: u32,
+    seed: u64,
+    warmup: Duration,
+    end: Duration,
+) -> (Vec<f64>, Net) {
     let links = vec![[
         Link::with_red(bottleneck, derive_seed(seed, 0)),
         Link::with_red(bottleneck, derive_seed(seed, 1)),
@@ -127,11 +143,7 @@ pub fn run_weight(
         .zip(&at_warm)
         .map(|(r, w)| (r - w) as f64 * 8.0 / secs)
         .collect();
-    WeightRun {
-        weighted_bps: bps[0],
-        regular_bps: bps[1..].to_vec(),
-        dropped: net.links[0].iter().map(Link::dropped).sum(),
-    }
+    (bps, net)
 }
 
 /// The experiment: Figure 6(a), weights [`WEIGHTS`] against [`REGULAR`] regular connections.
@@ -219,7 +231,11 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
         series: vec![
             series("ptcp (weight w)", &weighted, false),
             series("ideal: w/(w+9) of the bottleneck", &share, true),
-            series("w x regular (mean of 9)", &|w| f64::from(w) * regular(w), true),
+            series(
+                "w x regular (mean of 9)",
+                &|w| f64::from(w) * regular(w),
+                true,
+            ),
             series("regular (mean of 9)", &regular, false),
         ],
     };
@@ -282,6 +298,59 @@ mod tests {
         assert!(run.total_bps() > 15e6, "{}", run.total_bps());
         for g in run.regular_bps.iter().chain([&run.weighted_bps]) {
             assert!(*g > mean / 2.0 && *g < mean * 2.0, "{g} vs {mean}");
+        }
+    }
+
+    /// Diagnostics: `cargo test --release -p braid-sim --lib weights_debug -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "diagnostics, prints"]
+    fn weights_debug() {
+        let w: u32 = std::env::var("W")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let seed: u64 = std::env::var("SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let secs = |k: &str, d: Duration| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(d, Duration::from_secs)
+        };
+        let mbit: u64 = std::env::var("MBIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100);
+        let spec = PathSpec::steady(mbit * 1_000_000, 240);
+        let (bps, net) = simulate(spec, w, seed, secs("WARMUP", WARMUP), secs("END", END));
+        let mean = bps[1..].iter().sum::<f64>() / 9.0;
+        println!(
+            "w {w}: weighted {:.3}, regular mean {mean:.3}, ratio/w {:.3}",
+            bps[0] / 1e6,
+            bps[0] / mean / f64::from(w)
+        );
+        for (i, (c, g)) in net.conns.iter().zip(&bps).enumerate() {
+            let fs = c.client.flow_stats();
+            let sum = |f: &dyn Fn(&braid_ptcp::micro_flow::FlowStats) -> u64| -> u64 {
+                fs.iter().map(|(_, _, s)| f(s)).sum()
+            };
+            println!(
+                "conn {i}: {:.3} Mbit/s, flows {}, sent {}, rtx {}, fast {}, timeouts {}, shrunk {}, cwnd {:?}, stats {:?}",
+                g / 1e6,
+                fs.len(),
+                sum(&|s| s.packets_sent),
+                sum(&|s| s.retransmits),
+                sum(&|s| s.fast_retransmits),
+                sum(&|s| s.timeouts),
+                sum(&|s| s.shrunk),
+                c.client.flows().iter().take(3).map(|f| f.window()).collect::<Vec<_>>(),
+                c.client.stats(),
+            );
+        }
+        for l in &net.links[0] {
+            println!("link: dropped {} early {}", l.dropped(), l.dropped_early());
         }
     }
 }
