@@ -30,7 +30,7 @@ use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
 use braid_ptcp::{Config, StripedConnection};
 
-use super::ptcp::{drain, fill, loaded, Link, Net, PathSpec};
+use super::ptcp::{drain, fill, loaded, Conn, Link, Net, PathSpec};
 use super::{derive_seed, par_map, round, Output, Progress};
 use crate::report::{Plot, Report, Row, Series};
 
@@ -40,12 +40,14 @@ pub const BOTTLENECK: PathSpec = PathSpec::steady(100_000_000, 240);
 pub const WEIGHTS: [u32; 7] = [1, 2, 5, 10, 20, 50, 100];
 /// Regular (weight 1) connections beside the weighted one.
 pub const REGULAR: usize = 9;
-/// Runs (seeds of the RED drops) averaged per weight.
-pub const RUNS: u64 = 2;
+/// Runs (seeds of the RED drops and the start times) averaged per weight.
+pub const RUNS: u64 = 4;
+/// The connections open at seeded times in `[0, START_SPREAD)`.
+pub const START_SPREAD: Duration = Duration::from_secs(5);
 /// Measurement window.
-pub const WARMUP: Duration = Duration::from_secs(20);
+pub const WARMUP: Duration = Duration::from_secs(40);
 /// End of a run.
-pub const END: Duration = Duration::from_secs(80);
+pub const END: Duration = Duration::from_secs(160);
 
 /// What one run measured, in bit/s.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,43 +101,65 @@ fn simulate(
         Link::with_red(bottleneck, derive_seed(seed, 1)),
     ]];
     let mut net = Net::with_links(links);
-    let buffer = Config::receive_buffer_for(&loaded(&[bottleneck], false));
+    let buffer = 2 * Config::receive_buffer_for(&loaded(&[bottleneck], false));
     let config = Config {
         receive_buffer_bytes: buffer,
         send_buffer_bytes: 2 * buffer,
         ..Config::default()
     };
-    let now = net.now;
-    net.add(
-        StripedConnection::connect_weighted(config, now, &[(PathId(0), w)]),
-        config,
-        &[0],
-    );
-    for _ in 0..REGULAR {
-        net.add(
-            StripedConnection::connect(config, now, &[PathId(0)]),
-            config,
-            &[0],
-        );
-    }
+    // Connection 0 is the weighted one. Each opens at its own time in the first
+    // [`START_SPREAD`], drawn from the seed, so that no connection is first in every slow start.
+    let spread = START_SPREAD.as_nanos() as u64;
+    let mut starts: Vec<(Instant, usize)> = (0..=REGULAR)
+        .map(|i| {
+            let at = derive_seed(seed, 2 + i as u64) % spread.max(1);
+            (Instant::from_nanos(at), i)
+        })
+        .collect();
+    starts.sort();
+    let mut index = vec![usize::MAX; REGULAR + 1];
     let chunk = vec![0x5a; 64 << 10];
     let mut buf = vec![0; 1 << 20];
-    let mut read = vec![0u64; net.conns.len()];
+    let mut read = vec![0u64; REGULAR + 1];
     let warm = Instant::ZERO + warmup;
     let end_at = Instant::ZERO + end;
     let mut at_warm = None;
+    let mut next = 0;
     loop {
-        for (c, r) in net.conns.iter_mut().zip(&mut read) {
-            fill(&mut c.client, &chunk);
-            *r += drain(&mut c.server, &mut buf);
+        while next < starts.len() && starts[next].0 <= net.now {
+            let (now, i) = (net.now, starts[next].1);
+            let client = if i == 0 {
+                StripedConnection::connect_weighted(config, now, &[(PathId(0), w)])
+            } else {
+                StripedConnection::connect(config, now, &[PathId(0)])
+            };
+            index[i] = net.conns.len();
+            net.add(client, config, &[0]);
+            next += 1;
+        }
+        for (i, r) in read.iter_mut().enumerate() {
+            if let Some(c) = net.conns.get_mut(index[i]) {
+                fill(&mut c.client, &chunk);
+                *r += drain(&mut c.server, &mut buf);
+            }
         }
         if at_warm.is_none() && net.now >= warm {
             at_warm = Some(read.clone());
         }
-        if !net.step(end_at) {
+        let limit = starts.get(next).map_or(end_at, |s| s.0.min(end_at));
+        if !net.step(limit) && limit == end_at {
             break;
         }
     }
+    // Back in connection order (they were added in start order).
+    let mut slots: Vec<Option<Conn>> = std::mem::take(&mut net.conns)
+        .into_iter()
+        .map(Some)
+        .collect();
+    net.conns = index
+        .iter()
+        .filter_map(|&k| slots.get_mut(k).and_then(Option::take))
+        .collect();
     let at_warm = at_warm.unwrap_or_else(|| vec![0; read.len()]);
     let secs = (end - warmup).as_secs_f64();
     let bps: Vec<f64> = read
