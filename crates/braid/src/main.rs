@@ -4,6 +4,7 @@ mod bench_cmd;
 mod daemon_cmd;
 mod lab_cmd;
 mod lab_tunnel;
+mod relay;
 mod spec;
 
 use anyhow::{bail, Context, Result};
@@ -48,6 +49,10 @@ enum Command {
     /// Read a private key on stdin and print its public key.
     Pubkey,
     Lab(lab_cmd::LabArgs),
+    /// Forward a path through this host (the pTCP paper's overlay, section 4.3): UDP from
+    /// each client address to --to over an upstream socket of its own, and the answers back.
+    /// The relay holds no key and sees only ciphertext.
+    Relay(relay::RelayArgs),
     /// The deterministic simulator: the papers' experiments, or a scenario of your own.
     Sim {
         #[command(subcommand)]
@@ -228,6 +233,7 @@ fn main() {
         Command::Genkey => daemon_cmd::genkey(),
         Command::Pubkey => daemon_cmd::pubkey(),
         Command::Lab(args) => lab_cmd::run(args),
+        Command::Relay(args) => relay::run(&args),
         Command::Demo { out } => demo(out),
     };
     if let Err(e) = result {
