@@ -137,6 +137,7 @@ impl Link {
     }
 
     /// Datagrams RED dropped before the queue was full.
+    #[cfg(test)]
     pub(super) fn dropped_early(&self) -> u64 {
         self.dropped_early
     }

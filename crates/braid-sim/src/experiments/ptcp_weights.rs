@@ -10,17 +10,24 @@
 //! the paper's TCP-SACK flows).
 //!
 //! Setup (section 4.2.2, Figure 5): 10 connections of 240 ms round-trip time through one
-//! bottleneck of [`BOTTLENECK`] (100 Mbit/s) whose queue is RED ([`super::ptcp::Red`]) with a
-//! buffer of one bandwidth-delay product, as the paper's "RED queues with buffer size
-//! approximately equal to the bandwidth-delay product of the bottleneck link". The paper does not
-//! give the bottleneck's rate in the text; 100 Mbit/s keeps every one of the 109 flows of the
-//! w = 100 run at a fair-share window of about 20 segments (3 MB per round trip over 109), so
-//! each can recover from a loss by fast retransmit, as a flow of a real backbone would. The
-//! paper's 4 short background TCP flows (90 ms) are not modelled. Every sender is backlogged;
-//! each connection's receive buffer follows the paper's rule over the whole bottleneck (its rate
-//! times its RTT under load), so no one is held back by its window. Goodput is what each
-//! receiving application read between [`WARMUP`] and [`END`] of virtual time, averaged over
-//! [`RUNS`] seeds of the RED drops.
+//! bottleneck whose queue is RED ([`super::ptcp::Red`]) with a buffer of one bandwidth-delay
+//! product, as the paper's "RED queues with buffer size approximately equal to the
+//! bandwidth-delay product of the bottleneck link". The paper does not give the bottleneck's
+//! rate in the text. Here it grows with the number of flows, [`bottleneck`]: `(w + 9)` times
+//! [`FAIR_SHARE_BPS`] (1 Mbit/s), 10 Mbit/s at w = 1 and 109 Mbit/s at w = 100, so that every
+//! one of the `w + 9` flows has a fair-share window of about 24 segments (plus its share of the
+//! queue) at every weight: enough to recover from a loss by fast retransmit, as a flow of a
+//! real backbone does, and small enough that a flow goes through many AIMD cycles in a run.
+//! (With one fixed 100 Mbit/s bottleneck the flows of the w = 1 and 2 runs have windows of
+//! about 250 segments and take some 40 s per AIMD cycle: one or two flows' goodput over two
+//! minutes then wanders by 15%; see `docs/ptcp.md`.) The paper's 4 short background TCP flows
+//! (90 ms) are not modelled. Every sender is backlogged and each connection opens at a seeded
+//! time in the first [`START_SPREAD`]. Each connection's receive buffer is twice the paper's
+//! rule over the whole bottleneck (its rate times its RTT under load): a hole on one of the
+//! weighted connection's flows holds the buffer for a round trip while the other flows go on,
+//! and with the rule alone the weighted connection FREEZEs (see `docs/ptcp.md`). Goodput is
+//! what each receiving application read between [`WARMUP`] and [`END`] of virtual time,
+//! averaged over [`RUNS`] seeds of the RED drops and start times.
 //!
 //! The claims checked: the weighted connection's goodput is within 10% of `w` times the mean
 //! goodput of the regular connections, and within 10% of its fair share `w / (w + 9)` of what
@@ -34,8 +41,15 @@ use super::ptcp::{drain, fill, loaded, Conn, Link, Net, PathSpec};
 use super::{derive_seed, par_map, round, Output, Progress};
 use crate::report::{Plot, Report, Row, Series};
 
-/// The bottleneck: rate and round-trip time of every connection.
-pub const BOTTLENECK: PathSpec = PathSpec::steady(100_000_000, 240);
+/// Every flow's fair share of the bottleneck, bit/s.
+pub const FAIR_SHARE_BPS: u64 = 1_000_000;
+/// Every connection's round-trip time (ms), the paper's.
+pub const RTT_MS: u64 = 240;
+
+/// The bottleneck of the run at weight `w`: `(w + 9)` fair shares, 240 ms.
+pub fn bottleneck(w: u32) -> PathSpec {
+    PathSpec::steady((u64::from(w) + REGULAR as u64) * FAIR_SHARE_BPS, RTT_MS)
+}
 /// The weights of the weighted connection (Figure 6(a)'s range, 1 to 100).
 pub const WEIGHTS: [u32; 7] = [1, 2, 5, 10, 20, 50, 100];
 /// Regular (weight 1) connections beside the weighted one.
@@ -178,7 +192,7 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
         .collect();
     let runs = par_map(
         &points,
-        |_, &(w, r)| run_weight(BOTTLENECK, w, derive_seed(seed, r), WARMUP, END),
+        |_, &(w, r)| run_weight(bottleneck(w), w, derive_seed(seed, r), WARMUP, END),
         progress,
     );
     // Per weight, means over the runs (Mbit/s): weighted, regular mean, total.
@@ -238,7 +252,7 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
             "the bottleneck stays busy: total goodput above 85% of its rate at every weight".into(),
             WEIGHTS
                 .iter()
-                .all(|&w| total(w) > 0.85 * BOTTLENECK.rate_bps as f64 / 1e6),
+                .all(|&w| total(w) > 0.85 * bottleneck(w).rate_bps as f64 / 1e6),
         ),
     ];
     let series = |name: &str, f: &dyn Fn(u32) -> f64, dashed: bool| Series {
@@ -247,7 +261,7 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
         dashed,
     };
     let plot = Plot {
-        title: "pTCP Figure 6(a): weight w against 9 regular flows, 100 Mbit/s, 240 ms".into(),
+        title: "pTCP Figure 6(a): weight w against 9 regular flows, (w+9) Mbit/s, 240 ms".into(),
         x_label: "weight w (micro-flows)".into(),
         y_label: "goodput (Mbit/s)".into(),
         log_x: true,
