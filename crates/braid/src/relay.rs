@@ -347,7 +347,11 @@ pub fn run(args: &RelayArgs) -> anyhow::Result<()> {
             .context("polling the relay's sockets")?;
         if !stats_every.is_zero() && last_print.elapsed() >= stats_every {
             last_print = Instant::now();
-            eprintln!("braid relay: {} clients, {:?}", relay.clients(), relay.stats());
+            eprintln!(
+                "braid relay: {} clients, {:?}",
+                relay.clients(),
+                relay.stats()
+            );
         }
     }
     eprintln!("braid relay: stopped, {} clients open", relay.clients());
@@ -438,7 +442,10 @@ mod tests {
         distinct.dedup();
         assert_eq!(distinct.len(), 2, "{seen:?}");
         let s = relay.stats();
-        assert_eq!((s.from_clients, s.clients_opened, s.refused_full), (4, 2, 0));
+        assert_eq!(
+            (s.from_clients, s.clients_opened, s.refused_full),
+            (4, 2, 0)
+        );
         assert_eq!(s.from_clients_bytes, 6 + 6 + 7 + 3);
     }
 
@@ -447,7 +454,9 @@ mod tests {
         let server = StdUdp::bind("127.0.0.1:0").unwrap();
         let mut relay = Relay::bind(config(server.local_addr().unwrap())).unwrap();
         let at = relay.local_addr().unwrap();
-        let clients: Vec<StdUdp> = (0..3).map(|_| StdUdp::bind("127.0.0.1:0").unwrap()).collect();
+        let clients: Vec<StdUdp> = (0..3)
+            .map(|_| StdUdp::bind("127.0.0.1:0").unwrap())
+            .collect();
         for c in &clients {
             c.send_to(b"x", at).unwrap();
         }
@@ -474,6 +483,9 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.starts_with("cannot listen on 127.0.0.1:"), "{msg}");
         assert!(msg.contains("another relay"), "{msg}");
-        assert!(matches!(resolve("no port here"), Err(RelayError::Resolve(_))));
+        assert!(matches!(
+            resolve("no port here"),
+            Err(RelayError::Resolve(_))
+        ));
     }
 }

@@ -468,6 +468,11 @@ enum BufferRtt {
 
 /// pTCP over all `paths`; `copy_head_of_line` as [`Config::copy_head_of_line`].
 fn run_ptcp(paths: &[PathSpec], rule: BufferRtt, copy_head_of_line: bool) -> f64 {
+    run_ptcp_net(paths, rule, copy_head_of_line).0
+}
+
+/// [`run_ptcp`], and the network at the end.
+fn run_ptcp_net(paths: &[PathSpec], rule: BufferRtt, copy_head_of_line: bool) -> (f64, Net) {
     let mut net = Net::new(paths);
     let rtts = match rule {
         BufferRtt::Base => base(paths),
@@ -484,11 +489,12 @@ fn run_ptcp(paths: &[PathSpec], rule: BufferRtt, copy_head_of_line: bool) -> f64
     let chunk = vec![0x5a; 64 << 10];
     let mut buf = vec![0; 256 << 10];
     let mut read = 0;
-    measure(&mut net, |net| {
+    let g = measure(&mut net, |net| {
         fill(&mut net.conns[c].client, &chunk);
         read += drain(&mut net.conns[c].server, &mut buf);
         read
-    })
+    });
+    (g, net)
 }
 
 /// One single-path connection alone on each path; the sum of their goodputs. Each flow gets
@@ -815,6 +821,40 @@ mod tests {
             at(0),
             "deterministic"
         );
+    }
+
+    /// Diagnostics of one Figure 4(c) draw: `X=5 SEED=3 RUN=0 cargo test --release -p
+    /// braid-sim --lib fig4c_debug -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "diagnostics, prints"]
+    fn fig4c_debug() {
+        let env = |k: &str, d: u64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let (x, seed, run) = (env("X", 5), env("SEED", 3), env("RUN", 0));
+        let paths = paths_of("c", x, derive_seed(seed, run));
+        let ideal = run_ideal(&paths);
+        let (g, net) = run_ptcp_net(&paths, BufferRtt::Loaded, true);
+        let (gs, _) = run_ptcp_net(&paths, BufferRtt::Slowest, true);
+        println!(
+            "x {x} seed {seed} run {run}: ptcp {:.3} slowest-buffer {:.3} ideal {:.3} ({:.1}%, {:.1}%)",
+            g / 1e6, gs / 1e6, ideal / 1e6, 100.0 * g / ideal, 100.0 * gs / ideal
+        );
+        let c = &net.conns[0];
+        println!(
+            "buffer {} stats {:?}",
+            c.server.receive_buffer_capacity(),
+            c.client.stats()
+        );
+        for (id, p, st) in c.client.flow_stats() {
+            println!("  {id} {p:?} {st:?}");
+        }
+        for (i, l) in net.links.iter().enumerate() {
+            println!("  path {i}: dropped {} / {}", l[0].dropped, l[1].dropped);
+        }
     }
 
     #[test]
