@@ -159,9 +159,9 @@ impl Relay {
         let tokens: Vec<Token> = self.events.iter().map(|e| e.token()).collect();
         for t in tokens {
             if t == LISTEN {
-                self.from_clients();
+                self.forward_from_clients();
             } else {
-                self.from_server(t);
+                self.forward_from_server(t);
             }
         }
         self.expire(Instant::now());
@@ -187,7 +187,7 @@ impl Relay {
     }
 
     /// Datagrams on the listening socket, until it would block.
-    fn from_clients(&mut self) {
+    fn forward_from_clients(&mut self) {
         loop {
             let (n, from) = match self.listen.recv_from(&mut self.buf) {
                 Ok(x) => x,
@@ -257,7 +257,7 @@ impl Relay {
     }
 
     /// Datagrams from the server on a mapping's upstream socket, until it would block.
-    fn from_server(&mut self, token: Token) {
+    fn forward_from_server(&mut self, token: Token) {
         let Some(c) = self.clients.get_mut(&token) else {
             return;
         };

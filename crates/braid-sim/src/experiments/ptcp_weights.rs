@@ -131,7 +131,7 @@ fn simulate(
         })
         .collect();
     starts.sort();
-    let mut index = vec![usize::MAX; REGULAR + 1];
+    let mut index = [usize::MAX; REGULAR + 1];
     let chunk = vec![0x5a; 64 << 10];
     let mut buf = vec![0; 1 << 20];
     let mut read = vec![0u64; REGULAR + 1];
