@@ -9,9 +9,11 @@
 //! - `ptcp`: one [`StripedConnection`] with a micro-flow on each path, receive buffer by the
 //!   paper's rule (sum of rates x largest RTT) with the RTTs the flows see under load (base RTT
 //!   plus a full queue: twice the base here);
-//!   braid's default `Config::copy_head_of_line` is on: a SACK loss of the oldest
-//!   unacknowledged data is also copied to another flow (beyond the paper);
-//! - `ptcp-no-hol-copy`: the same with the paper's mechanisms only;
+//!   braid's defaults `Config::copy_head_of_line` (a SACK loss of the oldest unacknowledged
+//!   data is also copied to another flow) and `Config::opportunistic_retransmission` (a
+//!   window blocked by data on a slower flow: that data sent again on a faster one) are on,
+//!   both beyond the paper;
+//! - `ptcp-paper-only`: the same with both off, the paper's mechanisms only;
 //! - `ptcp-base-rtt-buffer`: `ptcp` with the rule applied to the base RTTs, which the flows'
 //!   own queues double: the shared window then limits the connection;
 //! - `ptcp-slowest-rtt-buffer` (sweep `c`): `ptcp` with the RTTs under load at the slowest
@@ -466,13 +468,14 @@ enum BufferRtt {
     Slowest,
 }
 
-/// pTCP over all `paths`; `copy_head_of_line` as [`Config::copy_head_of_line`].
-fn run_ptcp(paths: &[PathSpec], rule: BufferRtt, copy_head_of_line: bool) -> f64 {
-    run_ptcp_net(paths, rule, copy_head_of_line).0
+/// pTCP over all `paths`; `extensions` turns braid's [`Config::copy_head_of_line`] and
+/// [`Config::opportunistic_retransmission`] on.
+fn run_ptcp(paths: &[PathSpec], rule: BufferRtt, extensions: bool) -> f64 {
+    run_ptcp_net(paths, rule, extensions).0
 }
 
 /// [`run_ptcp`], and the network at the end.
-fn run_ptcp_net(paths: &[PathSpec], rule: BufferRtt, copy_head_of_line: bool) -> (f64, Net) {
+fn run_ptcp_net(paths: &[PathSpec], rule: BufferRtt, extensions: bool) -> (f64, Net) {
     let mut net = Net::new(paths);
     let rtts = match rule {
         BufferRtt::Base => base(paths),
@@ -481,7 +484,8 @@ fn run_ptcp_net(paths: &[PathSpec], rule: BufferRtt, copy_head_of_line: bool) ->
     };
     let config = Config {
         receive_buffer_bytes: Config::receive_buffer_for(&rtts),
-        copy_head_of_line,
+        copy_head_of_line: extensions,
+        opportunistic_retransmission: extensions,
         ..Config::default()
     };
     let all: Vec<usize> = (0..paths.len()).collect();
@@ -602,16 +606,16 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
     // Only Figure 4(c)'s rate draws depend on the seed; (a) and (b) have no randomness.
     const SCHEMES_A: [&str; 5] = [
         "ptcp",
-        "ptcp-no-hol-copy",
+        "ptcp-paper-only",
         "ptcp-base-rtt-buffer",
         "sockets",
         "ideal",
     ];
-    const SCHEMES_B: [&str; 4] = ["ptcp", "ptcp-no-hol-copy", "sockets", "ideal"];
+    const SCHEMES_B: [&str; 4] = ["ptcp", "ptcp-paper-only", "sockets", "ideal"];
     const SCHEMES_C: [&str; 5] = [
         "ptcp",
         "ptcp-slowest-rtt-buffer",
-        "ptcp-no-hol-copy",
+        "ptcp-paper-only",
         "sockets",
         "ideal",
     ];
@@ -642,7 +646,7 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
             let paths = paths_of(pt.sweep, pt.x, derive_seed(seed, pt.run));
             match pt.scheme {
                 "ptcp" => run_ptcp(&paths, BufferRtt::Loaded, true),
-                "ptcp-no-hol-copy" => run_ptcp(&paths, BufferRtt::Loaded, false),
+                "ptcp-paper-only" => run_ptcp(&paths, BufferRtt::Loaded, false),
                 "ptcp-base-rtt-buffer" => run_ptcp(&paths, BufferRtt::Base, true),
                 "ptcp-slowest-rtt-buffer" => run_ptcp(&paths, BufferRtt::Slowest, true),
                 "sockets" => run_sockets(&paths),
