@@ -10,7 +10,7 @@
 //! the paper's TCP-SACK flows).
 //!
 //! Setup (section 4.2.2, Figure 5): 10 connections of 240 ms round-trip time through one
-//! bottleneck whose queue is RED ([`super::ptcp::Red`]) with a buffer of one bandwidth-delay
+//! bottleneck whose queue is RED (`Red` in `experiments/ptcp.rs`) with a buffer of one bandwidth-delay
 //! product, as the paper's "RED queues with buffer size approximately equal to the
 //! bandwidth-delay product of the bottleneck link". The paper does not give the bottleneck's
 //! rate in the text. Here it grows with the number of flows, [`bottleneck`]: `(w + 9)` times
