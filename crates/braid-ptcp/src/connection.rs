@@ -70,6 +70,12 @@ pub struct Config {
     /// `HEADER_LEN + SACK_BLOCK_LEN + mss` bytes, so a driver can size the MSS for its path MTU
     /// without setting 48 bytes aside for blocks a data segment seldom carries.
     pub sack_blocks_with_data: usize,
+    /// When the peer's window blocks new data and the data at its left edge is in flight on a
+    /// slower flow, send it again on the (faster) flow that asks (MPTCP's opportunistic
+    /// retransmission, once per left edge); beyond the paper: a path whose rate drops keeps
+    /// its queue, its data arrives late and holds the one receive buffer (Figure 4(c), see
+    /// `docs/ptcp.md`).
+    pub opportunistic_retransmission: bool,
 }
 
 impl Default for Config {
@@ -81,6 +87,7 @@ impl Default for Config {
             redundant_queue_limit: 64,
             copy_head_of_line: true,
             sack_blocks_with_data: crate::wire::MAX_SACK_BLOCKS,
+            opportunistic_retransmission: true,
         }
     }
 }
@@ -95,6 +102,11 @@ impl Config {
     /// that fills a drop-tail queue of one bandwidth-delay product doubles its RTT, and with
     /// the base RTTs the shared window then limits the connection (the `ptcp-fig4` experiment's
     /// `ptcp-base-rtt-buffer` rows).
+    ///
+    /// With many flows, give it about twice this: a loss on one flow holds the buffer's left
+    /// edge for the round trip its retransmission takes while the others go on filling it. In
+    /// the `ptcp-weights` experiment (100 flows on one path) the rule alone FREEZEd the
+    /// connection 18,000 times a minute; twice the rule, never.
     pub fn receive_buffer_for(paths: &[(u64, Duration)]) -> u64 {
         let rate_bytes_per_s: u128 = paths.iter().map(|&(r, _)| u128::from(r) / 8).sum();
         let rtt_max = paths.iter().map(|&(_, d)| d).max().unwrap_or_default();
@@ -167,6 +179,9 @@ pub struct Stats {
     pub probes: u64,
     /// A peer's FIN with a final length that contradicts what was received.
     pub bad_fin: u64,
+    /// Bytes at the window's left edge sent again on a faster flow
+    /// ([`Config::opportunistic_retransmission`]).
+    pub opportunistic_bytes: u64,
 }
 
 /// The SM of one pTCP connection and its micro-flows.
@@ -203,6 +218,8 @@ pub struct StripedConnection {
     established: bool,
     persist_deadline: Option<Instant>,
     persist_backoff: u32,
+    /// The left edge last sent again by opportunistic retransmission.
+    opportunistic_edge: Option<u64>,
     // Receive side.
     recv: RecvBuffer,
     advertised_right_edge: u64,
@@ -230,6 +247,7 @@ impl StripedConnection {
             established: false,
             persist_deadline: None,
             persist_backoff: 0,
+            opportunistic_edge: None,
             recv: RecvBuffer::new(config.receive_buffer_bytes.min(u64::from(u32::MAX))),
             advertised_right_edge: 0,
         }
@@ -252,6 +270,38 @@ impl StripedConnection {
             c.flows.push(f);
         }
         c
+    }
+
+    /// Opens a connection with `weight` micro-flows over each path: the pTCP paper's weighted
+    /// rate differentiation by "the striped approach" (section 4.2: "a connection with weight
+    /// w is actually composed of w micro-flows of the default weight of one", which "share the
+    /// same path"). At a bottleneck shared with one-flow connections it then takes about w
+    /// times the share of each (the `ptcp-weights` experiment, Figure 6(a)). Flows are numbered
+    /// path by path: the first path's `0..w0`, the next path's `w0..w0 + w1`, and so on;
+    /// `connect_weighted(c, now, &[(p, 1), (q, 1)])` is `connect(c, now, &[p, q])`.
+    ///
+    /// # Panics
+    /// If `paths` is empty, a weight is 0, or the weights add up to more than [`MAX_FLOWS`].
+    pub fn connect_weighted(config: Config, now: Instant, paths: &[(PathId, u32)]) -> Self {
+        assert!(
+            paths.iter().all(|&(_, w)| w > 0),
+            "connect_weighted: every weight at least 1"
+        );
+        let total: u64 = paths.iter().map(|&(_, w)| u64::from(w)).sum();
+        assert!(
+            total <= MAX_FLOWS as u64,
+            "connect_weighted: weights add up to {total}, more than {MAX_FLOWS} flows"
+        );
+        let ids: Vec<PathId> = paths
+            .iter()
+            .flat_map(|&(p, w)| core::iter::repeat_n(p, w as usize))
+            .collect();
+        Self::connect(config, now, &ids)
+    }
+
+    /// The weight of `path`: how many of the connection's micro-flows run over it (section 4.2).
+    pub fn weight(&self, path: PathId) -> usize {
+        self.flows.iter().filter(|f| f.path() == path).count()
     }
 
     /// A connection that waits for the peer's SYNs; each SYN opens the flow it names, over the
@@ -429,6 +479,11 @@ impl StripedConnection {
             self.restripe.remove_below(data_ack);
             self.bindings.retain(|_, r| r.end > data_ack);
             self.maybe_close_flows(now);
+            // A new left edge: a frozen flow may now send it again (opportunistic
+            // retransmission) even if the window's right edge did not move.
+            if self.config.opportunistic_retransmission && self.next_new >= self.peer_right_edge {
+                self.resume_all();
+            }
         }
         let edge = data_ack.saturating_add(u64::from(window));
         if edge > self.peer_right_edge {
@@ -570,7 +625,42 @@ impl StripedConnection {
             self.next_new = r.end;
             return Some((r, false));
         }
+        if self.config.opportunistic_retransmission && self.next_new < end {
+            return self.opportunistic(idx);
+        }
         None
+    }
+
+    /// Blocked by the peer's window with data to send: the data at the left edge of the window,
+    /// if a slower flow holds it, for flow `idx` (MPTCP's "opportunistic retransmission",
+    /// Raiciu et al., "How Hard Can It Be? Designing and Implementing a Deployable Multipath
+    /// TCP", NSDI 2012, section 4.2; see [`Config::opportunistic_retransmission`]). Once per
+    /// left edge. (MPTCP also halves the slower flow's window; tried on Figure 4(c), it cut
+    /// the FREEZEs but not the shortfall, so it is not done here.)
+    fn opportunistic(&mut self, idx: usize) -> Option<(Range<u64>, bool)> {
+        let base = self.snd_base;
+        if self.opportunistic_edge.is_some_and(|e| e >= base) {
+            return None;
+        }
+        let id = self.flows[idx].id();
+        let mut holder = None;
+        for (&(f, _), r) in &self.bindings {
+            if r.start <= base && base < r.end {
+                if f == id {
+                    return None;
+                }
+                holder = Some((f, r.clone()));
+            }
+        }
+        let (f, r) = holder?;
+        let h = self.flow_index(f)?;
+        if self.flows[h].rtt().srtt() <= self.flows[idx].rtt().srtt() {
+            return None;
+        }
+        self.opportunistic_edge = Some(base);
+        let r = base..r.end;
+        self.stats.opportunistic_bytes += r.end - r.start;
+        Some((r, true))
     }
 
     /// The next datagram to send and the path to send it on.
@@ -899,6 +989,59 @@ mod tests {
         assert_eq!(s.read(&mut buf), 30_000);
     }
 
+    /// Two flows, flow 1 with ten times flow 0's RTT; flow 1 then goes silent (its datagrams
+    /// held in its queue) while the reader reads everything: returns the bytes read and the
+    /// client's counters.
+    fn held_by_a_slow_flow(opportunistic: bool) -> (usize, Stats) {
+        let client = Config {
+            opportunistic_retransmission: opportunistic,
+            ..Config::default()
+        };
+        let server = Config {
+            receive_buffer_bytes: 64 << 10,
+            ..Config::default()
+        };
+        let mut c = StripedConnection::connect(client, ms(0), &[PathId(0), PathId(1)]);
+        let mut s = StripedConnection::accept(server);
+        exchange(&mut c, &mut s, ms(0), |_, _| true);
+        // One round trip each: flow 0's acks come back after 10 ms, flow 1's after 100 ms.
+        c.write(&[1; 2400]);
+        while let Some((p, b)) = c.poll_transmit(ms(1)) {
+            s.handle_datagram(ms(1), p, &b);
+        }
+        let mut acks = Vec::new();
+        while let Some((p, b)) = s.poll_transmit(ms(1)) {
+            acks.push((if p == PathId(0) { ms(11) } else { ms(101) }, p, b));
+        }
+        acks.sort_by_key(|a| a.0);
+        for (t, p, b) in acks {
+            c.handle_datagram(t, p, &b);
+        }
+        assert!(c.flows()[1].rtt().srtt() > c.flows()[0].rtt().srtt());
+        let mut buf = vec![0; 1 << 20];
+        let mut read = s.read(&mut buf);
+        c.write(&[2; 300_000]);
+        for step in 0..100 {
+            exchange(&mut c, &mut s, ms(200 + step), |p, _| p == PathId(0));
+            read += s.read(&mut buf);
+        }
+        (read, c.stats())
+    }
+
+    #[test]
+    fn a_blocked_window_sends_its_left_edge_again_on_a_faster_flow() {
+        // Without: flow 1's first packet holds the left edge; the reader gets the 2400 bytes of
+        // the first round and what lies before that packet, and the window stays shut.
+        let (read_without, st) = held_by_a_slow_flow(false);
+        assert_eq!(st.opportunistic_bytes, 0);
+        assert!(read_without < 64 << 10, "{read_without}");
+        // With: each time the window blocks, flow 0 sends the left edge again, and the
+        // transfer goes on over flow 0 alone.
+        let (read_with, st) = held_by_a_slow_flow(true);
+        assert!(st.opportunistic_bytes > 0);
+        assert_eq!(read_with, 302_400);
+    }
+
     #[test]
     fn a_copy_from_the_asking_flow_does_not_hide_the_others() {
         let (mut c, _s) = open_pair(2);
@@ -931,6 +1074,76 @@ mod tests {
         let mut buf = vec![0; 200_000];
         assert_eq!(s.read(&mut buf), data.len());
         assert_eq!(&buf[..data.len()], &data[..]);
+    }
+
+    #[test]
+    fn weighted_connect_opens_w_flows_per_path() {
+        let c = StripedConnection::connect_weighted(
+            Config::default(),
+            ms(0),
+            &[(PathId(3), 2), (PathId(1), 3)],
+        );
+        let paths: Vec<(u8, u8)> = c.flows().iter().map(|f| (f.id().0, f.path().0)).collect();
+        assert_eq!(paths, vec![(0, 3), (1, 3), (2, 1), (3, 1), (4, 1)]);
+        assert_eq!(c.weight(PathId(3)), 2);
+        assert_eq!(c.weight(PathId(1)), 3);
+        assert_eq!(c.weight(PathId(0)), 0);
+        // Weight 1 everywhere is `connect`.
+        let a = StripedConnection::connect_weighted(
+            Config::default(),
+            ms(0),
+            &[(PathId(0), 1), (PathId(1), 1)],
+        );
+        let b = StripedConnection::connect(Config::default(), ms(0), &[PathId(0), PathId(1)]);
+        let ids = |c: &StripedConnection| -> Vec<(FlowId, PathId)> {
+            c.flows().iter().map(|f| (f.id(), f.path())).collect()
+        };
+        assert_eq!(ids(&a), ids(&b));
+    }
+
+    #[test]
+    fn weight_100_carries_data_over_all_its_flows() {
+        // Figure 6's largest weight: 100 flows on one path, every one of them used.
+        let mut c =
+            StripedConnection::connect_weighted(Config::default(), ms(0), &[(PathId(0), 100)]);
+        let mut s = StripedConnection::accept(Config::default());
+        exchange(&mut c, &mut s, ms(0), |_, _| true);
+        assert_eq!(s.flows().len(), 100);
+        assert_eq!(s.weight(PathId(0)), 100);
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+        let mut got = Vec::new();
+        let mut buf = vec![0; 1 << 20];
+        let mut written = 0;
+        let mut used = [false; 100];
+        for step in 1..1000 {
+            written += c.write(&data[written..]);
+            for x in exchange(&mut c, &mut s, ms(step), |_, _| true) {
+                used[usize::from(x.0)] |= x.2.end > x.2.start;
+            }
+            let n = s.read(&mut buf);
+            got.extend_from_slice(&buf[..n]);
+            if got.len() == data.len() {
+                break;
+            }
+        }
+        assert_eq!(got, data);
+        assert!(used.iter().all(|&u| u), "every flow carried data");
+    }
+
+    #[test]
+    #[should_panic(expected = "at least 1")]
+    fn weight_zero_is_refused() {
+        StripedConnection::connect_weighted(Config::default(), ms(0), &[(PathId(0), 0)]);
+    }
+
+    #[test]
+    #[should_panic(expected = "more than 128 flows")]
+    fn weights_beyond_max_flows_are_refused() {
+        StripedConnection::connect_weighted(
+            Config::default(),
+            ms(0),
+            &[(PathId(0), 100), (PathId(1), 29)],
+        );
     }
 
     #[test]

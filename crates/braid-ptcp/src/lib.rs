@@ -35,8 +35,10 @@ pub use micro_flow::MicroFlow;
 
 use core::fmt;
 
-/// The most micro-flows one connection has (a flow id fits in 6 bits on the wire).
-pub const MAX_FLOWS: usize = 64;
+/// The most micro-flows one connection has: 128, so that the pTCP paper's largest weight (100
+/// flows on one path, section 4.2 and Figure 6) fits with room for other paths. The flow id is
+/// one byte on the wire; ids from 128 up are rejected (bit 7 stays free for a later version).
+pub const MAX_FLOWS: usize = 128;
 
 /// A micro-flow of a connection; flows of one connection are numbered `0..n` by the side that
 /// opens it, and both ends use the same number.

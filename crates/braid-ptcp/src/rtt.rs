@@ -5,6 +5,12 @@
 //! [`RttConfig::rto_min`, `RttConfig::rto_max`], doubled on every expiry (section 5.5) and
 //! reset by the next acknowledgement of new data. Samples come only from virtual packets that
 //! were sent once (Karn's algorithm, section 3).
+//!
+//! With Linux's 200 ms `rto_min` rather than RFC 6298's 1 s, the variance term needs Linux's
+//! floor too ([`RttConfig::variance_min`]): Linux never lets its RTTVAR fall below
+//! `tcp_rto_min` (`tcp_rtt_estimator`), so its RTO is at least `SRTT + 200 ms`. Without it a
+//! flow with steady RTT samples gets an RTO barely above its SRTT and fires on a queue that
+//! grows by a few milliseconds.
 
 use braid_proto::time::Duration;
 
@@ -19,6 +25,12 @@ pub struct RttConfig {
     pub rto_max: Duration,
     /// Clock granularity `G`.
     pub granularity: Duration,
+    /// The least the variance term `4 RTTVAR` counts for (Linux keeps `RTTVAR` at least
+    /// `tcp_rto_min`, 200 ms, so its RTO is at least `SRTT + 200 ms`). Zero is RFC 6298's
+    /// formula alone, which is safe only with its 1 s `rto_min`: the `ptcp-weights`
+    /// experiment's one-flow connections, whose samples barely vary, timed out every 0.3 s
+    /// without it (190 timeouts in 60 s against about ten real losses).
+    pub variance_min: Duration,
 }
 
 impl Default for RttConfig {
@@ -28,6 +40,7 @@ impl Default for RttConfig {
             rto_min: Duration::from_millis(200),
             rto_max: Duration::from_secs(60),
             granularity: Duration::from_millis(1),
+            variance_min: Duration::from_millis(200),
         }
     }
 }
@@ -100,7 +113,13 @@ impl RttEstimator {
     pub fn rto_base(&self) -> Duration {
         let rto = match self.srtt {
             None => self.config.rto_initial,
-            Some(srtt) => srtt + self.config.granularity.max(self.rttvar * 4),
+            Some(srtt) => {
+                srtt + self
+                    .config
+                    .granularity
+                    .max(self.rttvar * 4)
+                    .max(self.config.variance_min)
+            }
         };
         rto.clamp(self.config.rto_min, self.config.rto_max)
     }
@@ -166,8 +185,31 @@ mod tests {
 
     #[test]
     fn clamped_below() {
-        let mut r = RttEstimator::new(RttConfig::default());
+        let mut r = RttEstimator::new(RttConfig {
+            variance_min: Duration::ZERO,
+            ..RttConfig::default()
+        });
         r.on_sample(ms(1));
         assert_eq!(r.rto(), ms(200));
+    }
+
+    #[test]
+    fn steady_samples_keep_the_variance_floor() {
+        // 100 samples of 300 ms: RTTVAR decays to almost nothing; the RTO stays SRTT + 200 ms
+        // (Linux), not SRTT + a few ms (RFC 6298's formula with a 200 ms rto_min).
+        let mut r = RttEstimator::new(RttConfig::default());
+        for _ in 0..100 {
+            r.on_sample(ms(300));
+        }
+        assert_eq!(r.srtt(), ms(300));
+        assert_eq!(r.rto(), ms(500));
+        let mut rfc = RttEstimator::new(RttConfig {
+            variance_min: Duration::ZERO,
+            ..RttConfig::default()
+        });
+        for _ in 0..100 {
+            rfc.on_sample(ms(300));
+        }
+        assert!(rfc.rto() < ms(302), "{:?}", rfc.rto());
     }
 }

@@ -20,7 +20,7 @@
 //!    0     1    version = 1
 //!    1     1    flags: SYN 0x01, SYN_ACK 0x02, ACK 0x04, FIN 0x08, FIN_ACK 0x10,
 //!                      PROBE 0x20, VPKT 0x40; bit 7 reserved (0)
-//!    2     1    flow id (< 64)
+//!    2     1    flow id (< 128, `MAX_FLOWS`)
 //!    3     1    SACK block count n (<= 4)
 //!    4     8    vseq: this virtual packet's number in the flow's sequence space (VPKT)
 //!   12     8    vack: the next virtual packet the sender of this segment expects (ACK)
@@ -423,8 +423,13 @@ mod tests {
         b[1] = 0x80;
         assert_eq!(Segment::parse_bytes(&b), Err(Error::Reserved));
         let mut b = good.clone();
-        b[2] = 64;
-        assert_eq!(Segment::parse_bytes(&b), Err(Error::BadFlow(64)));
+        b[2] = 128;
+        assert_eq!(Segment::parse_bytes(&b), Err(Error::BadFlow(128)));
+        b[2] = 127;
+        assert!(
+            Segment::parse_bytes(&b).is_ok(),
+            "the largest flow id parses"
+        );
         let mut b = good.clone();
         b[3] = 5;
         assert_eq!(Segment::parse_bytes(&b), Err(Error::Malformed));

@@ -6,6 +6,7 @@ mod forward_cmd;
 mod lab_cmd;
 mod lab_ptcp;
 mod lab_tunnel;
+mod relay;
 mod spec;
 mod transfer_cmd;
 
@@ -61,6 +62,10 @@ enum Command {
     /// Read a private key on stdin and print its public key.
     Pubkey,
     Lab(lab_cmd::LabArgs),
+    /// Forward a path through this host (the pTCP paper's overlay, section 4.3): UDP from
+    /// each client address to --to over an upstream socket of its own, and the answers back.
+    /// The relay holds no key and sees only ciphertext.
+    Relay(relay::RelayArgs),
     /// The deterministic simulator: the papers' experiments, or a scenario of your own.
     Sim {
         #[command(subcommand)]
@@ -109,6 +114,9 @@ enum SimCommand {
     /// flows over (a) a 500 kbit/s 400 ms path and a 100 ms path of 1 to 10 times its rate,
     /// (b) 2 to 5 paths, (c) 2 to 5 paths fluctuating between 20% and 100% of their rates.
     PtcpFig4(ExperimentArgs),
+    /// pTCP paper Figure 6(a): one connection of weight 1 to 100 (w micro-flows on one path)
+    /// against 9 regular connections at a 100 Mbit/s RED bottleneck of 240 ms.
+    PtcpWeights(ExperimentArgs),
     /// All the experiments, one subdirectory of --out each.
     All(ExperimentArgs),
     /// List the experiments.
@@ -242,6 +250,7 @@ fn main() {
         Command::Genkey => daemon_cmd::genkey(),
         Command::Pubkey => daemon_cmd::pubkey(),
         Command::Lab(args) => lab_cmd::run(args),
+        Command::Relay(args) => relay::run(&args),
         Command::Demo { out } => demo(out),
     };
     if let Err(e) = result {
@@ -294,6 +303,7 @@ fn sim(command: SimCommand) -> Result<()> {
         SimCommand::Resync(a) => ("resync", a),
         SimCommand::Bag(a) => ("bag", a),
         SimCommand::PtcpFig4(a) => ("ptcp-fig4", a),
+        SimCommand::PtcpWeights(a) => ("ptcp-weights", a),
         SimCommand::Qosbox(a) => return qosbox(&a),
     };
     claims_held(run_one(name, &args.out, &args, &|seed, progress| {

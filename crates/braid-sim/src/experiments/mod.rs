@@ -9,11 +9,13 @@
 //! | `qosbox` | QoSbox paper Table 1, Figs. 8-9 | JoBS on a 100 Mbit/s bottleneck: delay and loss ratios, class-1 delay and loss bounds, class-2 minimum rate |
 //! | `bag` | BAG paper Table I | TCP over three paths with MTCP, ASI, EDPF, WRR, WRR with a buffer and PET-BMP; cross traffic, loss, a halved path |
 //! | `ptcp-fig4` | pTCP paper Fig. 4 | pTCP, striping over multiple sockets and the sum of independent flows: a 500 kbit/s 400 ms path and a 100 ms path of 1-10x its rate; 2-5 paths; 2-5 fluctuating paths (not in [`NAMES`] yet, so not in `sim all`) |
+//! | `ptcp-weights` | pTCP paper Fig. 6(a) | one connection of weight 1-100 (w micro-flows on one path) against 9 regular ones at a 100 Mbit/s RED bottleneck (not in `sim all`) |
 
 pub mod bag;
 pub mod fairness;
 pub mod grr_worst_case;
 pub mod ptcp;
+pub mod ptcp_weights;
 pub mod qosbox;
 pub mod resync;
 pub mod stripe_throughput;
@@ -60,6 +62,7 @@ pub fn run(name: &str, seed: u64, progress: Progress<'_>) -> Option<Output> {
         "qosbox" => qosbox::run(seed, progress),
         "bag" => bag::run(seed, progress),
         "ptcp-fig4" => ptcp::run(seed, progress),
+        "ptcp-weights" => ptcp_weights::run(seed, progress),
         _ => return None,
     })
 }

@@ -9,9 +9,11 @@
 //! - `ptcp`: one [`StripedConnection`] with a micro-flow on each path, receive buffer by the
 //!   paper's rule (sum of rates x largest RTT) with the RTTs the flows see under load (base RTT
 //!   plus a full queue: twice the base here);
-//!   braid's default `Config::copy_head_of_line` is on: a SACK loss of the oldest
-//!   unacknowledged data is also copied to another flow (beyond the paper);
-//! - `ptcp-no-hol-copy`: the same with the paper's mechanisms only;
+//!   braid's defaults `Config::copy_head_of_line` (a SACK loss of the oldest unacknowledged
+//!   data is also copied to another flow) and `Config::opportunistic_retransmission` (a
+//!   window blocked by data on a slower flow: that data sent again on a faster one) are on,
+//!   both beyond the paper;
+//! - `ptcp-paper-only`: the same with both off, the paper's mechanisms only;
 //! - `ptcp-base-rtt-buffer`: `ptcp` with the rule applied to the base RTTs, which the flows'
 //!   own queues double: the shared window then limits the connection;
 //! - `ptcp-slowest-rtt-buffer` (sweep `c`): `ptcp` with the RTTs under load at the slowest
@@ -98,18 +100,20 @@ impl PathSpec {
 }
 
 /// One direction of a path: a drop-tail queue of one nominal bandwidth-delay product (at least
-/// 8 datagrams) in front of a serialising link.
+/// 8 datagrams) in front of a serialising link, optionally with RED in front of the queue.
 #[derive(Clone, Debug)]
-struct Link {
+pub(super) struct Link {
     spec: PathSpec,
     delay: Duration,
     queue_bytes: u64,
     free_at: Instant,
     dropped: u64,
+    dropped_early: u64,
+    red: Option<Red>,
 }
 
 impl Link {
-    fn new(spec: PathSpec) -> Self {
+    pub(super) fn new(spec: PathSpec) -> Self {
         let bdp = (u128::from(spec.rate_bps) * spec.rtt.as_nanos() / 8 / 1_000_000_000) as u64;
         Link {
             spec,
@@ -117,7 +121,27 @@ impl Link {
             queue_bytes: bdp.max(8 * 1500),
             free_at: Instant::ZERO,
             dropped: 0,
+            dropped_early: 0,
+            red: None,
         }
+    }
+
+    /// The same link with RED ([`Red::for_queue`]) in front of its queue, drawing from `seed`.
+    pub(super) fn with_red(spec: PathSpec, seed: u64) -> Self {
+        let mut l = Self::new(spec);
+        l.red = Some(Red::for_queue(l.queue_bytes, seed));
+        l
+    }
+
+    /// Datagrams turned away (queue full or dropped early by RED).
+    pub(super) fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Datagrams RED dropped before the queue was full.
+    #[cfg(test)]
+    pub(super) fn dropped_early(&self) -> u64 {
+        self.dropped_early
     }
 
     /// The rate at `t`.
@@ -135,7 +159,7 @@ impl Link {
 
     /// When a datagram of `len` bytes put on the link at `now` arrives, or `None` if the queue
     /// is full.
-    fn send(&mut self, now: Instant, len: u64) -> Option<Instant> {
+    pub(super) fn send(&mut self, now: Instant, len: u64) -> Option<Instant> {
         let len = len + LINK_OVERHEAD;
         let backlog = self.free_at.saturating_duration_since(now);
         let rate_now = self.rate_at(now);
@@ -144,16 +168,105 @@ impl Link {
             self.dropped += 1;
             return None;
         }
+        if let Some(red) = &mut self.red {
+            // Idle since `free_at`: the average decays as if small packets had gone by.
+            let idle = now.saturating_duration_since(self.free_at);
+            let slot = transmission_time(1500, rate_now.max(1));
+            let idle_slots = if queued == 0 && !slot.is_zero() {
+                (idle.as_nanos() / slot.as_nanos()) as u64
+            } else {
+                0
+            };
+            if red.early_drop(queued, idle_slots) {
+                self.dropped += 1;
+                self.dropped_early += 1;
+                return None;
+            }
+        }
         let start = self.free_at.max(now);
         self.free_at = start + transmission_time(len, self.rate_at(start));
         Some(self.free_at + self.delay)
     }
 }
 
+/// Random early detection (Floyd and Jacobson, "Random Early Detection Gateways for Congestion
+/// Avoidance", 1993) with the "gentle" ramp above `max_th`, in packet mode: every arriving
+/// datagram sees the same drop probability whatever its size. The pTCP paper's weighted-service
+/// topology uses RED queues (section 4.2.2) so that "each packet experiences approximately equal
+/// drop probability"; drop-tail would lock some flows out. Seeded: a run is reproducible.
+#[derive(Clone, Debug)]
+pub(super) struct Red {
+    /// Thresholds on the average queue, bytes.
+    min_th: f64,
+    max_th: f64,
+    max_p: f64,
+    /// The average's weight.
+    w_q: f64,
+    avg: f64,
+    /// Arrivals since the last early drop while the average was above `min_th`.
+    count: u64,
+    rng: u64,
+}
+
+impl Red {
+    /// For a queue of `limit` bytes: `min_th` a quarter of it, `max_th` three quarters,
+    /// `max_p` 0.1, `w_q` 0.002 (the RED paper's and ns-2's values, with the thresholds scaled
+    /// to a queue of one bandwidth-delay product).
+    pub(super) fn for_queue(limit: u64, seed: u64) -> Self {
+        Red {
+            min_th: limit as f64 / 4.0,
+            max_th: limit as f64 * 3.0 / 4.0,
+            max_p: 0.1,
+            w_q: 0.002,
+            avg: 0.0,
+            count: 0,
+            rng: seed,
+        }
+    }
+
+    fn uniform(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// An arrival that finds `queued` bytes (after `idle_slots` packet times of an empty
+    /// queue): whether RED drops it.
+    fn early_drop(&mut self, queued: u64, idle_slots: u64) -> bool {
+        if idle_slots > 0 {
+            self.avg *= (1.0 - self.w_q).powf(idle_slots.min(1 << 20) as f64);
+        }
+        self.avg += self.w_q * (queued as f64 - self.avg);
+        if self.avg < self.min_th {
+            self.count = 0;
+            return false;
+        }
+        let p_b = if self.avg < self.max_th {
+            self.max_p * (self.avg - self.min_th) / (self.max_th - self.min_th)
+        } else if self.avg < 2.0 * self.max_th {
+            self.max_p + (1.0 - self.max_p) * (self.avg - self.max_th) / self.max_th
+        } else {
+            1.0
+        };
+        self.count += 1;
+        // Spread the drops evenly: p_a = p_b / (1 - count p_b).
+        let denom = 1.0 - self.count as f64 * p_b;
+        let p_a = if denom <= p_b { 1.0 } else { p_b / denom };
+        if self.uniform() < p_a {
+            self.count = 0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// A connection between the mobile host (client) and the fixed host (server).
-struct Conn {
-    client: StripedConnection,
-    server: StripedConnection,
+pub(super) struct Conn {
+    pub(super) client: StripedConnection,
+    pub(super) server: StripedConnection,
     /// Global path index of each of the connection's `PathId`s.
     paths: Vec<usize>,
 }
@@ -169,22 +282,29 @@ struct Arrival {
 }
 
 /// Paths (a link each way) and the connections over them, in virtual time.
-struct Net {
-    now: Instant,
-    links: Vec<[Link; 2]>,
-    conns: Vec<Conn>,
+pub(super) struct Net {
+    pub(super) now: Instant,
+    /// Each path's links: client to server, server to client.
+    pub(super) links: Vec<[Link; 2]>,
+    pub(super) conns: Vec<Conn>,
     queue: BinaryHeap<Reverse<Arrival>>,
     order: u64,
 }
 
 impl Net {
     fn new(paths: &[PathSpec]) -> Self {
-        Net {
-            now: Instant::ZERO,
-            links: paths
+        Self::with_links(
+            paths
                 .iter()
                 .map(|&p| [Link::new(p), Link::new(p)])
                 .collect(),
+        )
+    }
+
+    pub(super) fn with_links(links: Vec<[Link; 2]>) -> Self {
+        Net {
+            now: Instant::ZERO,
+            links,
             conns: Vec::new(),
             queue: BinaryHeap::new(),
             order: 0,
@@ -200,6 +320,15 @@ impl Net {
             paths: paths.to_vec(),
         });
         self.conns.len() - 1
+    }
+
+    /// Adds a connection opened by the caller whose `PathId(i)` is global path `paths[i]`.
+    pub(super) fn add(&mut self, client: StripedConnection, config: Config, paths: &[usize]) {
+        self.conns.push(Conn {
+            client,
+            server: StripedConnection::accept(config),
+            paths: paths.to_vec(),
+        });
     }
 
     fn flush(&mut self) {
@@ -235,7 +364,7 @@ impl Net {
     }
 
     /// Advances to the next event no later than `limit`; false when there is none.
-    fn step(&mut self, limit: Instant) -> bool {
+    pub(super) fn step(&mut self, limit: Instant) -> bool {
         self.flush();
         let next = self
             .conns
@@ -273,12 +402,12 @@ impl Net {
 }
 
 /// Keeps a connection's send buffer full.
-fn fill(conn: &mut StripedConnection, chunk: &[u8]) {
+pub(super) fn fill(conn: &mut StripedConnection, chunk: &[u8]) {
     while conn.write(chunk) == chunk.len() {}
 }
 
 /// Reads everything readable; returns the byte count.
-fn drain(conn: &mut StripedConnection, buf: &mut [u8]) -> u64 {
+pub(super) fn drain(conn: &mut StripedConnection, buf: &mut [u8]) -> u64 {
     let mut n = 0;
     loop {
         let k = conn.read(buf);
@@ -311,7 +440,7 @@ fn measure(net: &mut Net, mut app: impl FnMut(&mut Net) -> u64) -> f64 {
 /// Each path's nominal rate and round-trip time under load: the base RTT plus the delay of its
 /// full drop-tail queue (twice the base with a queue of one bandwidth-delay product). With
 /// `slowest`, the queue drains at the lowest rate a fluctuating path reaches (20% of nominal).
-fn loaded(paths: &[PathSpec], slowest: bool) -> Vec<(u64, Duration)> {
+pub(super) fn loaded(paths: &[PathSpec], slowest: bool) -> Vec<(u64, Duration)> {
     paths
         .iter()
         .map(|&p| {
@@ -339,8 +468,14 @@ enum BufferRtt {
     Slowest,
 }
 
-/// pTCP over all `paths`; `copy_head_of_line` as [`Config::copy_head_of_line`].
-fn run_ptcp(paths: &[PathSpec], rule: BufferRtt, copy_head_of_line: bool) -> f64 {
+/// pTCP over all `paths`; `extensions` turns braid's [`Config::copy_head_of_line`] and
+/// [`Config::opportunistic_retransmission`] on.
+fn run_ptcp(paths: &[PathSpec], rule: BufferRtt, extensions: bool) -> f64 {
+    run_ptcp_net(paths, rule, extensions).0
+}
+
+/// [`run_ptcp`], and the network at the end.
+fn run_ptcp_net(paths: &[PathSpec], rule: BufferRtt, extensions: bool) -> (f64, Net) {
     let mut net = Net::new(paths);
     let rtts = match rule {
         BufferRtt::Base => base(paths),
@@ -349,7 +484,8 @@ fn run_ptcp(paths: &[PathSpec], rule: BufferRtt, copy_head_of_line: bool) -> f64
     };
     let config = Config {
         receive_buffer_bytes: Config::receive_buffer_for(&rtts),
-        copy_head_of_line,
+        copy_head_of_line: extensions,
+        opportunistic_retransmission: extensions,
         ..Config::default()
     };
     let all: Vec<usize> = (0..paths.len()).collect();
@@ -357,11 +493,12 @@ fn run_ptcp(paths: &[PathSpec], rule: BufferRtt, copy_head_of_line: bool) -> f64
     let chunk = vec![0x5a; 64 << 10];
     let mut buf = vec![0; 256 << 10];
     let mut read = 0;
-    measure(&mut net, |net| {
+    let g = measure(&mut net, |net| {
         fill(&mut net.conns[c].client, &chunk);
         read += drain(&mut net.conns[c].server, &mut buf);
         read
-    })
+    });
+    (g, net)
 }
 
 /// One single-path connection alone on each path; the sum of their goodputs. Each flow gets
@@ -469,16 +606,16 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
     // Only Figure 4(c)'s rate draws depend on the seed; (a) and (b) have no randomness.
     const SCHEMES_A: [&str; 5] = [
         "ptcp",
-        "ptcp-no-hol-copy",
+        "ptcp-paper-only",
         "ptcp-base-rtt-buffer",
         "sockets",
         "ideal",
     ];
-    const SCHEMES_B: [&str; 4] = ["ptcp", "ptcp-no-hol-copy", "sockets", "ideal"];
+    const SCHEMES_B: [&str; 4] = ["ptcp", "ptcp-paper-only", "sockets", "ideal"];
     const SCHEMES_C: [&str; 5] = [
         "ptcp",
         "ptcp-slowest-rtt-buffer",
-        "ptcp-no-hol-copy",
+        "ptcp-paper-only",
         "sockets",
         "ideal",
     ];
@@ -509,7 +646,7 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
             let paths = paths_of(pt.sweep, pt.x, derive_seed(seed, pt.run));
             match pt.scheme {
                 "ptcp" => run_ptcp(&paths, BufferRtt::Loaded, true),
-                "ptcp-no-hol-copy" => run_ptcp(&paths, BufferRtt::Loaded, false),
+                "ptcp-paper-only" => run_ptcp(&paths, BufferRtt::Loaded, false),
                 "ptcp-base-rtt-buffer" => run_ptcp(&paths, BufferRtt::Base, true),
                 "ptcp-slowest-rtt-buffer" => run_ptcp(&paths, BufferRtt::Slowest, true),
                 "sockets" => run_sockets(&paths),
@@ -688,6 +825,40 @@ mod tests {
             at(0),
             "deterministic"
         );
+    }
+
+    /// Diagnostics of one Figure 4(c) draw: `X=5 SEED=3 RUN=0 cargo test --release -p
+    /// braid-sim --lib fig4c_debug -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "diagnostics, prints"]
+    fn fig4c_debug() {
+        let env = |k: &str, d: u64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let (x, seed, run) = (env("X", 5), env("SEED", 3), env("RUN", 0));
+        let paths = paths_of("c", x, derive_seed(seed, run));
+        let ideal = run_ideal(&paths);
+        let (g, net) = run_ptcp_net(&paths, BufferRtt::Loaded, true);
+        let (gs, _) = run_ptcp_net(&paths, BufferRtt::Slowest, true);
+        println!(
+            "x {x} seed {seed} run {run}: ptcp {:.3} slowest-buffer {:.3} ideal {:.3} ({:.1}%, {:.1}%)",
+            g / 1e6, gs / 1e6, ideal / 1e6, 100.0 * g / ideal, 100.0 * gs / ideal
+        );
+        let c = &net.conns[0];
+        println!(
+            "buffer {} stats {:?}",
+            c.server.receive_buffer_capacity(),
+            c.client.stats()
+        );
+        for (id, p, st) in c.client.flow_stats() {
+            println!("  {id} {p:?} {st:?}");
+        }
+        for (i, l) in net.links.iter().enumerate() {
+            println!("  path {i}: dropped {} / {}", l[0].dropped, l[1].dropped);
+        }
     }
 
     #[test]
