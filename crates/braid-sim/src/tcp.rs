@@ -43,6 +43,12 @@ pub struct TcpConfig {
     pub min_rto: Duration,
     /// Largest retransmission timeout (the backoff stops there).
     pub max_rto: Duration,
+    /// Grow the window by the segments an ACK acknowledges rather than by one per ACK (RFC
+    /// 3465's byte counting without its limit `L`, as Linux's `tcp_slow_start` and
+    /// `tcp_cong_avoid_ai` do): with delayed ACKs, each ACK covering two segments, slow start
+    /// still doubles the window every round trip. Off in the paper's sender (one ACK per
+    /// segment, where the two agree).
+    pub count_acked_segments: bool,
 }
 
 impl Default for TcpConfig {
@@ -58,6 +64,33 @@ impl Default for TcpConfig {
             initial_rto: Duration::from_secs(3),
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(64),
+            count_acked_segments: false,
+        }
+    }
+}
+
+/// The largest window of [`TcpConfig::linux`], packets: a bound, not a limit any of the lab's
+/// paths reaches (their drop-tail queues overflow long before; Linux's receive-buffer
+/// autotuning grows the advertised window to `tcp_rmem[2]`, 6-32 MiB, on demand).
+pub const LINUX_MAX_CWND: u32 = 10_000;
+
+impl TcpConfig {
+    /// As close to Linux's TCP with `reno` congestion control as the model goes: SACK
+    /// recovery, an initial window of 10 segments (RFC 6928), no max-burst, dupthresh 3, an
+    /// initial RTO of 1 s (RFC 6298, `TCP_TIMEOUT_INIT`), a 200 ms floor (`TCP_RTO_MIN`),
+    /// backoff up to 120 s (`TCP_RTO_MAX`), and windows that grow by the segments acknowledged.
+    /// What it leaves out (RACK-TLP, PRR, undo, pacing) is listed in `docs/sim.md`.
+    pub fn linux() -> Self {
+        TcpConfig {
+            recovery: Recovery::Sack,
+            max_cwnd: LINUX_MAX_CWND,
+            initial_cwnd: 10,
+            max_burst: u32::MAX,
+            dupthresh: 3,
+            initial_rto: Duration::from_secs(1),
+            min_rto: Duration::from_millis(200),
+            max_rto: Duration::from_secs(120),
+            count_acked_segments: true,
         }
     }
 }
@@ -160,6 +193,12 @@ impl TcpSender {
     /// The congestion window, packets.
     pub fn cwnd(&self) -> f64 {
         self.cwnd
+    }
+
+    /// An RTT measured before the first segment (the SYN and SYN-ACK exchange, as Linux takes
+    /// it), so the first RTO follows the path rather than `initial_rto`.
+    pub fn on_handshake_rtt(&mut self, rtt: Duration) {
+        self.rtt_sample(rtt);
     }
 
     /// The oldest unacknowledged segment.
@@ -266,10 +305,22 @@ impl TcpSender {
                 }
             } else {
                 self.dupacks = 0;
-                if self.cwnd < self.ssthresh {
-                    self.cwnd += 1.0;
+                if !self.config.count_acked_segments {
+                    if self.cwnd < self.ssthresh {
+                        self.cwnd += 1.0;
+                    } else {
+                        self.cwnd += 1.0 / self.cwnd;
+                    }
                 } else {
-                    self.cwnd += 1.0 / self.cwnd;
+                    // Linux: slow start up to ssthresh, the rest of the ACK in congestion
+                    // avoidance (one segment per window acknowledged).
+                    let mut segments = acked as f64;
+                    if self.cwnd < self.ssthresh {
+                        let grown = (self.cwnd + segments).min(self.ssthresh);
+                        segments -= grown - self.cwnd;
+                        self.cwnd = grown;
+                    }
+                    self.cwnd += segments / self.cwnd;
                 }
             }
             self.cwnd = self.cwnd.min(f64::from(self.config.max_cwnd));
@@ -397,6 +448,8 @@ pub struct TcpReceiver {
     ooo: BTreeSet<u64>,
     /// Delayed ACKs: ACK every second in-order segment, or after this long.
     delayed_ack: Option<Duration>,
+    /// Segments still to be acknowledged at once before delayed ACKs start.
+    quick_acks: u32,
     unacked: u32,
     deadline: Option<Instant>,
     last: u64,
@@ -414,12 +467,20 @@ impl TcpReceiver {
             rcv_nxt: 0,
             ooo: BTreeSet::new(),
             delayed_ack,
+            quick_acks: 0,
             unacked: 0,
             deadline: None,
             last: 0,
             acks: VecDeque::new(),
             stats: TcpReceiverStats::default(),
         }
+    }
+
+    /// Acknowledge the next `n` in-order segments at once even with delayed ACKs: Linux's
+    /// quick-ACK mode at the start of a connection (`tcp_incr_quickack`, at most
+    /// `TCP_MAX_QUICKACKS` = 16), so the sender's slow start is not held back by the timer.
+    pub fn set_quick_acks(&mut self, n: u32) {
+        self.quick_acks = n;
     }
 
     /// Counters.
@@ -456,6 +517,11 @@ impl TcpReceiver {
         }
         let delivered = self.rcv_nxt - seq;
         self.stats.delivered += delivered;
+        if self.quick_acks > 0 && self.delayed_ack.is_some() {
+            self.quick_acks -= 1;
+            self.push_ack();
+            return delivered;
+        }
         match self.delayed_ack {
             Some(d) if !had_gap => {
                 self.unacked += 1;
