@@ -19,7 +19,9 @@ pub enum Recovery {
     NewReno,
     /// SACK: the scoreboard marks a segment lost once three segments above it are SACKed;
     /// lost segments are resent while the pipe is below the window (RFC 6675, without the
-    /// rescue retransmission).
+    /// rescue retransmission). As in Linux, a retransmission found lost (RACK's rule) is sent
+    /// again, resending the oldest segment restarts the timer, and the scoreboard survives a
+    /// timeout.
     Sack,
 }
 
@@ -49,6 +51,11 @@ pub struct TcpConfig {
     /// still doubles the window every round trip. Off in the paper's sender (one ACK per
     /// segment, where the two agree).
     pub count_acked_segments: bool,
+    /// SACK recovery sends by proportional rate reduction (RFC 6937, as Linux's
+    /// `tcp_cwnd_reduction`) rather than by RFC 6675's `pipe < cwnd` with the window halved
+    /// at once: about one segment for every two delivered until the pipe is down to
+    /// ssthresh, so new data keeps flowing from the start of recovery.
+    pub proportional_rate_reduction: bool,
 }
 
 impl Default for TcpConfig {
@@ -65,6 +72,7 @@ impl Default for TcpConfig {
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(64),
             count_acked_segments: false,
+            proportional_rate_reduction: false,
         }
     }
 }
@@ -79,7 +87,8 @@ impl TcpConfig {
     /// recovery, an initial window of 10 segments (RFC 6928), no max-burst, dupthresh 3, an
     /// initial RTO of 1 s (RFC 6298, `TCP_TIMEOUT_INIT`), a 200 ms floor (`TCP_RTO_MIN`),
     /// backoff up to 120 s (`TCP_RTO_MAX`), and windows that grow by the segments acknowledged.
-    /// What it leaves out (RACK-TLP, PRR, undo, pacing) is listed in `docs/sim.md`.
+    /// Recovery sends by PRR and finds lost retransmissions as RACK does. What it leaves out
+    /// (RACK's time-based marking of first transmissions, tail loss probes, undo, pacing) is listed in `docs/sim.md`.
     pub fn linux() -> Self {
         TcpConfig {
             recovery: Recovery::Sack,
@@ -91,6 +100,7 @@ impl TcpConfig {
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(120),
             count_acked_segments: true,
+            proportional_rate_reduction: true,
         }
     }
 }
@@ -155,6 +165,14 @@ pub struct TcpSender {
     sacked: BTreeSet<u64>,
     resent_in_recovery: BTreeSet<u64>,
     pending_retransmit: VecDeque<u64>,
+    /// SACK: the latest send time of a segment known delivered (RACK's `xmit_ts`).
+    rack_xmit: Option<Instant>,
+    /// Smallest RTT sample (RACK's reordering window is a quarter of it).
+    min_rtt: Option<Duration>,
+    /// PRR: segments delivered and sent since recovery began, and the window before it.
+    prr_delivered: u64,
+    prr_out: u64,
+    prior_cwnd: f64,
     burst_left: u32,
     stats: TcpStats,
 }
@@ -180,6 +198,11 @@ impl TcpSender {
             sacked: BTreeSet::new(),
             resent_in_recovery: BTreeSet::new(),
             pending_retransmit: VecDeque::new(),
+            rack_xmit: None,
+            min_rtt: None,
+            prr_delivered: 0,
+            prr_out: 0,
+            prior_cwnd: 0.0,
             burst_left: config.initial_cwnd.max(1),
             stats: TcpStats::default(),
         }
@@ -229,6 +252,7 @@ impl TcpSender {
     }
 
     fn rtt_sample(&mut self, rtt: Duration) {
+        self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         // RFC 6298.
         match self.srtt {
             None => {
@@ -259,6 +283,9 @@ impl TcpSender {
                 self.pending_retransmit.push_back(self.snd_una);
             }
             Recovery::Sack => {
+                self.prior_cwnd = self.cwnd;
+                self.prr_delivered = 0;
+                self.prr_out = 0;
                 self.cwnd = self.ssthresh;
                 // The first hole goes at once, whatever the scoreboard says.
                 self.pending_retransmit.push_back(self.snd_una);
@@ -266,15 +293,80 @@ impl TcpSender {
         }
     }
 
+    /// RFC 6937 as Linux's `tcp_cwnd_reduction` has it: while the pipe is above ssthresh, send
+    /// `ceil(prr_delivered x ssthresh / prior_cwnd) - prr_out`; below it, grow back towards
+    /// ssthresh by what was delivered (slow-start reduction bound); at least the fast
+    /// retransmission. The window becomes the pipe plus that.
+    fn prr_reduce(&mut self, delivered: u64, una_advanced: bool) {
+        let pipe = self.pipe() as f64;
+        let prr_out = self.prr_out as f64;
+        let mut sndcnt = if pipe > self.ssthresh {
+            (self.prr_delivered as f64 * self.ssthresh / self.prior_cwnd.max(1.0)).ceil() - prr_out
+        } else {
+            let limit = if una_advanced {
+                (self.prr_delivered as f64 - prr_out).max(delivered as f64)
+            } else {
+                delivered as f64
+            };
+            limit.min(self.ssthresh - pipe)
+        };
+        if self.prr_out == 0 {
+            sndcnt = sndcnt.max(1.0);
+        }
+        self.cwnd = pipe + sndcnt.max(0.0);
+    }
+
+    /// RACK's rule for retransmissions (RFC 8985, section 6.2, as Linux applies it): a
+    /// retransmission that is still not acknowledged although a segment sent more than a
+    /// reordering window (a quarter of the smallest RTT) after it has been delivered was lost
+    /// too; it leaves the set of segments resent in this recovery, so the scoreboard resends
+    /// it instead of waiting for the retransmission timer.
+    fn detect_lost_retransmissions(&mut self) {
+        let (Some(rack), true) = (self.rack_xmit, self.in_recovery) else {
+            return;
+        };
+        let reo_wnd = self.min_rtt.unwrap_or(Duration::ZERO) / 4;
+        let una = self.snd_una;
+        let sent_at = &self.sent_at;
+        let sacked = &self.sacked;
+        self.resent_in_recovery.retain(|&s| {
+            sacked.contains(&s)
+                || sent_at
+                    .get((s - una) as usize)
+                    .is_none_or(|&(t, _)| t + reo_wnd >= rack)
+        });
+    }
+
     /// An ACK arrived.
     pub fn on_ack(&mut self, now: Instant, ack: Ack) {
         self.burst_left = self.config.max_burst;
+        // Segments this ACK reports delivered for the first time (PRR's DeliveredData).
+        let mut delivered = 0u64;
+        let una_advanced = ack.next > self.snd_una && ack.next <= self.snd_max;
         if self.config.recovery == Recovery::Sack {
+            let mut delivered_sent: Option<Instant> = None;
+            let mut note = |at: Option<&(Instant, bool)>| {
+                if let Some(&(t, _)) = at {
+                    delivered_sent = Some(delivered_sent.map_or(t, |d| d.max(t)));
+                }
+            };
             for (a, b) in ack.sack.iter().flatten().copied() {
-                for s in a.max(ack.next)..b.min(self.snd_max) {
-                    self.sacked.insert(s);
+                for s in a.max(ack.next).max(self.snd_una)..b.min(self.snd_max) {
+                    if self.sacked.insert(s) {
+                        delivered += 1;
+                        note(self.sent_at.get((s - self.snd_una) as usize));
+                    }
                 }
             }
+            if una_advanced {
+                let was_sacked = self.sacked.range(..ack.next).count() as u64;
+                delivered += ack.next - self.snd_una - was_sacked;
+                note(self.sent_at.get((ack.next - 1 - self.snd_una) as usize));
+            }
+            if let Some(t) = delivered_sent {
+                self.rack_xmit = Some(self.rack_xmit.map_or(t, |r| r.max(t)));
+            }
+            self.detect_lost_retransmissions();
         }
         if ack.next > self.snd_una && ack.next <= self.snd_max {
             let acked = ack.next - self.snd_una;
@@ -345,6 +437,13 @@ impl TcpSender {
                 }
             }
         }
+        if self.in_recovery
+            && self.config.recovery == Recovery::Sack
+            && self.config.proportional_rate_reduction
+        {
+            self.prr_delivered += delivered;
+            self.prr_reduce(delivered, una_advanced);
+        }
     }
 
     /// The next segment to send now, if the window and the burst limit allow one.
@@ -360,6 +459,11 @@ impl TcpSender {
         }
         let window_open = match (self.config.recovery, self.in_recovery) {
             (Recovery::Sack, true) => (self.pipe() as f64) < self.cwnd,
+            // After a timeout the SACKed segments above `snd_nxt` stay delivered.
+            (Recovery::Sack, false) => {
+                let sacked = self.sacked.range(..self.snd_nxt).count() as u64;
+                ((self.snd_nxt - self.snd_una - sacked) as f64) < self.cwnd
+            }
             _ => ((self.snd_nxt - self.snd_una) as f64) < self.cwnd,
         };
         if !window_open {
@@ -375,6 +479,10 @@ impl TcpSender {
                 return Some(self.emit(now, seq));
             }
         }
+        // Going back over what a timeout left unacknowledged, skip what was SACKed.
+        while self.snd_nxt < self.snd_max && self.sacked.contains(&self.snd_nxt) {
+            self.snd_nxt += 1;
+        }
         let seq = self.snd_nxt;
         self.snd_nxt += 1;
         self.burst_left -= 1;
@@ -384,8 +492,17 @@ impl TcpSender {
     fn emit(&mut self, now: Instant, seq: u64) -> Segment {
         let retransmit = seq < self.snd_max;
         self.stats.sent += 1;
+        if self.in_recovery {
+            self.prr_out += 1;
+        }
         if retransmit {
             self.stats.retransmits += 1;
+            // With SACK, as Linux's `tcp_xmit_retransmit_queue`: resending the oldest
+            // segment restarts the retransmission timer, so a lost retransmission found by
+            // the scoreboard is not overtaken by the timer that was running for the original.
+            if seq == self.snd_una && self.config.recovery == Recovery::Sack {
+                self.arm(now);
+            }
             if let Some(e) = self.sent_at.get_mut((seq - self.snd_una) as usize) {
                 *e = (now, true);
             }
@@ -411,13 +528,21 @@ impl TcpSender {
             return;
         }
         self.stats.timeouts += 1;
-        self.ssthresh = (self.flight() as f64 / 2.0).max(2.0);
+        let sack = self.config.recovery == Recovery::Sack;
+        // With SACK, as Linux's `tcp_enter_loss`: a timeout in fast recovery keeps the
+        // ssthresh recovery set (the window was already halved for this loss), and the
+        // scoreboard survives (RFC 6675 section 5.1), so only the holes are resent.
+        if !(sack && self.in_recovery) {
+            self.ssthresh = (self.flight() as f64 / 2.0).max(2.0);
+        }
         self.cwnd = 1.0;
         self.snd_nxt = self.snd_una;
         self.in_recovery = false;
         self.dupacks = 0;
         self.recover = self.snd_max;
-        self.sacked.clear();
+        if !sack {
+            self.sacked.clear();
+        }
         self.resent_in_recovery.clear();
         self.pending_retransmit.clear();
         self.rto = (self.rto * 2).min(self.config.max_rto);
@@ -609,6 +734,19 @@ mod tests {
         until_ms: u64,
         delivered: u64,
     ) -> (TcpStats, TcpReceiverStats) {
+        transfer_dropping(config, drop, &[], until_ms, delivered)
+    }
+
+    /// As `transfer_until`, also dropping the first retransmission of the segments in
+    /// `drop_resent`.
+    fn transfer_dropping(
+        config: TcpConfig,
+        drop: &[u64],
+        drop_resent: &[u64],
+        until_ms: u64,
+        delivered: u64,
+    ) -> (TcpStats, TcpReceiverStats) {
+        let mut resent_dropped: Vec<u64> = Vec::new();
         let mut tx = TcpSender::new(config);
         let mut rx = TcpReceiver::new(None);
         let mut events: BinaryHeap<Reverse<(Instant, u8, u64, u64)>> = BinaryHeap::new();
@@ -623,7 +761,16 @@ mod tests {
             while let Some(s) = tx.poll_transmit(now) {
                 let start = link_free.max(now);
                 link_free = start + air;
-                if !drop.contains(&s.seq) || s.retransmit {
+                let drop_this = if s.retransmit {
+                    let first = drop_resent.contains(&s.seq) && !resent_dropped.contains(&s.seq);
+                    if first {
+                        resent_dropped.push(s.seq);
+                    }
+                    first
+                } else {
+                    drop.contains(&s.seq)
+                };
+                if !drop_this {
                     n += 1;
                     events.push(Reverse((link_free + one_way, 0, n, s.seq)));
                 }
@@ -692,6 +839,24 @@ mod tests {
             assert_eq!(tx.retransmits, 3, "{recovery:?} {tx:?}");
             assert_eq!(tx.timeouts, 0, "{recovery:?} {tx:?}");
         }
+    }
+
+    /// With SACK a lost retransmission is found as RACK finds it (segments sent after it
+    /// are SACKed) and resent in the same recovery; NewReno can only wait for the timer.
+    #[test]
+    fn sack_resends_a_lost_retransmission_without_a_timeout() {
+        let sack = TcpConfig {
+            recovery: Recovery::Sack,
+            proportional_rate_reduction: true,
+            ..TcpConfig::default()
+        };
+        let (tx, rx) = transfer_dropping(sack, &[200], &[200], 10_000, u64::MAX);
+        assert_eq!(tx.timeouts, 0, "{tx:?}");
+        assert_eq!(tx.fast_retransmits, 1, "{tx:?}");
+        assert_eq!(tx.retransmits, 2, "{tx:?}");
+        assert!(rx.delivered > 850, "{rx:?}");
+        let (tx, _) = transfer_dropping(TcpConfig::default(), &[200], &[200], 10_000, u64::MAX);
+        assert_eq!(tx.timeouts, 1, "{tx:?}");
     }
 
     #[test]
