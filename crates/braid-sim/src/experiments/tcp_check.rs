@@ -255,7 +255,7 @@ pub fn run_path(
             Ev::SynTimer => {
                 if !established {
                     syn_sent = now;
-                    syn_rto = syn_rto * 2;
+                    syn_rto *= 2;
                     if let Some(at) = send(&mut fwd, now, SYN_FRAME_BYTES, &mut drops, true) {
                         events.push(at, Ev::Syn);
                     }
