@@ -56,6 +56,10 @@ pub struct TcpConfig {
     /// at once: about one segment for every two delivered until the pipe is down to
     /// ssthresh, so new data keeps flowing from the start of recovery.
     pub proportional_rate_reduction: bool,
+    /// ssthresh is half the congestion window (Linux's `tcp_reno_ssthresh`) rather than half
+    /// the flight size (RFC 5681). The flight counts SACKed segments and what was sent on
+    /// them before recovery began, so it can exceed the window.
+    pub ssthresh_from_cwnd: bool,
 }
 
 impl Default for TcpConfig {
@@ -73,6 +77,7 @@ impl Default for TcpConfig {
             max_rto: Duration::from_secs(64),
             count_acked_segments: false,
             proportional_rate_reduction: false,
+            ssthresh_from_cwnd: false,
         }
     }
 }
@@ -101,6 +106,7 @@ impl TcpConfig {
             max_rto: Duration::from_secs(120),
             count_acked_segments: true,
             proportional_rate_reduction: true,
+            ssthresh_from_cwnd: true,
         }
     }
 }
@@ -224,6 +230,11 @@ impl TcpSender {
         self.rtt_sample(rtt);
     }
 
+    /// The slow-start threshold, packets.
+    pub fn ssthresh(&self) -> f64 {
+        self.ssthresh
+    }
+
     /// The oldest unacknowledged segment.
     pub fn snd_una(&self) -> u64 {
         self.snd_una
@@ -271,9 +282,19 @@ impl TcpSender {
         self.rto = (s + (self.rttvar * 4).max(self.config.min_rto)).min(self.config.max_rto);
     }
 
+    /// The ssthresh after a loss: half the window or half the flight, at least two segments.
+    fn halved(&self) -> f64 {
+        let base = if self.config.ssthresh_from_cwnd {
+            self.cwnd.floor()
+        } else {
+            self.flight() as f64
+        };
+        (base / 2.0).max(2.0)
+    }
+
     fn enter_recovery(&mut self) {
         self.stats.fast_retransmits += 1;
-        self.ssthresh = (self.flight() as f64 / 2.0).max(2.0);
+        self.ssthresh = self.halved();
         self.in_recovery = true;
         self.recover = self.snd_max;
         self.resent_in_recovery.clear();
@@ -533,7 +554,7 @@ impl TcpSender {
         // ssthresh recovery set (the window was already halved for this loss), and the
         // scoreboard survives (RFC 6675 section 5.1), so only the holes are resent.
         if !(sack && self.in_recovery) {
-            self.ssthresh = (self.flight() as f64 / 2.0).max(2.0);
+            self.ssthresh = self.halved();
         }
         self.cwnd = 1.0;
         self.snd_nxt = self.snd_una;
@@ -857,6 +878,36 @@ mod tests {
         assert!(rx.delivered > 850, "{rx:?}");
         let (tx, _) = transfer_dropping(TcpConfig::default(), &[200], &[200], 10_000, u64::MAX);
         assert_eq!(tx.timeouts, 1, "{tx:?}");
+    }
+
+    /// SACKed segments free room in the window before recovery starts, so by the third
+    /// duplicate the flight exceeds the window; Linux halves the window, RFC 5681 the flight.
+    #[test]
+    fn linux_halves_the_window_not_the_flight() {
+        for (from_cwnd, expected) in [(true, 5.0), (false, 6.0)] {
+            let config = TcpConfig {
+                ssthresh_from_cwnd: from_cwnd,
+                ..TcpConfig::linux()
+            };
+            let mut tx = TcpSender::new(config);
+            let t = Instant::ZERO;
+            let first: Vec<u64> =
+                std::iter::from_fn(|| tx.poll_transmit(t).map(|s| s.seq)).collect();
+            assert_eq!(first, (0..10).collect::<Vec<_>>());
+            // Segment 0 is lost; 1, 2, 3 arrive and are SACKed one ACK at a time.
+            for k in 1..=3 {
+                tx.on_ack(
+                    t,
+                    Ack {
+                        next: 0,
+                        sack: [Some((1, k + 1)), None, None],
+                    },
+                );
+                while tx.poll_transmit(t).is_some() {}
+            }
+            assert_eq!(tx.stats().fast_retransmits, 1);
+            assert_eq!(tx.ssthresh(), expected, "from cwnd: {from_cwnd}");
+        }
     }
 
     #[test]
