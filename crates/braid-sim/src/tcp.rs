@@ -284,12 +284,13 @@ impl TcpSender {
 
     /// The ssthresh after a loss: half the window or half the flight, at least two segments.
     fn halved(&self) -> f64 {
-        let base = if self.config.ssthresh_from_cwnd {
-            self.cwnd.floor()
+        let half = if self.config.ssthresh_from_cwnd {
+            // Linux counts the window in whole segments: `max(cwnd >> 1, 2)`.
+            (self.cwnd.floor() / 2.0).floor()
         } else {
-            self.flight() as f64
+            self.flight() as f64 / 2.0
         };
-        (base / 2.0).max(2.0)
+        half.max(2.0)
     }
 
     fn enter_recovery(&mut self) {
