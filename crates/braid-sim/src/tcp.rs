@@ -6,7 +6,9 @@
 //! Segments are whole packets numbered 0, 1, 2, ... (the sender is a backlogged FTP: it always
 //! has more). An ACK carries the next segment expected and up to three SACK blocks. Both halves
 //! are sans-IO like the protocol cores: `on_*(now, ..)` in, `poll_*` out, and `now` must never
-//! go backwards. They are models for experiments, not a TCP to ship.
+//! go backwards. They are models for experiments, not a TCP to ship. [`TcpConfig::linux`]
+//! sets the model up like Linux's TCP with `reno` (`experiments::tcp_check` checks it against
+//! the kernel in the lab).
 
 use braid_proto::time::{Duration, Instant};
 use std::collections::{BTreeSet, VecDeque};
@@ -92,8 +94,9 @@ impl TcpConfig {
     /// recovery, an initial window of 10 segments (RFC 6928), no max-burst, dupthresh 3, an
     /// initial RTO of 1 s (RFC 6298, `TCP_TIMEOUT_INIT`), a 200 ms floor (`TCP_RTO_MIN`),
     /// backoff up to 120 s (`TCP_RTO_MAX`), and windows that grow by the segments acknowledged.
-    /// Recovery sends by PRR and finds lost retransmissions as RACK does. What it leaves out
-    /// (RACK's time-based marking of first transmissions, tail loss probes, undo, pacing) is listed in `docs/sim.md`.
+    /// Recovery sends by PRR and finds lost retransmissions as RACK does; ssthresh is half the
+    /// window. What it leaves out (RACK's time-based marking of first transmissions, tail loss
+    /// probes, undo, pacing) is listed in `docs/sim.md`.
     pub fn linux() -> Self {
         TcpConfig {
             recovery: Recovery::Sack,
@@ -481,7 +484,9 @@ impl TcpSender {
         }
         let window_open = match (self.config.recovery, self.in_recovery) {
             (Recovery::Sack, true) => (self.pipe() as f64) < self.cwnd,
-            // After a timeout the SACKed segments above `snd_nxt` stay delivered.
+            // SACKed segments below `snd_nxt` have left the network: before recovery each SACK
+            // lets a new segment out (as Linux's `tcp_packets_in_flight`), and after a timeout
+            // they are not resent.
             (Recovery::Sack, false) => {
                 let sacked = self.sacked.range(..self.snd_nxt).count() as u64;
                 ((self.snd_nxt - self.snd_una - sacked) as f64) < self.cwnd
