@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod emulated;
 pub mod engine;
 pub mod experiments;
 pub mod link;

@@ -9,6 +9,18 @@ use std::path::Path;
 /// does not apply to an experiment is left out.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Row {
+    /// tcp-check: the lab scenario's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// tcp-check: the path's index in the scenario (none on a row for all paths together).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<u64>,
+    /// tcp-check: where the figure comes from, `sim` (the model) or `lab` (kernel TCP).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// tcp-check: the lab variant, `sum` (every path at once) or `best_single` (each alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     /// Which sweep of the experiment the row belongs to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sweep: Option<String>,
@@ -108,6 +120,9 @@ pub struct Row {
     /// Segments the TCP sender retransmitted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retransmits: Option<u64>,
+    /// tcp-check: the model's goodput over this lab row's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim_over_lab: Option<f64>,
     /// TCP retransmission timeouts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<u64>,
@@ -197,6 +212,10 @@ impl Row {
     /// A row with every key set, to fix the column order.
     fn full_example() -> Row {
         Row {
+            scenario: Some(String::new()),
+            path: Some(0),
+            source: Some(String::new()),
+            variant: Some(String::new()),
             sweep: Some(String::new()),
             scheme: Some(String::new()),
             logical_reception: Some(false),
@@ -229,6 +248,7 @@ impl Row {
             goodput_kbit: Some(0.0),
             dup_acks: Some(0),
             retransmits: Some(0),
+            sim_over_lab: Some(0.0),
             timeouts: Some(0),
             estimate_follow_ms: Some(0.0),
             events: Some(0),

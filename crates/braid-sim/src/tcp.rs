@@ -6,7 +6,9 @@
 //! Segments are whole packets numbered 0, 1, 2, ... (the sender is a backlogged FTP: it always
 //! has more). An ACK carries the next segment expected and up to three SACK blocks. Both halves
 //! are sans-IO like the protocol cores: `on_*(now, ..)` in, `poll_*` out, and `now` must never
-//! go backwards. They are models for experiments, not a TCP to ship.
+//! go backwards. They are models for experiments, not a TCP to ship. [`TcpConfig::linux`]
+//! sets the model up like Linux's TCP with `reno` (`experiments::tcp_check` checks it against
+//! the kernel in the lab).
 
 use braid_proto::time::{Duration, Instant};
 use std::collections::{BTreeSet, VecDeque};
@@ -19,7 +21,9 @@ pub enum Recovery {
     NewReno,
     /// SACK: the scoreboard marks a segment lost once three segments above it are SACKed;
     /// lost segments are resent while the pipe is below the window (RFC 6675, without the
-    /// rescue retransmission).
+    /// rescue retransmission). As in Linux, a retransmission found lost (RACK's rule) is sent
+    /// again, resending the oldest segment restarts the timer, and the scoreboard survives a
+    /// timeout.
     Sack,
 }
 
@@ -43,6 +47,21 @@ pub struct TcpConfig {
     pub min_rto: Duration,
     /// Largest retransmission timeout (the backoff stops there).
     pub max_rto: Duration,
+    /// Grow the window by the segments an ACK acknowledges rather than by one per ACK (RFC
+    /// 3465's byte counting without its limit `L`, as Linux's `tcp_slow_start` and
+    /// `tcp_cong_avoid_ai` do): with delayed ACKs, each ACK covering two segments, slow start
+    /// still doubles the window every round trip. Off in the paper's sender (one ACK per
+    /// segment, where the two agree).
+    pub count_acked_segments: bool,
+    /// SACK recovery sends by proportional rate reduction (RFC 6937, as Linux's
+    /// `tcp_cwnd_reduction`) rather than by RFC 6675's `pipe < cwnd` with the window halved
+    /// at once: about one segment for every two delivered until the pipe is down to
+    /// ssthresh, so new data keeps flowing from the start of recovery.
+    pub proportional_rate_reduction: bool,
+    /// ssthresh is half the congestion window (Linux's `tcp_reno_ssthresh`) rather than half
+    /// the flight size (RFC 5681). The flight counts SACKed segments and what was sent on
+    /// them before recovery began, so it can exceed the window.
+    pub ssthresh_from_cwnd: bool,
 }
 
 impl Default for TcpConfig {
@@ -58,6 +77,39 @@ impl Default for TcpConfig {
             initial_rto: Duration::from_secs(3),
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(64),
+            count_acked_segments: false,
+            proportional_rate_reduction: false,
+            ssthresh_from_cwnd: false,
+        }
+    }
+}
+
+/// The largest window of [`TcpConfig::linux`], packets: a bound, not a limit any of the lab's
+/// paths reaches (their drop-tail queues overflow long before; Linux's receive-buffer
+/// autotuning grows the advertised window to `tcp_rmem[2]`, 6-32 MiB, on demand).
+pub const LINUX_MAX_CWND: u32 = 10_000;
+
+impl TcpConfig {
+    /// As close to Linux's TCP with `reno` congestion control as the model goes: SACK
+    /// recovery, an initial window of 10 segments (RFC 6928), no max-burst, dupthresh 3, an
+    /// initial RTO of 1 s (RFC 6298, `TCP_TIMEOUT_INIT`), a 200 ms floor (`TCP_RTO_MIN`),
+    /// backoff up to 120 s (`TCP_RTO_MAX`), and windows that grow by the segments acknowledged.
+    /// Recovery sends by PRR and finds lost retransmissions as RACK does; ssthresh is half the
+    /// window. What it leaves out (RACK's time-based marking of first transmissions, tail loss
+    /// probes, undo, pacing) is listed in `docs/sim.md`.
+    pub fn linux() -> Self {
+        TcpConfig {
+            recovery: Recovery::Sack,
+            max_cwnd: LINUX_MAX_CWND,
+            initial_cwnd: 10,
+            max_burst: u32::MAX,
+            dupthresh: 3,
+            initial_rto: Duration::from_secs(1),
+            min_rto: Duration::from_millis(200),
+            max_rto: Duration::from_secs(120),
+            count_acked_segments: true,
+            proportional_rate_reduction: true,
+            ssthresh_from_cwnd: true,
         }
     }
 }
@@ -122,6 +174,14 @@ pub struct TcpSender {
     sacked: BTreeSet<u64>,
     resent_in_recovery: BTreeSet<u64>,
     pending_retransmit: VecDeque<u64>,
+    /// SACK: the latest send time of a segment known delivered (RACK's `xmit_ts`).
+    rack_xmit: Option<Instant>,
+    /// Smallest RTT sample (RACK's reordering window is a quarter of it).
+    min_rtt: Option<Duration>,
+    /// PRR: segments delivered and sent since recovery began, and the window before it.
+    prr_delivered: u64,
+    prr_out: u64,
+    prior_cwnd: f64,
     burst_left: u32,
     stats: TcpStats,
 }
@@ -147,6 +207,11 @@ impl TcpSender {
             sacked: BTreeSet::new(),
             resent_in_recovery: BTreeSet::new(),
             pending_retransmit: VecDeque::new(),
+            rack_xmit: None,
+            min_rtt: None,
+            prr_delivered: 0,
+            prr_out: 0,
+            prior_cwnd: 0.0,
             burst_left: config.initial_cwnd.max(1),
             stats: TcpStats::default(),
         }
@@ -160,6 +225,17 @@ impl TcpSender {
     /// The congestion window, packets.
     pub fn cwnd(&self) -> f64 {
         self.cwnd
+    }
+
+    /// An RTT measured before the first segment (the SYN and SYN-ACK exchange, as Linux takes
+    /// it), so the first RTO follows the path rather than `initial_rto`.
+    pub fn on_handshake_rtt(&mut self, rtt: Duration) {
+        self.rtt_sample(rtt);
+    }
+
+    /// The slow-start threshold, packets.
+    pub fn ssthresh(&self) -> f64 {
+        self.ssthresh
     }
 
     /// The oldest unacknowledged segment.
@@ -190,6 +266,7 @@ impl TcpSender {
     }
 
     fn rtt_sample(&mut self, rtt: Duration) {
+        self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         // RFC 6298.
         match self.srtt {
             None => {
@@ -208,9 +285,20 @@ impl TcpSender {
         self.rto = (s + (self.rttvar * 4).max(self.config.min_rto)).min(self.config.max_rto);
     }
 
+    /// The ssthresh after a loss: half the window or half the flight, at least two segments.
+    fn halved(&self) -> f64 {
+        let half = if self.config.ssthresh_from_cwnd {
+            // Linux counts the window in whole segments: `max(cwnd >> 1, 2)`.
+            (self.cwnd.floor() / 2.0).floor()
+        } else {
+            self.flight() as f64 / 2.0
+        };
+        half.max(2.0)
+    }
+
     fn enter_recovery(&mut self) {
         self.stats.fast_retransmits += 1;
-        self.ssthresh = (self.flight() as f64 / 2.0).max(2.0);
+        self.ssthresh = self.halved();
         self.in_recovery = true;
         self.recover = self.snd_max;
         self.resent_in_recovery.clear();
@@ -220,6 +308,9 @@ impl TcpSender {
                 self.pending_retransmit.push_back(self.snd_una);
             }
             Recovery::Sack => {
+                self.prior_cwnd = self.cwnd;
+                self.prr_delivered = 0;
+                self.prr_out = 0;
                 self.cwnd = self.ssthresh;
                 // The first hole goes at once, whatever the scoreboard says.
                 self.pending_retransmit.push_back(self.snd_una);
@@ -227,15 +318,80 @@ impl TcpSender {
         }
     }
 
+    /// RFC 6937 as Linux's `tcp_cwnd_reduction` has it: while the pipe is above ssthresh, send
+    /// `ceil(prr_delivered x ssthresh / prior_cwnd) - prr_out`; below it, grow back towards
+    /// ssthresh by what was delivered (slow-start reduction bound); at least the fast
+    /// retransmission. The window becomes the pipe plus that.
+    fn prr_reduce(&mut self, delivered: u64, una_advanced: bool) {
+        let pipe = self.pipe() as f64;
+        let prr_out = self.prr_out as f64;
+        let mut sndcnt = if pipe > self.ssthresh {
+            (self.prr_delivered as f64 * self.ssthresh / self.prior_cwnd.max(1.0)).ceil() - prr_out
+        } else {
+            let limit = if una_advanced {
+                (self.prr_delivered as f64 - prr_out).max(delivered as f64)
+            } else {
+                delivered as f64
+            };
+            limit.min(self.ssthresh - pipe)
+        };
+        if self.prr_out == 0 {
+            sndcnt = sndcnt.max(1.0);
+        }
+        self.cwnd = pipe + sndcnt.max(0.0);
+    }
+
+    /// RACK's rule for retransmissions (RFC 8985, section 6.2, as Linux applies it): a
+    /// retransmission that is still not acknowledged although a segment sent more than a
+    /// reordering window (a quarter of the smallest RTT) after it has been delivered was lost
+    /// too; it leaves the set of segments resent in this recovery, so the scoreboard resends
+    /// it instead of waiting for the retransmission timer.
+    fn detect_lost_retransmissions(&mut self) {
+        let (Some(rack), true) = (self.rack_xmit, self.in_recovery) else {
+            return;
+        };
+        let reo_wnd = self.min_rtt.unwrap_or(Duration::ZERO) / 4;
+        let una = self.snd_una;
+        let sent_at = &self.sent_at;
+        let sacked = &self.sacked;
+        self.resent_in_recovery.retain(|&s| {
+            sacked.contains(&s)
+                || sent_at
+                    .get((s - una) as usize)
+                    .is_none_or(|&(t, _)| t + reo_wnd >= rack)
+        });
+    }
+
     /// An ACK arrived.
     pub fn on_ack(&mut self, now: Instant, ack: Ack) {
         self.burst_left = self.config.max_burst;
+        // Segments this ACK reports delivered for the first time (PRR's DeliveredData).
+        let mut delivered = 0u64;
+        let una_advanced = ack.next > self.snd_una && ack.next <= self.snd_max;
         if self.config.recovery == Recovery::Sack {
+            let mut delivered_sent: Option<Instant> = None;
+            let mut note = |at: Option<&(Instant, bool)>| {
+                if let Some(&(t, _)) = at {
+                    delivered_sent = Some(delivered_sent.map_or(t, |d| d.max(t)));
+                }
+            };
             for (a, b) in ack.sack.iter().flatten().copied() {
-                for s in a.max(ack.next)..b.min(self.snd_max) {
-                    self.sacked.insert(s);
+                for s in a.max(ack.next).max(self.snd_una)..b.min(self.snd_max) {
+                    if self.sacked.insert(s) {
+                        delivered += 1;
+                        note(self.sent_at.get((s - self.snd_una) as usize));
+                    }
                 }
             }
+            if una_advanced {
+                let was_sacked = self.sacked.range(..ack.next).count() as u64;
+                delivered += ack.next - self.snd_una - was_sacked;
+                note(self.sent_at.get((ack.next - 1 - self.snd_una) as usize));
+            }
+            if let Some(t) = delivered_sent {
+                self.rack_xmit = Some(self.rack_xmit.map_or(t, |r| r.max(t)));
+            }
+            self.detect_lost_retransmissions();
         }
         if ack.next > self.snd_una && ack.next <= self.snd_max {
             let acked = ack.next - self.snd_una;
@@ -266,10 +422,22 @@ impl TcpSender {
                 }
             } else {
                 self.dupacks = 0;
-                if self.cwnd < self.ssthresh {
-                    self.cwnd += 1.0;
+                if !self.config.count_acked_segments {
+                    if self.cwnd < self.ssthresh {
+                        self.cwnd += 1.0;
+                    } else {
+                        self.cwnd += 1.0 / self.cwnd;
+                    }
                 } else {
-                    self.cwnd += 1.0 / self.cwnd;
+                    // Linux: slow start up to ssthresh, the rest of the ACK in congestion
+                    // avoidance (one segment per window acknowledged).
+                    let mut segments = acked as f64;
+                    if self.cwnd < self.ssthresh {
+                        let grown = (self.cwnd + segments).min(self.ssthresh);
+                        segments -= grown - self.cwnd;
+                        self.cwnd = grown;
+                    }
+                    self.cwnd += segments / self.cwnd;
                 }
             }
             self.cwnd = self.cwnd.min(f64::from(self.config.max_cwnd));
@@ -294,6 +462,13 @@ impl TcpSender {
                 }
             }
         }
+        if self.in_recovery
+            && self.config.recovery == Recovery::Sack
+            && self.config.proportional_rate_reduction
+        {
+            self.prr_delivered += delivered;
+            self.prr_reduce(delivered, una_advanced);
+        }
     }
 
     /// The next segment to send now, if the window and the burst limit allow one.
@@ -309,6 +484,13 @@ impl TcpSender {
         }
         let window_open = match (self.config.recovery, self.in_recovery) {
             (Recovery::Sack, true) => (self.pipe() as f64) < self.cwnd,
+            // SACKed segments below `snd_nxt` have left the network: before recovery each SACK
+            // lets a new segment out (as Linux's `tcp_packets_in_flight`), and after a timeout
+            // they are not resent.
+            (Recovery::Sack, false) => {
+                let sacked = self.sacked.range(..self.snd_nxt).count() as u64;
+                ((self.snd_nxt - self.snd_una - sacked) as f64) < self.cwnd
+            }
             _ => ((self.snd_nxt - self.snd_una) as f64) < self.cwnd,
         };
         if !window_open {
@@ -324,6 +506,10 @@ impl TcpSender {
                 return Some(self.emit(now, seq));
             }
         }
+        // Going back over what a timeout left unacknowledged, skip what was SACKed.
+        while self.snd_nxt < self.snd_max && self.sacked.contains(&self.snd_nxt) {
+            self.snd_nxt += 1;
+        }
         let seq = self.snd_nxt;
         self.snd_nxt += 1;
         self.burst_left -= 1;
@@ -333,8 +519,17 @@ impl TcpSender {
     fn emit(&mut self, now: Instant, seq: u64) -> Segment {
         let retransmit = seq < self.snd_max;
         self.stats.sent += 1;
+        if self.in_recovery {
+            self.prr_out += 1;
+        }
         if retransmit {
             self.stats.retransmits += 1;
+            // With SACK, as Linux's `tcp_xmit_retransmit_queue`: resending the oldest
+            // segment restarts the retransmission timer, so a lost retransmission found by
+            // the scoreboard is not overtaken by the timer that was running for the original.
+            if seq == self.snd_una && self.config.recovery == Recovery::Sack {
+                self.arm(now);
+            }
             if let Some(e) = self.sent_at.get_mut((seq - self.snd_una) as usize) {
                 *e = (now, true);
             }
@@ -360,13 +555,21 @@ impl TcpSender {
             return;
         }
         self.stats.timeouts += 1;
-        self.ssthresh = (self.flight() as f64 / 2.0).max(2.0);
+        let sack = self.config.recovery == Recovery::Sack;
+        // With SACK, as Linux's `tcp_enter_loss`: a timeout in fast recovery keeps the
+        // ssthresh recovery set (the window was already halved for this loss), and the
+        // scoreboard survives (RFC 6675 section 5.1), so only the holes are resent.
+        if !(sack && self.in_recovery) {
+            self.ssthresh = self.halved();
+        }
         self.cwnd = 1.0;
         self.snd_nxt = self.snd_una;
         self.in_recovery = false;
         self.dupacks = 0;
         self.recover = self.snd_max;
-        self.sacked.clear();
+        if !sack {
+            self.sacked.clear();
+        }
         self.resent_in_recovery.clear();
         self.pending_retransmit.clear();
         self.rto = (self.rto * 2).min(self.config.max_rto);
@@ -397,6 +600,8 @@ pub struct TcpReceiver {
     ooo: BTreeSet<u64>,
     /// Delayed ACKs: ACK every second in-order segment, or after this long.
     delayed_ack: Option<Duration>,
+    /// Segments still to be acknowledged at once before delayed ACKs start.
+    quick_acks: u32,
     unacked: u32,
     deadline: Option<Instant>,
     last: u64,
@@ -414,12 +619,20 @@ impl TcpReceiver {
             rcv_nxt: 0,
             ooo: BTreeSet::new(),
             delayed_ack,
+            quick_acks: 0,
             unacked: 0,
             deadline: None,
             last: 0,
             acks: VecDeque::new(),
             stats: TcpReceiverStats::default(),
         }
+    }
+
+    /// Acknowledge the next `n` in-order segments at once even with delayed ACKs: Linux's
+    /// quick-ACK mode at the start of a connection (`tcp_incr_quickack`, at most
+    /// `TCP_MAX_QUICKACKS` = 16), so the sender's slow start is not held back by the timer.
+    pub fn set_quick_acks(&mut self, n: u32) {
+        self.quick_acks = n;
     }
 
     /// Counters.
@@ -456,6 +669,11 @@ impl TcpReceiver {
         }
         let delivered = self.rcv_nxt - seq;
         self.stats.delivered += delivered;
+        if self.quick_acks > 0 && self.delayed_ack.is_some() {
+            self.quick_acks -= 1;
+            self.push_ack();
+            return delivered;
+        }
         match self.delayed_ack {
             Some(d) if !had_gap => {
                 self.unacked += 1;
@@ -543,6 +761,19 @@ mod tests {
         until_ms: u64,
         delivered: u64,
     ) -> (TcpStats, TcpReceiverStats) {
+        transfer_dropping(config, drop, &[], until_ms, delivered)
+    }
+
+    /// As `transfer_until`, also dropping the first retransmission of the segments in
+    /// `drop_resent`.
+    fn transfer_dropping(
+        config: TcpConfig,
+        drop: &[u64],
+        drop_resent: &[u64],
+        until_ms: u64,
+        delivered: u64,
+    ) -> (TcpStats, TcpReceiverStats) {
+        let mut resent_dropped: Vec<u64> = Vec::new();
         let mut tx = TcpSender::new(config);
         let mut rx = TcpReceiver::new(None);
         let mut events: BinaryHeap<Reverse<(Instant, u8, u64, u64)>> = BinaryHeap::new();
@@ -557,7 +788,16 @@ mod tests {
             while let Some(s) = tx.poll_transmit(now) {
                 let start = link_free.max(now);
                 link_free = start + air;
-                if !drop.contains(&s.seq) || s.retransmit {
+                let drop_this = if s.retransmit {
+                    let first = drop_resent.contains(&s.seq) && !resent_dropped.contains(&s.seq);
+                    if first {
+                        resent_dropped.push(s.seq);
+                    }
+                    first
+                } else {
+                    drop.contains(&s.seq)
+                };
+                if !drop_this {
                     n += 1;
                     events.push(Reverse((link_free + one_way, 0, n, s.seq)));
                 }
@@ -625,6 +865,54 @@ mod tests {
             assert_eq!(tx.fast_retransmits, 1, "{recovery:?} {tx:?}");
             assert_eq!(tx.retransmits, 3, "{recovery:?} {tx:?}");
             assert_eq!(tx.timeouts, 0, "{recovery:?} {tx:?}");
+        }
+    }
+
+    /// With SACK a lost retransmission is found as RACK finds it (segments sent after it
+    /// are SACKed) and resent in the same recovery; NewReno can only wait for the timer.
+    #[test]
+    fn sack_resends_a_lost_retransmission_without_a_timeout() {
+        let sack = TcpConfig {
+            recovery: Recovery::Sack,
+            proportional_rate_reduction: true,
+            ..TcpConfig::default()
+        };
+        let (tx, rx) = transfer_dropping(sack, &[200], &[200], 10_000, u64::MAX);
+        assert_eq!(tx.timeouts, 0, "{tx:?}");
+        assert_eq!(tx.fast_retransmits, 1, "{tx:?}");
+        assert_eq!(tx.retransmits, 2, "{tx:?}");
+        assert!(rx.delivered > 850, "{rx:?}");
+        let (tx, _) = transfer_dropping(TcpConfig::default(), &[200], &[200], 10_000, u64::MAX);
+        assert_eq!(tx.timeouts, 1, "{tx:?}");
+    }
+
+    /// SACKed segments free room in the window before recovery starts, so by the third
+    /// duplicate the flight exceeds the window; Linux halves the window, RFC 5681 the flight.
+    #[test]
+    fn linux_halves_the_window_not_the_flight() {
+        for (from_cwnd, expected) in [(true, 5.0), (false, 6.0)] {
+            let config = TcpConfig {
+                ssthresh_from_cwnd: from_cwnd,
+                ..TcpConfig::linux()
+            };
+            let mut tx = TcpSender::new(config);
+            let t = Instant::ZERO;
+            let first: Vec<u64> =
+                std::iter::from_fn(|| tx.poll_transmit(t).map(|s| s.seq)).collect();
+            assert_eq!(first, (0..10).collect::<Vec<_>>());
+            // Segment 0 is lost; 1, 2, 3 arrive and are SACKed one ACK at a time.
+            for k in 1..=3 {
+                tx.on_ack(
+                    t,
+                    Ack {
+                        next: 0,
+                        sack: [Some((1, k + 1)), None, None],
+                    },
+                );
+                while tx.poll_transmit(t).is_some() {}
+            }
+            assert_eq!(tx.stats().fast_retransmits, 1);
+            assert_eq!(tx.ssthresh(), expected, "from cwnd: {from_cwnd}");
         }
     }
 

@@ -117,6 +117,10 @@ enum SimCommand {
     /// pTCP paper Figure 6(a): one connection of weight 1 to 100 (w micro-flows on one path)
     /// against 9 regular connections at a 100 Mbit/s RED bottleneck of 240 ms.
     PtcpWeights(ExperimentArgs),
+    /// The simulator's TCP model against the lab's kernel TCP: one model TCP (set up like
+    /// Linux with reno) per path of a lab scenario, over the lab emulator's link model in
+    /// virtual time, beside the per-path figures of a `braid lab run --json` report.
+    TcpCheck(TcpCheckArgs),
     /// All the experiments, one subdirectory of --out each.
     All(ExperimentArgs),
     /// List the experiments.
@@ -136,6 +140,23 @@ struct ExperimentArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+}
+
+#[derive(Parser, Debug)]
+struct TcpCheckArgs {
+    /// The lab scenario to simulate (e.g. examples/lab/two-path.toml).
+    #[arg(long, value_name = "SCENARIO.toml")]
+    scenario: PathBuf,
+    /// Output directory for results.json, results.csv and the SVG plots.
+    #[arg(long, default_value = "out/tcp-check")]
+    out: PathBuf,
+    /// A lab report of the same scenario to compare with, from
+    /// `braid lab run SCENARIO.toml --variants sum,best_single --congestion-control reno --json LAB.json`.
+    #[arg(long, value_name = "LAB.json")]
+    lab: Option<PathBuf>,
+    /// Seed of the links' loss and jitter draws (default: the scenario's, as the lab seeds them).
+    #[arg(long)]
+    seed: Option<u64>,
 }
 
 #[derive(Parser, Debug)]
@@ -305,6 +326,7 @@ fn sim(command: SimCommand) -> Result<()> {
         SimCommand::PtcpFig4(a) => ("ptcp-fig4", a),
         SimCommand::PtcpWeights(a) => ("ptcp-weights", a),
         SimCommand::Qosbox(a) => return qosbox(&a),
+        SimCommand::TcpCheck(a) => return tcp_check(&a),
     };
     claims_held(run_one(name, &args.out, &args, &|seed, progress| {
         experiments::run(name, seed, progress).expect("name checked")
@@ -317,6 +339,70 @@ fn claims_held(held: bool) -> Result<()> {
     } else {
         bail!("some of the paper's claims did not hold; see the checks above")
     }
+}
+
+/// `sim tcp-check`: the TCP model over a lab scenario's paths, beside the lab's figures.
+fn tcp_check(args: &TcpCheckArgs) -> Result<()> {
+    use braid_sim::experiments::tcp_check::{self, CheckPath, CheckScenario, LabRun, Model};
+    let scenario = braid_lab::Scenario::from_file(&args.scenario).map_err(anyhow::Error::msg)?;
+    if scenario.mode == braid_lab::Mode::Direct {
+        bail!(
+            "{}: mode = \"direct\" has no emulated links to simulate; give an emulated scenario",
+            args.scenario.display()
+        );
+    }
+    let paths = scenario
+        .paths
+        .iter()
+        .filter_map(|p| p.direction_configs())
+        .map(|(forward, reverse)| CheckPath { forward, reverse })
+        .collect();
+    let name = scenario.name.clone().unwrap_or_else(|| {
+        args.scenario
+            .file_stem()
+            .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let check = CheckScenario {
+        name,
+        duration: Duration::from_nanos(scenario.duration.as_nanos() as u64),
+        seed: args.seed.unwrap_or(scenario.seed),
+        paths,
+    };
+    let lab = match &args.lab {
+        None => None,
+        Some(file) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read the lab report {}", file.display()))?;
+            let json: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "{} is not JSON: give the file `braid lab run --json` wrote",
+                    file.display()
+                )
+            })?;
+            Some(LabRun::from_json(&json).with_context(|| format!("in {}", file.display()))?)
+        }
+    };
+    let started = Instant::now();
+    let output = tcp_check::run(&check, lab.as_ref(), &Model::default());
+    let dir = &args.out;
+    output
+        .report
+        .write(dir)
+        .with_context(|| format!("cannot write results to {}", dir.display()))?;
+    for (file, plot) in &output.plots {
+        plot.write_svg(&dir.join(file))
+            .with_context(|| format!("cannot write plot {}", dir.join(file).display()))?;
+    }
+    print_summary("tcp-check", &output, dir, started.elapsed().as_secs_f64());
+    if let Some(l) = &lab {
+        println!(
+            "  lab: {} (load average {:?}, congestion control {})",
+            l.command.as_deref().unwrap_or("command not recorded"),
+            l.load_average,
+            l.congestion_control
+        );
+    }
+    claims_held(output.checks.iter().all(|c| c.1))
 }
 
 /// `sim qosbox`, with the JoBS settings the flags give (Table 1's service either way).

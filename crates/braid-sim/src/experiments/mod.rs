@@ -8,6 +8,7 @@
 //! | `resync` | Theorem 5.1, conference paper 6.3 | time to FIFO after loss stops, against the bound; misordering against marker interval and position |
 //! | `qosbox` | QoSbox paper Table 1, Figs. 8-9 | JoBS on a 100 Mbit/s bottleneck: delay and loss ratios, class-1 delay and loss bounds, class-2 minimum rate |
 //! | `bag` | BAG paper Table I | TCP over three paths with MTCP, ASI, EDPF, WRR, WRR with a buffer and PET-BMP; cross traffic, loss, a halved path |
+//! | `tcp-check` | issue 5 item 6 | the TCP model ([`crate::tcp`], set up like Linux) over each path of a lab scenario, beside kernel TCP's figures from `braid lab run --json` (takes a scenario, so not in [`NAMES`]) |
 //! | `ptcp-fig4` | pTCP paper Fig. 4 | pTCP, striping over multiple sockets and the sum of independent flows: a 500 kbit/s 400 ms path and a 100 ms path of 1-10x its rate; 2-5 paths; 2-5 fluctuating paths (not in [`NAMES`] yet, so not in `sim all`) |
 //! | `ptcp-weights` | pTCP paper Fig. 6(a) | one connection of weight 1-100 (w micro-flows on one path) against 9 regular ones at a 100 Mbit/s RED bottleneck (not in `sim all`) |
 
@@ -19,6 +20,7 @@ pub mod ptcp_weights;
 pub mod qosbox;
 pub mod resync;
 pub mod stripe_throughput;
+pub mod tcp_check;
 
 use crate::report::{Plot, Report};
 use braid_proto::resequence::{ResequenceMode, ResequencerConfig};
