@@ -66,7 +66,8 @@ pub struct Config {
     pub copy_head_of_line: bool,
     /// SACK blocks a segment that carries data may hold (the first, most recent block is
     /// kept, as RFC 2018 section 4 asks); ACK-only segments carry up to
-    /// [`crate::wire::MAX_SACK_BLOCKS`]. With 1, a data segment is at most
+    /// [`crate::wire::MAX_SACK_BLOCKS`], and blocks a data segment left out follow in a pure
+    /// ACK before the flow's next data. With 1, a data segment is at most
     /// `HEADER_LEN + SACK_BLOCK_LEN + mss` bytes, so a driver can size the MSS for its path MTU
     /// without setting 48 bytes aside for blocks a data segment seldom carries.
     pub sack_blocks_with_data: usize,
@@ -677,6 +678,10 @@ impl StripedConnection {
                 };
                 return Some(self.emit(idx, flags, None, offset, 0..0));
             }
+            if self.flows[idx].take_sack_owed() {
+                self.turn = idx + 1;
+                return Some(self.emit(idx, Flags::ACK, None, 0, 0..0));
+            }
             if let Some(tx) = self.flows[idx].next_transmission() {
                 match self.bind(idx, tx) {
                     Some((r, resent)) => {
@@ -782,6 +787,10 @@ impl StripedConnection {
                 .config
                 .sack_blocks_with_data
                 .min(usize::from(seg.sack_len));
+            if room < usize::from(seg.sack_len) {
+                // The blocks left out follow in a pure ACK, before this flow's next data.
+                self.flows[idx].owe_sack();
+            }
             seg.sack_len = room as u8;
         }
         seg.payload = &payload;
@@ -878,6 +887,39 @@ mod tests {
         }
         assert_eq!(most_with_data, 1, "the latest block rides with data");
         assert!(most_alone <= crate::wire::MAX_SACK_BLOCKS as u8);
+    }
+
+    #[test]
+    fn blocks_a_data_segment_leaves_out_follow_in_a_pure_ack() {
+        let server = Config {
+            sack_blocks_with_data: 0,
+            ..Config::default()
+        };
+        let (mut c, mut s) = open_pair_with(1, server);
+        c.write(&[1u8; 60_000]);
+        s.write(&[2u8; 60_000]);
+        // Every third data segment of the client is lost; the server sends data all along.
+        let (mut k, mut with_data, mut alone) = (0, 0, 0);
+        for _ in 0..4 {
+            while let Some((p, b)) = c.poll_transmit(ms(1)) {
+                let seg = Segment::parse_bytes(&b).unwrap();
+                k += 1;
+                if seg.payload.is_empty() || k % 3 != 0 {
+                    s.handle_datagram(ms(1), p, &b);
+                }
+            }
+            while let Some((p, b)) = s.poll_transmit(ms(1)) {
+                let seg = Segment::parse_bytes(&b).unwrap();
+                if seg.payload.is_empty() {
+                    alone = alone.max(seg.sack_len);
+                } else {
+                    with_data = with_data.max(seg.sack_len);
+                }
+                c.handle_datagram(ms(1), p, &b);
+            }
+        }
+        assert_eq!(with_data, 0, "no block rides with data");
+        assert!(alone > 0, "the client still hears of the holes");
     }
 
     #[test]

@@ -209,6 +209,9 @@ pub struct MicroFlow {
     rcv_ranges: RangeSet,
     last_received: u64,
     ack_pending: bool,
+    /// A data segment had to leave SACK blocks out (`Config::sack_blocks_with_data`): a pure
+    /// ACK with all of them goes out before this flow's next data.
+    sack_owed: bool,
     signals: VecDeque<Signal>,
     stats: FlowStats,
 }
@@ -246,6 +249,7 @@ impl MicroFlow {
             rcv_ranges: RangeSet::new(),
             last_received: 0,
             ack_pending: false,
+            sack_owed: false,
             signals: VecDeque::new(),
             stats: FlowStats::default(),
         }
@@ -426,6 +430,18 @@ impl MicroFlow {
         if matches!(self.state, FlowState::Established | FlowState::Closing) {
             self.ack_pending = true;
         }
+    }
+
+    /// A data segment of this flow left SACK blocks out: owe the peer a pure ACK with them.
+    pub fn owe_sack(&mut self) {
+        if matches!(self.state, FlowState::Established | FlowState::Closing) {
+            self.sack_owed = true;
+        }
+    }
+
+    /// Whether a pure ACK with the SACK blocks a data segment left out is owed (and clear it).
+    pub fn take_sack_owed(&mut self) -> bool {
+        std::mem::take(&mut self.sack_owed)
     }
 
     /// The SM wants a window probe sent on this flow (the peer answers with an ACK).
