@@ -9,8 +9,8 @@
 //! | `qosbox` | QoSbox paper Table 1, Figs. 8-9 | JoBS on a 100 Mbit/s bottleneck: delay and loss ratios, class-1 delay and loss bounds, class-2 minimum rate |
 //! | `bag` | BAG paper Table I | TCP over three paths with MTCP, ASI, EDPF, WRR, WRR with a buffer and PET-BMP; cross traffic, loss, a halved path |
 //! | `tcp-check` | issue 5 item 6 | the TCP model ([`crate::tcp`], set up like Linux) over each path of a lab scenario, beside kernel TCP's figures from `braid lab run --json` (takes a scenario, so not in [`NAMES`]) |
-//! | `ptcp-fig4` | pTCP paper Fig. 4 | pTCP, striping over multiple sockets and the sum of independent flows: a 500 kbit/s 400 ms path and a 100 ms path of 1-10x its rate; 2-5 paths; 2-5 fluctuating paths (not in [`NAMES`] yet, so not in `sim all`) |
-//! | `ptcp-weights` | pTCP paper Fig. 6(a) | one connection of weight 1-100 (w micro-flows on one path) against 9 regular ones at a 100 Mbit/s RED bottleneck (not in `sim all`) |
+//! | `ptcp-fig4` | pTCP paper Fig. 4 | pTCP, striping over multiple sockets and the sum of independent flows: a 500 kbit/s 400 ms path and a 100 ms path of 1-10x its rate; 2-5 paths; 2-5 fluctuating paths |
+//! | `ptcp-weights` | pTCP paper Fig. 6(a) | one connection of weight 1-100 (w micro-flows on one path) against 9 regular ones at a RED bottleneck of (w + 9) x 1 Mbit/s |
 
 pub mod bag;
 pub mod fairness;
@@ -45,13 +45,15 @@ pub struct Output {
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 /// The experiment names.
-pub const NAMES: [&str; 6] = [
+pub const NAMES: [&str; 8] = [
     "stripe-throughput",
     "grr-worst-case",
     "fairness",
     "resync",
     "qosbox",
     "bag",
+    "ptcp-fig4",
+    "ptcp-weights",
 ];
 
 /// Run an experiment by name.
