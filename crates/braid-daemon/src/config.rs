@@ -379,6 +379,23 @@ pub struct PeerConfig {
     pub catch_all: bool,
 }
 
+impl Config {
+    /// The session settings this end uses with `peer`: role, keys, the bond and liveness.
+    /// What only the tunnel uses (`[qos]`, duplication, paced release) the daemon adds.
+    pub fn session_config(&self, peer: &PeerConfig) -> braid_session::SessionConfig {
+        let mut s = braid_session::SessionConfig::new(
+            self.role,
+            self.private_key.clone(),
+            peer.public_key,
+            self.bond.clone(),
+        );
+        s.probe_interval = self.probe_interval;
+        s.dead_after = self.dead_after;
+        s.rekey_after = self.rekey_after;
+        s
+    }
+}
+
 impl PeerConfig {
     /// Whether `ip` is one of this peer's addresses or inside one of its routes.
     pub fn owns(&self, ip: IpAddr) -> bool {

@@ -18,7 +18,7 @@ pub mod ptcp_node;
 use crate::config::{Config, PeerConfig};
 use braid_proto::time::Instant;
 use braid_proto::PathId;
-use braid_session::{Role, Session, SessionConfig};
+use braid_session::{Role, Session};
 use mio::net::UdpSocket;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -223,6 +223,13 @@ struct Daemon {
     out: Vec<u8>,
 }
 
+/// 32 bytes from the OS for a session's randomness (ephemeral keys, indices).
+pub(crate) fn random_seed() -> Result<[u8; 32], DaemonError> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| DaemonError::Io(io::Error::other(e.to_string())))?;
+    Ok(seed)
+}
+
 pub(crate) fn wall_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -319,21 +326,11 @@ impl Daemon {
         });
         let mut peers = Vec::new();
         for p in &cfg.peers {
-            let mut seed = [0u8; 32];
-            getrandom::fill(&mut seed)
-                .map_err(|e| DaemonError::Io(io::Error::other(e.to_string())))?;
-            let mut scfg = SessionConfig::new(
-                cfg.role,
-                cfg.private_key.clone(),
-                p.public_key,
-                cfg.bond.clone(),
-            );
-            scfg.probe_interval = cfg.probe_interval;
+            let seed = random_seed()?;
+            let mut scfg = cfg.session_config(p);
             scfg.qos = cfg.qos.clone();
             scfg.duplicate_dscp = cfg.duplicate_dscp;
             scfg.release_pacing_pct = cfg.release_pacing_pct;
-            scfg.dead_after = cfg.dead_after;
-            scfg.rekey_after = cfg.rekey_after;
             scfg.handed_addresses = p.addresses.iter().map(|c| (c.addr, c.prefix)).collect();
             peers.push(Peer {
                 cfg: p.clone(),

@@ -18,12 +18,12 @@
 //! turn sends what that made ready (or call [`PtcpNode::flush`] at once).
 
 use crate::config::Config;
-use crate::{net, wall_ns, DaemonError};
+use crate::{net, random_seed, wall_ns, DaemonError};
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
 use braid_ptcp::wire::{Flags, Segment};
 use braid_ptcp::{CongestionAlgorithm, StripedConnection};
-use braid_session::{Role, Session, SessionConfig, SessionStatus};
+use braid_session::{Role, Session, SessionStatus};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
 use std::collections::{BTreeMap, VecDeque};
@@ -137,18 +137,8 @@ impl PtcpNode {
                 "this config has several [[client]] tables: braid recv and braid forward serve one client; use a config with peer_public_key",
             )));
         };
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| DaemonError::Io(io::Error::other(e.to_string())))?;
-        let mut scfg = SessionConfig::new(
-            cfg.role,
-            cfg.private_key.clone(),
-            peer.public_key,
-            cfg.bond.clone(),
-        );
-        scfg.probe_interval = cfg.probe_interval;
-        scfg.dead_after = cfg.dead_after;
-        scfg.rekey_after = cfg.rekey_after;
-        let mut session = Session::new(scfg, Instant::ZERO, seed, wall_ns());
+        let scfg = cfg.session_config(peer);
+        let mut session = Session::new(scfg, Instant::ZERO, random_seed()?, wall_ns());
         // A path whose interface or address is not there stays out of use.
         for (i, s) in sockets.iter().enumerate() {
             if s.is_none() {
