@@ -856,16 +856,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn data_segments_carry_at_most_the_configured_sack_blocks() {
+    /// Both ends send 60 kB with the server set to carry at most `with_data` SACK blocks on
+    /// a data segment; every third data segment of the client is lost, so the server holds
+    /// holes and SACKs while it sends data. Returns the most blocks the server put on a data
+    /// segment and on a segment without data.
+    fn sack_blocks_seen(with_data: usize) -> (u8, u8) {
         let server = Config {
-            sack_blocks_with_data: 1,
+            sack_blocks_with_data: with_data,
             ..Config::default()
         };
         let (mut c, mut s) = open_pair_with(1, server);
         c.write(&[1u8; 60_000]);
         s.write(&[2u8; 60_000]);
-        // Every third data segment of the client is lost: the server holds holes and SACKs.
         let (mut k, mut most_with_data, mut most_alone) = (0, 0, 0);
         for _ in 0..4 {
             while let Some((p, b)) = c.poll_transmit(ms(1)) {
@@ -885,39 +887,19 @@ mod tests {
                 c.handle_datagram(ms(1), p, &b);
             }
         }
+        (most_with_data, most_alone)
+    }
+
+    #[test]
+    fn data_segments_carry_at_most_the_configured_sack_blocks() {
+        let (most_with_data, most_alone) = sack_blocks_seen(1);
         assert_eq!(most_with_data, 1, "the latest block rides with data");
         assert!(most_alone <= crate::wire::MAX_SACK_BLOCKS as u8);
     }
 
     #[test]
     fn blocks_a_data_segment_leaves_out_follow_in_a_pure_ack() {
-        let server = Config {
-            sack_blocks_with_data: 0,
-            ..Config::default()
-        };
-        let (mut c, mut s) = open_pair_with(1, server);
-        c.write(&[1u8; 60_000]);
-        s.write(&[2u8; 60_000]);
-        // Every third data segment of the client is lost; the server sends data all along.
-        let (mut k, mut with_data, mut alone) = (0, 0, 0);
-        for _ in 0..4 {
-            while let Some((p, b)) = c.poll_transmit(ms(1)) {
-                let seg = Segment::parse_bytes(&b).unwrap();
-                k += 1;
-                if seg.payload.is_empty() || k % 3 != 0 {
-                    s.handle_datagram(ms(1), p, &b);
-                }
-            }
-            while let Some((p, b)) = s.poll_transmit(ms(1)) {
-                let seg = Segment::parse_bytes(&b).unwrap();
-                if seg.payload.is_empty() {
-                    alone = alone.max(seg.sack_len);
-                } else {
-                    with_data = with_data.max(seg.sack_len);
-                }
-                c.handle_datagram(ms(1), p, &b);
-            }
-        }
+        let (with_data, alone) = sack_blocks_seen(0);
         assert_eq!(with_data, 0, "no block rides with data");
         assert!(alone > 0, "the client still hears of the holes");
     }
