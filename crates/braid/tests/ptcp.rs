@@ -6,41 +6,14 @@
 //! test uses its own namespace names and cleans up, even on panic.
 
 use std::io::Write;
-use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const BRAID: &str = env!("CARGO_BIN_EXE_braid");
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-macro_rules! need_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipping: needs root for network namespaces");
-            return;
-        }
-    };
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .expect("run command");
-    assert!(
-        out.status.success(),
-        "`{}` failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+mod common;
+use common::{in_ns, key, need_root, relay, sh, RelayFaults, BRAID};
 
 /// Two namespaces joined by veth paths 10.8T.1.0/24 and 10.8T.2.0/24; path 2 reaches the
 /// server through a relay on the server side (port 7100) that can drop or black out.
@@ -72,57 +45,12 @@ impl Bed {
         sh(&["ip", "netns", "add", &s]);
         for i in 1..=2 {
             let (a, b) = (format!("pc{}{i}", bed.tag), format!("ps{}{i}", bed.tag));
-            sh(&[
-                "ip", "link", "add", &a, "netns", &c, "type", "veth", "peer", "name", &b, "netns",
-                &s,
-            ]);
-            sh(&[
-                "ip",
-                "-n",
-                &c,
-                "addr",
-                "add",
-                &format!("10.9{i}.{i}.1/24"),
-                "dev",
-                &a,
-            ]);
-            sh(&[
-                "ip",
-                "-n",
-                &s,
-                "addr",
-                "add",
-                &format!("10.9{i}.{i}.2/24"),
-                "dev",
-                &b,
-            ]);
-            sh(&["ip", "-n", &c, "link", "set", &a, "up"]);
-            sh(&["ip", "-n", &s, "link", "set", &b, "up"]);
+            let (addr_a, addr_b) = (format!("10.9{i}.{i}.1/24"), format!("10.9{i}.{i}.2/24"));
+            common::veth(&c, &a, &addr_a, &s, &b, &addr_b);
         }
         sh(&["ip", "-n", &c, "link", "set", "lo", "up"]);
         sh(&["ip", "-n", &s, "link", "set", "lo", "up"]);
         bed
-    }
-
-    fn key() -> (String, String) {
-        let out = Command::new(BRAID).arg("genkey").output().unwrap();
-        let private = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        let mut p = Command::new(BRAID)
-            .arg("pubkey")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        p.stdin
-            .take()
-            .unwrap()
-            .write_all(private.as_bytes())
-            .unwrap();
-        let public = String::from_utf8(p.wait_with_output().unwrap().stdout)
-            .unwrap()
-            .trim()
-            .to_owned();
-        (private, public)
     }
 
     /// The daemon's config files for both ends (the client's path 2 through the relay). Path
@@ -152,8 +80,8 @@ impl Bed {
                 "50ms",
             ]);
         }
-        let (ck, cp) = Bed::key();
-        let (sk, sp) = Bed::key();
+        let (ck, cp) = key();
+        let (sk, sp) = key();
         let server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:7000\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"]\n[control]\nsocket = \"{}/s.sock\"\n",
@@ -185,6 +113,17 @@ impl Bed {
         let p = self.dir.join("payload.bin");
         std::fs::write(&p, data).unwrap();
         p
+    }
+
+    /// Path 2's relay, on the server side: port 7100 to the server's 7000.
+    fn relay(&self, faults: RelayFaults) -> common::Relayed {
+        relay(
+            self.stop.clone(),
+            &self.ns("s"),
+            "10.92.2.2:7100".parse().unwrap(),
+            "10.92.2.2:7000".parse().unwrap(),
+            faults,
+        )
     }
 
     fn start(&mut self, side: &str, args: &[&str]) -> usize {
@@ -244,96 +183,17 @@ impl Drop for Bed {
     }
 }
 
-/// A UDP relay in namespace `ns` on `listen` forwarding to `target` and back; drops one datagram
-/// in `drop_one_in` (0: none), and every datagram while `blackout` is set.
-fn relay(
-    bed: &Bed,
-    listen: SocketAddr,
-    target: SocketAddr,
-    drop_one_in: u64,
-    blackout: Arc<AtomicBool>,
-) -> Arc<AtomicU64> {
-    relay_rebinding(bed, listen, target, drop_one_in, blackout, None)
-}
-
-/// [`relay`], which moves its server-facing side to a new port (as a NAT that rebinds, or a
-/// client that moved to another network) each time `rebind` is set, and clears it.
-fn relay_rebinding(
-    bed: &Bed,
-    listen: SocketAddr,
-    target: SocketAddr,
-    drop_one_in: u64,
-    blackout: Arc<AtomicBool>,
-    rebind: Option<Arc<AtomicBool>>,
-) -> Arc<AtomicU64> {
-    let stop = bed.stop.clone();
-    let dropped = Arc::new(AtomicU64::new(0));
-    let d2 = dropped.clone();
-    let path = format!("/var/run/netns/{}", bed.ns("s"));
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("open netns");
-        use std::os::fd::AsRawFd;
-        // SAFETY: setns on a valid namespace fd only changes this thread's network namespace.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}");
-        let front = UdpSocket::bind(listen).unwrap();
-        let mut back = UdpSocket::bind("0.0.0.0:0").unwrap();
-        front.set_nonblocking(true).unwrap();
-        back.set_nonblocking(true).unwrap();
-        let mut client: Option<SocketAddr> = None;
-        let mut buf = [0u8; 2048];
-        let mut seen = 0u64;
-        let pass = |seen: &mut u64| {
-            *seen += 1;
-            let ok =
-                !blackout.load(Ordering::Relaxed) && (drop_one_in == 0 || *seen % drop_one_in != 0);
-            if !ok {
-                d2.fetch_add(1, Ordering::Relaxed);
-            }
-            ok
-        };
-        while !stop.load(Ordering::Relaxed) {
-            if rebind
-                .as_ref()
-                .is_some_and(|r| r.swap(false, Ordering::Relaxed))
-            {
-                back = UdpSocket::bind("0.0.0.0:0").unwrap();
-                back.set_nonblocking(true).unwrap();
-            }
-            let mut idle = true;
-            while let Ok((n, from)) = front.recv_from(&mut buf) {
-                idle = false;
-                client = Some(from);
-                if pass(&mut seen) {
-                    let _ = back.send_to(&buf[..n], target);
-                }
-            }
-            while let Ok((n, _)) = back.recv_from(&mut buf) {
-                idle = false;
-                if let (Some(c), true) = (client, pass(&mut seen)) {
-                    let _ = front.send_to(&buf[..n], c);
-                }
-            }
-            if idle {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        }
-    });
-    dropped
-}
-
 #[test]
 fn a_file_arrives_byte_identical_over_two_paths_with_loss_on_one() {
     need_root!();
     let mut bed = Bed::new(1);
     bed.configs();
-    let dropped = relay(
-        &bed,
-        "10.92.2.2:7100".parse().unwrap(),
-        "10.92.2.2:7000".parse().unwrap(),
-        20,
-        Arc::new(AtomicBool::new(false)),
-    );
+    let dropped = bed
+        .relay(RelayFaults {
+            drop_one_in: 20,
+            ..RelayFaults::default()
+        })
+        .dropped;
     let file = bed.file(8 << 20);
     let out = bed.dir.join("received.bin");
     let (s, c) = (bed.dir.join("s.toml"), bed.dir.join("c.toml"));
@@ -374,13 +234,10 @@ fn a_path_blacked_out_mid_transfer_loses_nothing() {
     let mut bed = Bed::new(2);
     bed.configs();
     let blackout = Arc::new(AtomicBool::new(false));
-    relay(
-        &bed,
-        "10.92.2.2:7100".parse().unwrap(),
-        "10.92.2.2:7000".parse().unwrap(),
-        0,
-        blackout.clone(),
-    );
+    bed.relay(RelayFaults {
+        blackout: Some(blackout.clone()),
+        ..RelayFaults::default()
+    });
     let len = 16 << 20;
     let file = bed.file(len);
     let out = bed.dir.join("received.bin");
@@ -419,22 +276,6 @@ fn a_path_blacked_out_mid_transfer_loses_nothing() {
     eprintln!("{}", bed.log("c"));
 }
 
-/// Run `f` on a thread inside network namespace `ns`.
-fn in_ns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("open netns");
-        use std::os::fd::AsRawFd;
-        // SAFETY: setns on a valid namespace fd only changes this thread's network namespace.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}");
-        f()
-    })
-}
-
 #[test]
 fn tcp_connections_are_forwarded_both_ways_over_ptcp() {
     use std::io::Read;
@@ -442,13 +283,7 @@ fn tcp_connections_are_forwarded_both_ways_over_ptcp() {
     need_root!();
     let mut bed = Bed::new(3);
     bed.configs();
-    relay(
-        &bed,
-        "10.92.2.2:7100".parse().unwrap(),
-        "10.92.2.2:7000".parse().unwrap(),
-        0,
-        Arc::new(AtomicBool::new(false)),
-    );
+    bed.relay(RelayFaults::default());
     // The target: an echo server in the server's namespace.
     let (tx, rx) = std::sync::mpsc::channel();
     in_ns(&bed.ns("s"), move || {
@@ -573,14 +408,10 @@ fn a_path_that_moves_to_a_new_address_keeps_carrying_the_transfer() {
     let mut bed = Bed::new(4);
     bed.configs();
     let rebind = Arc::new(AtomicBool::new(false));
-    relay_rebinding(
-        &bed,
-        "10.92.2.2:7100".parse().unwrap(),
-        "10.92.2.2:7000".parse().unwrap(),
-        0,
-        Arc::new(AtomicBool::new(false)),
-        Some(rebind.clone()),
-    );
+    bed.relay(RelayFaults {
+        rebind: Some(rebind.clone()),
+        ..RelayFaults::default()
+    });
     let len = 16 << 20;
     let file = bed.file(len);
     let out = bed.dir.join("received.bin");

@@ -6,56 +6,14 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const BRAID: &str = env!("CARGO_BIN_EXE_braid");
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-macro_rules! need_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipping: needs root for network namespaces and TUN devices");
-            return;
-        }
-    };
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .expect("run command");
-    assert!(
-        out.status.success(),
-        "`{}` failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Run `f` on a thread inside network namespace `ns`.
-fn in_ns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("open netns");
-        use std::os::fd::AsRawFd;
-        // SAFETY: setns on a valid namespace fd only changes this thread's network namespace.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}");
-        f()
-    })
-}
+mod common;
+use common::{in_ns, key, need_root, relay, sh, RelayFaults, BRAID};
 
 struct Bed {
     tag: String,
@@ -96,63 +54,19 @@ impl Bed {
         sh(&["ip", "netns", "add", &s]);
         for i in 1..=2 {
             let (a, b) = (format!("c{}{i}", bed.tag), format!("s{}{i}", bed.tag));
-            sh(&[
-                "ip", "link", "add", &a, "netns", &c, "type", "veth", "peer", "name", &b, "netns",
-                &s,
-            ]);
-            sh(&[
-                "ip",
-                "-n",
-                &c,
-                "addr",
-                "add",
-                &format!("10.{}.{i}.1/24", 60 + i),
-                "dev",
-                &a,
-            ]);
-            sh(&[
-                "ip",
-                "-n",
-                &s,
-                "addr",
-                "add",
-                &format!("10.{}.{i}.2/24", 60 + i),
-                "dev",
-                &b,
-            ]);
-            sh(&["ip", "-n", &c, "link", "set", &a, "up"]);
-            sh(&["ip", "-n", &s, "link", "set", &b, "up"]);
+            let net = 60 + i;
+            let (addr_a, addr_b) = (format!("10.{net}.{i}.1/24"), format!("10.{net}.{i}.2/24"));
+            common::veth(&c, &a, &addr_a, &s, &b, &addr_b);
         }
         sh(&["ip", "-n", &c, "link", "set", "lo", "up"]);
         sh(&["ip", "-n", &s, "link", "set", "lo", "up"]);
         bed
     }
 
-    fn key() -> (String, String) {
-        let out = Command::new(BRAID).arg("genkey").output().unwrap();
-        let private = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        let mut p = Command::new(BRAID)
-            .arg("pubkey")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        p.stdin
-            .take()
-            .unwrap()
-            .write_all(private.as_bytes())
-            .unwrap();
-        let public = String::from_utf8(p.wait_with_output().unwrap().stdout)
-            .unwrap()
-            .trim()
-            .to_owned();
-        (private, public)
-    }
-
     /// Write configs and start both daemons; `remote2` overrides path 2's remote (a relay).
     fn up(&mut self, remote2: Option<SocketAddr>) {
-        let (ck, cp) = Bed::key();
-        let (sk, sp) = Bed::key();
+        let (ck, cp) = key();
+        let (sk, sp) = key();
         let server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:7000\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"]\noffload = {offload}\n[control]\nsocket = \"{}/s.sock\"\n",
@@ -179,15 +93,8 @@ impl Bed {
         );
         std::fs::write(self.dir.join("s.toml"), server).unwrap();
         std::fs::write(self.dir.join("c.toml"), client).unwrap();
-        for (side, cfg) in [("s", "s.toml"), ("c", "c.toml")] {
-            let log = std::fs::File::create(self.dir.join(format!("{side}.log"))).unwrap();
-            let child = Command::new("ip")
-                .args(["netns", "exec", &self.ns(side), BRAID, "up", "-c"])
-                .arg(self.dir.join(cfg))
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap();
+        for side in ["s", "c"] {
+            let child = start_daemon(&self.ns(side), &self.dir, side);
             self.children.push(child);
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -204,21 +111,54 @@ impl Bed {
     }
 
     fn status(&self, side: &str) -> Option<serde_json::Value> {
-        let out = Command::new(BRAID)
-            .args(["status", "--json", "-s"])
-            .arg(self.dir.join(format!("{side}.sock")))
-            .output()
-            .ok()?;
-        serde_json::from_slice(&out.stdout).ok()
+        status(&self.dir, side)
     }
 
     fn logs(&self) -> String {
-        ["c", "s"]
-            .iter()
-            .map(|s| std::fs::read_to_string(self.dir.join(format!("{s}.log"))).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join("\n")
+        logs(&self.dir, &["c", "s"])
     }
+
+    /// Path two's relay, on the server side: port 7100 to the server's 7000.
+    fn relay(&self, faults: RelayFaults) -> common::Relayed {
+        relay(
+            self.stop.clone(),
+            &self.ns("s"),
+            "10.62.2.2:7100".parse().unwrap(),
+            "10.62.2.2:7000".parse().unwrap(),
+            faults,
+        )
+    }
+}
+
+/// `braid status --json` of the daemon whose control socket is `dir/side.sock`.
+fn status(dir: &Path, side: &str) -> Option<serde_json::Value> {
+    let out = Command::new(BRAID)
+        .args(["status", "--json", "-s"])
+        .arg(dir.join(format!("{side}.sock")))
+        .output()
+        .ok()?;
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// The logs `dir/side.log` of these sides, one after the other.
+fn logs(dir: &Path, sides: &[&str]) -> String {
+    sides
+        .iter()
+        .map(|s| std::fs::read_to_string(dir.join(format!("{s}.log"))).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Start `braid up -c dir/side.toml` in namespace `ns`, its output in `dir/side.log`.
+fn start_daemon(ns: &str, dir: &Path, side: &str) -> Child {
+    let log = std::fs::File::create(dir.join(format!("{side}.log"))).unwrap();
+    Command::new("ip")
+        .args(["netns", "exec", ns, BRAID, "up", "-c"])
+        .arg(dir.join(format!("{side}.toml")))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }
 
 impl Drop for Bed {
@@ -314,74 +254,6 @@ fn transfer_watched(
     rx.join().unwrap()
 }
 
-/// A UDP relay in namespace `ns` on `listen`, forwarding to `target` and back, dropping one
-/// datagram in `drop_one_in` each way (0: none). Counts what it forwarded.
-fn relay(
-    bed: &Bed,
-    ns: String,
-    listen: SocketAddr,
-    target: SocketAddr,
-    drop_one_in: u64,
-) -> Arc<AtomicU64> {
-    relay_rebinding(bed, ns, listen, target, drop_one_in, None)
-}
-
-/// [`relay`], which moves its server-facing side to a new port (as a NAT that rebinds, or a
-/// client that moved to another network) each time `rebind` is set, and clears it.
-fn relay_rebinding(
-    bed: &Bed,
-    ns: String,
-    listen: SocketAddr,
-    target: SocketAddr,
-    drop_one_in: u64,
-    rebind: Option<Arc<AtomicBool>>,
-) -> Arc<AtomicU64> {
-    let stop = bed.stop.clone();
-    let count = Arc::new(AtomicU64::new(0));
-    let c2 = count.clone();
-    in_ns(&ns, move || {
-        let front = UdpSocket::bind(listen).unwrap();
-        let mut back = UdpSocket::bind("0.0.0.0:0").unwrap();
-        front.set_nonblocking(true).unwrap();
-        back.set_nonblocking(true).unwrap();
-        let mut client: Option<SocketAddr> = None;
-        let mut buf = [0u8; 2048];
-        let mut n_seen = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            if rebind
-                .as_ref()
-                .is_some_and(|r| r.swap(false, Ordering::Relaxed))
-            {
-                back = UdpSocket::bind("0.0.0.0:0").unwrap();
-                back.set_nonblocking(true).unwrap();
-            }
-            let mut idle = true;
-            if let Ok((n, from)) = front.recv_from(&mut buf) {
-                idle = false;
-                client = Some(from);
-                n_seen += 1;
-                if drop_one_in == 0 || n_seen % drop_one_in != 0 {
-                    let _ = back.send_to(&buf[..n], target);
-                    c2.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            if let Ok((n, _)) = back.recv_from(&mut buf) {
-                idle = false;
-                n_seen += 1;
-                if let Some(c) = client {
-                    if drop_one_in == 0 || n_seen % drop_one_in != 0 {
-                        let _ = front.send_to(&buf[..n], c);
-                    }
-                }
-            }
-            if idle {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        }
-    });
-    count
-}
-
 /// Both daemons ran the TUN the way the bed asked for, and no TUN read or write failed.
 fn assert_tun(bed: &Bed) {
     for side in ["c", "s"] {
@@ -403,13 +275,10 @@ fn transfer_both_ways_with_loss_on_a_path() {
     let mut bed = Bed::new(1);
     // Path two goes through a relay on the server side that drops 1 datagram in 20 each way;
     // the server sees the relay's address, not the client's (as behind NAT).
-    relay(
-        &bed,
-        bed.ns("s"),
-        "10.62.2.2:7100".parse().unwrap(),
-        "10.62.2.2:7000".parse().unwrap(),
-        20,
-    );
+    bed.relay(RelayFaults {
+        drop_one_in: 20,
+        ..RelayFaults::default()
+    });
     bed.up(Some("10.62.2.2:7100".parse().unwrap()));
     let up = transfer(
         bed.ns("c"),
@@ -561,14 +430,10 @@ fn a_path_that_moves_to_a_new_address_keeps_the_transfer_going_with_pet() {
     // address twice during the transfer.
     bed.bond = Some("[bond]\nscheduler = \"pet\"".into());
     let rebind = Arc::new(AtomicBool::new(false));
-    relay_rebinding(
-        &bed,
-        bed.ns("s"),
-        "10.62.2.2:7100".parse().unwrap(),
-        "10.62.2.2:7000".parse().unwrap(),
-        0,
-        Some(rebind.clone()),
-    );
+    bed.relay(RelayFaults {
+        rebind: Some(rebind.clone()),
+        ..RelayFaults::default()
+    });
     bed.up(Some("10.62.2.2:7100".parse().unwrap()));
     let peer = |bed: &Bed| bed.status("s").unwrap()["peers"][0]["paths"][1]["peer"].clone();
     let len = 30u64 << 20;
@@ -678,32 +543,8 @@ impl Proxy {
         // Client a: paths 10.81.1.0/24 and 10.82.1.0/24; client b: 10.83.1.0/24.
         for (ns, net) in [(&a, 81), (&a, 82), (&b, 83)] {
             let (x, y) = (format!("x{}{net}", p.tag), format!("y{}{net}", p.tag));
-            sh(&[
-                "ip", "link", "add", &x, "netns", ns, "type", "veth", "peer", "name", &y, "netns",
-                &s,
-            ]);
-            sh(&[
-                "ip",
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("10.{net}.1.1/24"),
-                "dev",
-                &x,
-            ]);
-            sh(&[
-                "ip",
-                "-n",
-                &s,
-                "addr",
-                "add",
-                &format!("10.{net}.1.2/24"),
-                "dev",
-                &y,
-            ]);
-            sh(&["ip", "-n", ns, "link", "set", &x, "up"]);
-            sh(&["ip", "-n", &s, "link", "set", &y, "up"]);
+            let (addr_x, addr_y) = (format!("10.{net}.1.1/24"), format!("10.{net}.1.2/24"));
+            common::veth(ns, &x, &addr_x, &s, &y, &addr_y);
         }
         // The server forwards between its clients (and would masquerade onward).
         sh(&[
@@ -720,9 +561,9 @@ impl Proxy {
     }
 
     fn up(&mut self) {
-        let (ak, ap) = Bed::key();
-        let (bk, bp) = Bed::key();
-        let (sk, sp) = Bed::key();
+        let (ak, ap) = key();
+        let (bk, bp) = key();
+        let (sk, sp) = key();
         let dir = self.dir.display().to_string();
         let server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\nlisten = \"0.0.0.0:7000\"\n\
@@ -748,14 +589,7 @@ impl Proxy {
         std::fs::write(self.dir.join("a.toml"), client(&ak, "a", &[81, 82])).unwrap();
         std::fs::write(self.dir.join("b.toml"), client(&bk, "b", &[83])).unwrap();
         for side in ["s", "a", "b"] {
-            let log = std::fs::File::create(self.dir.join(format!("{side}.log"))).unwrap();
-            let child = Command::new("ip")
-                .args(["netns", "exec", &self.ns(side), BRAID, "up", "-c"])
-                .arg(self.dir.join(format!("{side}.toml")))
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap();
+            let child = start_daemon(&self.ns(side), &self.dir, side);
             self.children.push(child);
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -777,20 +611,11 @@ impl Proxy {
     }
 
     fn status(&self, side: &str) -> Option<serde_json::Value> {
-        let out = Command::new(BRAID)
-            .args(["status", "--json", "-s"])
-            .arg(self.dir.join(format!("{side}.sock")))
-            .output()
-            .ok()?;
-        serde_json::from_slice(&out.stdout).ok()
+        status(&self.dir, side)
     }
 
     fn logs(&self) -> String {
-        ["s", "a", "b"]
-            .iter()
-            .map(|s| std::fs::read_to_string(self.dir.join(format!("{s}.log"))).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join("\n")
+        logs(&self.dir, &["s", "a", "b"])
     }
 }
 
@@ -923,14 +748,7 @@ fn paths_come_and_go_at_run_time() {
             path("down", "two");
             wait(len / 2);
             let peer = format!("s{tag}3");
-            sh(&[
-                "ip", "link", "add", &dev, "netns", &c, "type", "veth", "peer", "name", &peer,
-                "netns", &s,
-            ]);
-            sh(&["ip", "-n", &c, "addr", "add", "10.63.3.1/24", "dev", &dev]);
-            sh(&["ip", "-n", &s, "addr", "add", "10.63.3.2/24", "dev", &peer]);
-            sh(&["ip", "-n", &c, "link", "set", &dev, "up"]);
-            sh(&["ip", "-n", &s, "link", "set", &peer, "up"]);
+            common::veth(&c, &dev, "10.63.3.1/24", &s, &peer, "10.63.3.2/24");
             wait(len * 3 / 4);
             path("up", "two");
         })
