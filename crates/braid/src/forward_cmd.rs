@@ -152,6 +152,23 @@ impl Pair {
 }
 
 /// `braid forward -c FILE (--listen ADDR | --target HOST:PORT)`: runs until SIGINT/SIGTERM.
+/// Register `tcp` with the node's poll under a fresh token and pair it with pTCP connection
+/// `id`.
+fn adopt(
+    node: &PtcpNode,
+    pairs: &mut BTreeMap<usize, Pair>,
+    next_token: &mut usize,
+    mut tcp: TcpStream,
+    id: u32,
+) -> std::io::Result<()> {
+    let token = Token(*next_token);
+    *next_token += 1;
+    node.registry()
+        .register(&mut tcp, token, Interest::READABLE | Interest::WRITABLE)?;
+    pairs.insert(token.0, Pair::new(tcp, id));
+    Ok(())
+}
+
 pub fn forward(args: &ForwardArgs) -> Result<()> {
     let cfg = Config::load(&args.config)?;
     let (listen, target) = match (cfg.role, &args.listen, &args.target) {
@@ -209,22 +226,15 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         if let (Some(l), true) = (&listener, node.is_established()) {
             loop {
                 match l.accept() {
-                    Ok((mut tcp, from)) => {
+                    Ok((tcp, from)) => {
                         let Some(id) = (pairs.len() < MAX_PAIRS).then(|| node.connect()).flatten()
                         else {
                             continue;
                         };
-                        let token = Token(next_token);
-                        next_token += 1;
-                        node.registry().register(
-                            &mut tcp,
-                            token,
-                            Interest::READABLE | Interest::WRITABLE,
-                        )?;
+                        adopt(&node, &mut pairs, &mut next_token, tcp, id)?;
                         if !args.quiet {
                             eprintln!("{from}: forwarding (pTCP connection {id})");
                         }
-                        pairs.insert(token.0, Pair::new(tcp, id));
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -239,18 +249,11 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         if let Some(t) = target {
             while let Some(id) = node.accept() {
                 match TcpStream::connect(t) {
-                    Ok(mut tcp) => {
-                        let token = Token(next_token);
-                        next_token += 1;
-                        node.registry().register(
-                            &mut tcp,
-                            token,
-                            Interest::READABLE | Interest::WRITABLE,
-                        )?;
+                    Ok(tcp) => {
+                        adopt(&node, &mut pairs, &mut next_token, tcp, id)?;
                         if !args.quiet {
                             eprintln!("pTCP connection {id}: forwarding to {t}");
                         }
-                        pairs.insert(token.0, Pair::new(tcp, id));
                     }
                     Err(e) => {
                         eprintln!("pTCP connection {id}: cannot connect to {t}: {e}");
