@@ -385,15 +385,7 @@ fn tcp_check(args: &TcpCheckArgs) -> Result<()> {
     let started = Instant::now();
     let output = tcp_check::run(&check, lab.as_ref(), &Model::default());
     let dir = &args.out;
-    output
-        .report
-        .write(dir)
-        .with_context(|| format!("cannot write results to {}", dir.display()))?;
-    for (file, plot) in &output.plots {
-        plot.write_svg(&dir.join(file))
-            .with_context(|| format!("cannot write plot {}", dir.join(file).display()))?;
-    }
-    print_summary("tcp-check", &output, dir, started.elapsed().as_secs_f64());
+    write_output("tcp-check", &output, dir, started)?;
     if let Some(l) = &lab {
         println!(
             "  lab: {} (load average {:?}, congestion control {})",
@@ -567,6 +559,12 @@ fn run_one(
     };
     let output = experiment(args.seed, &progress);
     bar.finish_and_clear();
+    write_output(name, &output, dir, started)?;
+    Ok(output.checks.iter().all(|c| c.1))
+}
+
+/// Write an experiment's results and plots into `dir` and print its summary.
+fn write_output(name: &str, output: &Output, dir: &Path, started: Instant) -> Result<()> {
     output
         .report
         .write(dir)
@@ -575,8 +573,8 @@ fn run_one(
         plot.write_svg(&dir.join(file))
             .with_context(|| format!("cannot write plot {}", dir.join(file).display()))?;
     }
-    print_summary(name, &output, dir, started.elapsed().as_secs_f64());
-    Ok(output.checks.iter().all(|c| c.1))
+    print_summary(name, output, dir, started.elapsed().as_secs_f64());
+    Ok(())
 }
 
 fn print_summary(name: &str, output: &Output, dir: &Path, secs: f64) {
