@@ -79,27 +79,13 @@ impl TunnelLauncher for DaemonLauncher {
         }
         // The client's path policies (it sends them in the handshake).
         if !scenario.policy.is_empty() {
-            let mut t = toml::Table::new();
-            t.insert(
-                "policy".into(),
-                toml::Value::Array(
-                    scenario
-                        .policy
-                        .iter()
-                        .cloned()
-                        .map(toml::Value::Table)
-                        .collect(),
-                ),
-            );
-            let policy = toml::to_string(&t).map_err(|e| LabError::Traffic(e.to_string()))?;
-            client.push_str(&policy);
+            let policies = scenario.policy.iter().cloned().map(toml::Value::Table);
+            client.push_str(&section("policy", toml::Value::Array(policies.collect()))?);
         }
         // Both ends shape their egress with the scenario's [qos], if any.
         let mut server = server;
         if let Some(q) = &scenario.qos {
-            let mut t = toml::Table::new();
-            t.insert("qos".into(), toml::Value::Table(q.clone()));
-            let qos = toml::to_string(&t).map_err(|e| LabError::Traffic(e.to_string()))?;
+            let qos = section("qos", toml::Value::Table(q.clone()))?;
             server.push_str(&qos);
             client.push_str(&qos);
         }
@@ -161,6 +147,13 @@ impl TunnelLauncher for DaemonLauncher {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// `value` as the TOML of a config file's `key` (a table or an array of tables).
+fn section(key: &str, value: toml::Value) -> Result<String, LabError> {
+    let mut t = toml::Table::new();
+    t.insert(key.into(), value);
+    toml::to_string(&t).map_err(|e| LabError::Traffic(e.to_string()))
 }
 
 fn status(socket: &Path) -> Option<serde_json::Value> {
