@@ -126,6 +126,32 @@ impl Bed {
         )
     }
 
+    /// Start `braid recv` on the server and, once it listens, `braid send` of a file of `len`
+    /// bytes on the client: (the file, where it is received, the receiver's and the sender's
+    /// child numbers for [`Bed::wait`]).
+    fn send_file(&mut self, len: usize) -> (PathBuf, PathBuf, usize, usize) {
+        let file = self.file(len);
+        let out = self.dir.join("received.bin");
+        let (s, c) = (self.dir.join("s.toml"), self.dir.join("c.toml"));
+        let rx = self.start(
+            "s",
+            &[
+                "recv",
+                "-c",
+                s.to_str().unwrap(),
+                "--quiet",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        let tx = self.start(
+            "c",
+            &["send", file.to_str().unwrap(), "-c", c.to_str().unwrap()],
+        );
+        (file, out, rx, tx)
+    }
+
     fn start(&mut self, side: &str, args: &[&str]) -> usize {
         let log = std::fs::File::create(self.dir.join(format!("{side}.log"))).unwrap();
         let child = Command::new("ip")
@@ -194,25 +220,7 @@ fn a_file_arrives_byte_identical_over_two_paths_with_loss_on_one() {
             ..RelayFaults::default()
         })
         .dropped;
-    let file = bed.file(8 << 20);
-    let out = bed.dir.join("received.bin");
-    let (s, c) = (bed.dir.join("s.toml"), bed.dir.join("c.toml"));
-    let rx = bed.start(
-        "s",
-        &[
-            "recv",
-            "-c",
-            s.to_str().unwrap(),
-            "--quiet",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(200));
-    let tx = bed.start(
-        "c",
-        &["send", file.to_str().unwrap(), "-c", c.to_str().unwrap()],
-    );
+    let (file, out, rx, tx) = bed.send_file(8 << 20);
     bed.wait(tx, Duration::from_secs(25));
     bed.wait(rx, Duration::from_secs(5));
     assert!(
@@ -239,25 +247,7 @@ fn a_path_blacked_out_mid_transfer_loses_nothing() {
         ..RelayFaults::default()
     });
     let len = 16 << 20;
-    let file = bed.file(len);
-    let out = bed.dir.join("received.bin");
-    let (s, c) = (bed.dir.join("s.toml"), bed.dir.join("c.toml"));
-    let rx = bed.start(
-        "s",
-        &[
-            "recv",
-            "-c",
-            s.to_str().unwrap(),
-            "--quiet",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(200));
-    let tx = bed.start(
-        "c",
-        &["send", file.to_str().unwrap(), "-c", c.to_str().unwrap()],
-    );
+    let (file, out, rx, tx) = bed.send_file(len);
     // Black path two out for 2 s once a quarter of the file is written.
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::fs::metadata(&out).map_or(0, |m| m.len()) < (len / 4) as u64 {
@@ -413,25 +403,7 @@ fn a_path_that_moves_to_a_new_address_keeps_carrying_the_transfer() {
         ..RelayFaults::default()
     });
     let len = 16 << 20;
-    let file = bed.file(len);
-    let out = bed.dir.join("received.bin");
-    let (s, c) = (bed.dir.join("s.toml"), bed.dir.join("c.toml"));
-    let rx = bed.start(
-        "s",
-        &[
-            "recv",
-            "-c",
-            s.to_str().unwrap(),
-            "--quiet",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(200));
-    let tx = bed.start(
-        "c",
-        &["send", file.to_str().unwrap(), "-c", c.to_str().unwrap()],
-    );
+    let (file, out, rx, tx) = bed.send_file(len);
     // Path two's source address (as the server sees it) changes at a quarter and at half of
     // the file: the server follows it from the authenticated packets.
     for part in [4, 2] {
