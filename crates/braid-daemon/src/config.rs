@@ -242,7 +242,7 @@ fn default_ifname() -> String {
     "braid0".into()
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 struct RawBond {
     #[serde(deserialize_with = "scheduler")]
@@ -576,10 +576,19 @@ impl Config {
                         "[[policy]] tables are for role = \"client\": the client sends its policies in the handshake and both ends apply them; remove them here".into(),
                     ));
                 }
-                if raw.bond.is_some() {
-                    return Err(invalid(
-                        "[bond] is for role = \"client\": the client chooses the striping and sends it in the handshake; remove [bond] here".into(),
-                    ));
+                // A server's [bond] holds only what this end decides for itself: what it sends
+                // twice and how fast its receiver releases. The client chooses the rest.
+                if let Some(b) = &raw.bond {
+                    let local_only = RawBond {
+                        duplicate_dscp: b.duplicate_dscp.clone(),
+                        release_pacing_pct: b.release_pacing_pct,
+                        ..RawBond::default()
+                    };
+                    if *b != local_only {
+                        return Err(invalid(
+                            "[bond] on a server may set only duplicate_dscp and release_pacing_pct (what this end sends twice, how fast its receiver releases): the client chooses the striping and sends it in the handshake; remove the other keys here".into(),
+                        ));
+                    }
                 }
                 if raw.listen.is_none() {
                     return Err(invalid(
@@ -1150,6 +1159,19 @@ prometheus = "127.0.0.1:9477"
         assert_eq!(c.addresses.len(), 2);
         assert_eq!(c.routes[0].to_string(), "10.1.0.0/16");
         assert!(c.prometheus.is_some());
+        assert_eq!(c.release_pacing_pct, DEFAULT_RELEASE_PACING_PCT);
+        // A server decides what it sends twice and how fast its receiver releases; nothing else.
+        let c = parse(&format!(
+            "{text}[bond]\nrelease_pacing_pct = 200\nduplicate_dscp = [46]\n"
+        ))
+        .unwrap();
+        assert_eq!((c.release_pacing_pct, c.duplicate_dscp), (200, 1 << 46));
+        assert!(c.bond.is_none());
+        let e = parse(&format!("{text}[bond]\nscheduler = \"pet\"\n")).unwrap_err();
+        assert!(
+            e.contains("may set only duplicate_dscp and release_pacing_pct"),
+            "{e}"
+        );
     }
 
     /// A proxy server's config with the given `[[client]]` tables.

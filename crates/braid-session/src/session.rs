@@ -245,6 +245,10 @@ pub struct SessionStatus {
     pub policy_no_path: u64,
     /// Datagrams dropped, by reason.
     pub dropped: Vec<(DropReason, u64)>,
+    /// The receiver's paced release (`release_pacing_pct` of the peer's rates), bit/s; absent
+    /// when unpaced or before the bond's parameters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_rate_bps: Option<u64>,
     /// Per-class service when `[qos]` is on (empty otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassReport>,
@@ -343,6 +347,9 @@ struct PathState {
     tx_bps: f64,
     rx_bps: f64,
     down_events: u64,
+    /// The rate the peer believes it can send at on this path (from its probes and probe
+    /// acknowledgements), bit/s; `None` until it said.
+    peer_rate_bps: Option<u64>,
     /// Taken out by the driver ([`Session::set_path_enabled`]): nothing is sent on it and it
     /// is not brought back by what arrives on it.
     disabled: bool,
@@ -423,6 +430,8 @@ pub struct Session {
     retransmitted: u64,
     /// The highest arrival rate lately, bit/s (for the paced release).
     rx_peak_bps: f64,
+    /// The receiver's paced release now, bit/s (0: unpaced or no bond yet).
+    release_rate_bps: u64,
     /// JoBS in front of the striper, once the bond's rates are known.
     qos: Option<QosShaper>,
     /// When the shaper's bucket next has room for its head packet.
@@ -469,6 +478,7 @@ impl Session {
             resend: VecDeque::new(),
             nacks_sent: 0,
             rx_peak_bps: 0.0,
+            release_rate_bps: 0,
             retransmitted: 0,
             qos: None,
             qos_wake: None,
@@ -517,8 +527,10 @@ impl Session {
         }
         let mut receiver = p.resequencer_config();
         if self.cfg.release_pacing_pct > 0 {
+            self.release_rate_bps =
+                pacing_rate(p.rates_bps.iter().sum(), self.cfg.release_pacing_pct);
             receiver.pacing = Some(Pacing {
-                rate_bps: pacing_rate(p.rates_bps.iter().sum(), self.cfg.release_pacing_pct),
+                rate_bps: self.release_rate_bps,
                 burst_bytes: RELEASE_BURST_PACKETS * u64::from(p.max_packet),
             });
         }
@@ -830,28 +842,37 @@ impl Session {
         }
     }
 
-    /// The bond's rate now: the paths that are up, each at PET's estimate where it has one,
-    /// else at its configured rate.
+    /// The rate this end sends at on path `i`, as far as it knows: PET's (or adaptive SRR's)
+    /// estimate where it has one, else the configured rate (PET's starting guess when none was
+    /// configured); `None` before the bond's parameters.
+    fn own_rate_bps(&self, i: usize) -> Option<u64> {
+        let p = self.params.as_ref()?;
+        let pet = self.endpoint.as_ref().and_then(|e| e.striper().pet());
+        pet.and_then(|t| t.estimate_bps(PathId(i as u8)))
+            .or_else(|| p.rates_bps.get(i).copied())
+    }
+
+    /// [`Session::own_rate_bps`] in kbit/s for a probe: 0 (no opinion) before the bond.
+    fn own_rate_kbps(&self, i: usize) -> u32 {
+        self.own_rate_bps(i)
+            .map_or(0, |r| u32::try_from(r / 1000).unwrap_or(u32::MAX))
+    }
+
+    /// The bond's rate now: the paths that are up, each at [`Session::own_rate_bps`].
     fn bond_rate_bps(&self) -> u64 {
-        let (Some(p), e) = (&self.params, &self.endpoint) else {
-            return 0;
-        };
-        let pet = e.as_ref().and_then(|e| e.striper().pet());
-        self.paths
-            .iter()
-            .zip(&p.rates_bps)
-            .enumerate()
-            .filter(|(_, (st, _))| st.up)
-            .map(|(i, (_, &rate))| {
-                pet.and_then(|t| t.estimate_bps(PathId(i as u8)))
-                    .unwrap_or(rate)
-            })
+        (0..self.paths.len())
+            .filter(|&i| self.paths[i].up)
+            .filter_map(|i| self.own_rate_bps(i))
             .sum()
     }
 
-    /// Keep the receiver's paced release above what arrives: the peer's configured rates (PET's
-    /// starting guesses when it measures them), or the highest arrival rate lately (decaying 2%
-    /// a probe tick), whichever is higher.
+    /// Keep the receiver's paced release above what arrives: the rates the peer says it sends
+    /// at on the paths that are up (its probes carry them: PET's or adaptive SRR's estimates,
+    /// else its configured rates), or the highest arrival rate lately (decaying 2% a probe
+    /// tick), whichever is higher. Before the peer has said, its configured rates (PET's
+    /// starting guesses when it measures them), which can be several times the truth: a
+    /// release paced at 2.4 times the bond's rate cost CUBIC a third of its goodput on the
+    /// lab's lossy paths (docs/benchmarks.md).
     fn update_release_rate(&mut self) {
         let pct = self.cfg.release_pacing_pct;
         let (Some(p), Some(e), true) = (&self.params, &mut self.endpoint, pct > 0) else {
@@ -859,8 +880,16 @@ impl Session {
         };
         let arriving: f64 = self.paths.iter().map(|p| p.rx_bps).sum();
         self.rx_peak_bps = arriving.max(self.rx_peak_bps * 0.98);
-        let base = (self.rx_peak_bps as u64).max(p.rates_bps.iter().sum());
-        e.set_release_rate(pacing_rate(base, pct));
+        let said: u64 = self
+            .paths
+            .iter()
+            .zip(&p.rates_bps)
+            .filter(|(st, _)| st.up)
+            .map(|(st, &configured)| st.peer_rate_bps.unwrap_or(configured))
+            .sum();
+        let base = (self.rx_peak_bps as u64).max(said);
+        self.release_rate_bps = pacing_rate(base, pct);
+        e.set_release_rate(self.release_rate_bps);
     }
 
     /// Keep the `[qos]` shaper at the bond's rate: paths go down and come back, and PET's
@@ -966,14 +995,20 @@ impl Session {
         let plain = std::mem::take(&mut self.plain);
         let result = match Repr::parse_bytes(&plain[..n]) {
             Ok(Repr::Probe(p)) if p.path == path => {
-                let acks = &mut self.paths[i].acks;
-                if acks.len() < 8 {
-                    acks.push_back(p);
+                let st = &mut self.paths[i];
+                if p.rate_kbps > 0 {
+                    st.peer_rate_bps = Some(u64::from(p.rate_kbps) * 1000);
+                }
+                if st.acks.len() < 8 {
+                    st.acks.push_back(p);
                 }
                 Ok(())
             }
             Ok(Repr::ProbeAck(p)) if p.path == path => {
                 let st = &mut self.paths[i];
+                if p.rate_kbps > 0 {
+                    st.peer_rate_bps = Some(u64::from(p.rate_kbps) * 1000);
+                }
                 let sample = now - Instant::from_nanos(p.timestamp);
                 st.srtt = Some(match st.srtt {
                     Some(s) => (s * 7 + sample) / 8,
@@ -1197,7 +1232,9 @@ impl Session {
         if self.current.is_none() || i >= self.paths.len() {
             return None;
         }
-        if let Some(p) = self.paths[i].acks.pop_front() {
+        if let Some(mut p) = self.paths[i].acks.pop_front() {
+            // The id and timestamp echo the probe; the rate is this end's own.
+            p.rate_kbps = self.own_rate_kbps(i);
             return self.seal_repr(i, Repr::ProbeAck(p), out);
         }
         if self.paths[i].probe_due {
@@ -1219,10 +1256,12 @@ impl Session {
                 st.loss = 0.9 * st.loss + 0.1;
             }
             st.outstanding.push_back((st.probe_id, now));
+            let id = st.probe_id;
             let probe = Probe {
                 path,
-                id: st.probe_id,
+                id,
                 timestamp: now.as_nanos(),
+                rate_kbps: self.own_rate_kbps(i),
             };
             return self.seal_repr(i, Repr::Probe(probe), out);
         }
@@ -1566,6 +1605,7 @@ impl Session {
                 .map(|&r| (r, self.dropped[drop_index(r)]))
                 .filter(|&(_, n)| n > 0)
                 .collect(),
+            release_rate_bps: (self.release_rate_bps > 0).then_some(self.release_rate_bps),
             pet: e.and_then(|e| {
                 let p = e.striper().pet()?.stats();
                 let s = e.stats();

@@ -525,19 +525,27 @@ fn with_qos_the_bond_is_shaped_and_served_by_class() {
     );
 }
 
-#[test]
-fn pet_learns_the_rates_it_was_not_given_and_delivers_in_order() {
-    // Three paths of 8, 4 and 2 Mbit/s (5, 25 and 45 ms) whose rates the client does not know:
-    // it tells PET 10 Mbit/s for each, a guess used only until the first pairs are measured.
+/// Three paths of 8, 4 and 2 Mbit/s (5, 25 and 45 ms) whose rates the client does not know:
+/// it tells PET 10 Mbit/s for each. Established, the server on `server`.
+fn pet_net(server: SessionConfig) -> Net {
     let mut net = Net::new(3, ResequenceMode::Sequence);
     let mut p = params(3, ResequenceMode::Sequence);
     p.scheduler = SchedulerKind::Pet;
     p.rates_bps = vec![10_000_000; 3];
     p.marker_interval_rounds = 0;
     net.client = session(client_config(p), 3);
-    let rates = [8_000_000u64, 4_000_000, 2_000_000];
-    net.rate_bps = rates.iter().map(|&r| Some(r)).collect();
+    net.server = session(server, 4);
+    net.rate_bps = vec![Some(8_000_000), Some(4_000_000), Some(2_000_000)];
     net.established();
+    net
+}
+
+#[test]
+fn pet_learns_the_rates_it_was_not_given_and_delivers_in_order() {
+    // Three paths of 8, 4 and 2 Mbit/s (5, 25 and 45 ms) whose rates the client does not know:
+    // it tells PET 10 Mbit/s for each, a guess used only until the first pairs are measured.
+    let rates = [8_000_000u64, 4_000_000, 2_000_000];
+    let mut net = pet_net(server_config());
     // 1200-byte packets at 12 Mbit/s of payload for 3 s: below the 14 Mbit/s of the paths.
     let sent: Vec<Vec<u8>> = (0..3750).map(|i| packet(i, 1200)).collect();
     for chunk in sent.chunks(5) {
@@ -715,6 +723,30 @@ fn with_qos_the_shaper_follows_the_bond_when_a_path_dies() {
         .map(|c| c.service_rate_mbit)
         .sum();
     assert!(service < 10.0, "JoBS hands out {service} Mbit/s");
+}
+
+#[test]
+fn the_receiver_paces_its_release_by_the_rates_the_sender_measured() {
+    // PET told 10 Mbit/s for each of three paths of 8, 4 and 2 Mbit/s: the receiver must pace
+    // by what the sender measured (its probes say), not by the guesses in the bond's
+    // parameters, 2.1 times the truth.
+    let mut cfg = server_config();
+    cfg.release_pacing_pct = 120;
+    let mut net = pet_net(cfg);
+    let guessed = 36_000_000;
+    assert_eq!(net.server.status().release_rate_bps, Some(guessed));
+    for i in 0..2500 {
+        net.client.send(net.now, &packet(i, 1200));
+        net.step(Duration::from_micros(1000));
+    }
+    net.step(Duration::from_millis(2000));
+    let release = net.server.status().release_rate_bps.expect("paced") as f64;
+    // 120% of 14 Mbit/s as PET measures it (about 3.5% above the model's datagram rates).
+    let want = 1.2 * 14e6 * 1.035;
+    assert!(
+        (release / want - 1.0).abs() < 0.1,
+        "released at {release} bit/s, want about {want}"
+    );
 }
 
 #[test]

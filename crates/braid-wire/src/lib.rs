@@ -55,10 +55,13 @@
 //!    4     8    limit_bytes u64
 //! ```
 //!
-//! Probe (kind 4), probe acknowledgement (kind 5) and NACK (kind 6) are 16 bytes exactly:
-//! version, kind, path (< 64), flags = 0, then a u32 (probe id; for a NACK the count of missing
-//! transport counters) at offset 4 and a u64 (the prober's timestamp; for a NACK the first
-//! missing counter) at offset 8.
+//! NACK (kind 6) is 16 bytes exactly: version, kind, path (< 64), flags = 0, then a u32 (the
+//! count of missing transport counters) at offset 4 and a u64 (the first missing counter) at
+//! offset 8. Probe (kind 4) and probe acknowledgement (kind 5) are 20 bytes exactly: the same
+//! 16 (the probe id at offset 4, the prober's timestamp at offset 8), then a u32 at offset 16:
+//! the rate, in kbit/s, at which the packet's sender believes it can send on this path (PET's or
+//! adaptive SRR's estimate, else the configured rate; 0: no opinion). A receiver paces its
+//! release by its peer's rates (`[bond] release_pacing_pct`), and they are the peer's to know.
 //!
 //! SIG-ACK (kind 7, PET's arrival report) is laid out in [`sigack`]: `4 + 20 x count` bytes.
 //!
@@ -117,7 +120,10 @@ pub const FEEDBACK_ENTRY_LEN: usize = 12;
 pub const MAX_FEEDBACK_LEN: usize = FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * MAX_PATHS;
 
 /// Length of a probe or probe acknowledgement.
-pub const PROBE_LEN: usize = 16;
+pub const PROBE_LEN: usize = 20;
+
+/// Length of a NACK or an abandon.
+pub const NACK_LEN: usize = 16;
 
 /// Length of a pTCP packet's header (version, kind, path, flags, connection id) in front of
 /// its segment.
@@ -154,6 +160,7 @@ mod field {
     /// Probe and probe acknowledgement.
     pub const PROBE_ID: usize = 4;
     pub const PROBE_TIMESTAMP: usize = 8;
+    pub const PROBE_RATE: usize = 16;
     /// pTCP.
     pub const CONN: usize = 4;
     pub const SEGMENT: usize = 8;
@@ -329,7 +336,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
                 };
             }
             Kind::Marker => MARKER_LEN,
-            Kind::Probe | Kind::ProbeAck | Kind::Nack | Kind::Abandon => PROBE_LEN,
+            Kind::Probe | Kind::ProbeAck => PROBE_LEN,
+            Kind::Nack | Kind::Abandon => NACK_LEN,
             Kind::Feedback => {
                 let count = usize::from(self.count()?);
                 if count > MAX_PATHS {
@@ -445,6 +453,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
         read(self.buffer.as_ref(), field::PROBE_TIMESTAMP).map(u64::from_be_bytes)
     }
 
+    /// Probe and probe acknowledgement: the rate its sender believes it can send at on the
+    /// path, kbit/s (0: no opinion).
+    pub fn probe_rate_kbps(&self) -> Result<u32, Error> {
+        read(self.buffer.as_ref(), field::PROBE_RATE).map(u32::from_be_bytes)
+    }
+
     /// The path of feedback entry `index` (not range-checked, nor checked against `count`).
     pub fn credit_path(&self, index: usize) -> Result<PathId, Error> {
         let at = entry_offset(index)?
@@ -544,6 +558,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
             self.buffer.as_mut(),
             field::PROBE_TIMESTAMP,
             timestamp.to_be_bytes(),
+        )
+    }
+
+    /// Sets a probe's rate, kbit/s.
+    pub fn set_probe_rate_kbps(&mut self, rate_kbps: u32) -> Result<(), Error> {
+        write(
+            self.buffer.as_mut(),
+            field::PROBE_RATE,
+            rate_kbps.to_be_bytes(),
         )
     }
 
@@ -796,7 +819,8 @@ pub struct Nack {
     pub count: u32,
 }
 
-/// A probe or its acknowledgement: the id and the prober's timestamp, echoed unchanged.
+/// A probe or its acknowledgement: the id and the prober's timestamp, echoed unchanged, and
+/// the rate its sender believes it can send at on the path.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Probe {
     /// The path probed.
@@ -805,6 +829,9 @@ pub struct Probe {
     pub id: u32,
     /// The prober's clock when it sent the probe (nanoseconds; opaque to the answerer).
     pub timestamp: u64,
+    /// The rate, kbit/s, at which this packet's sender believes it can send on `path` (its
+    /// own, not echoed: an acknowledgement carries the answerer's); 0: no opinion.
+    pub rate_kbps: u32,
 }
 
 impl<'a> Repr<'a> {
@@ -869,6 +896,7 @@ impl<'a> Repr<'a> {
                     path,
                     id: packet.probe_id()?,
                     timestamp: packet.probe_timestamp()?,
+                    rate_kbps: packet.probe_rate_kbps()?,
                 };
                 Ok(if kind == Kind::Probe {
                     Repr::Probe(probe)
@@ -939,7 +967,8 @@ impl<'a> Repr<'a> {
             Repr::Data { seq, payload, .. } => data_overhead(seq.is_some()) + payload.len(),
             Repr::Marker(_) => MARKER_LEN,
             Repr::Feedback(credits) => FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * credits.len(),
-            Repr::Probe(_) | Repr::ProbeAck(_) | Repr::Nack(_) | Repr::Abandon(_) => PROBE_LEN,
+            Repr::Probe(_) | Repr::ProbeAck(_) => PROBE_LEN,
+            Repr::Nack(_) | Repr::Abandon(_) => NACK_LEN,
             Repr::SigAck(entries) => SIGACK_HEADER_LEN + SIGACK_ENTRY_LEN * entries.len(),
             Repr::Ptcp { segment, .. } => PTCP_HEADER_LEN + segment.len(),
         }
@@ -1015,6 +1044,7 @@ impl<'a> Repr<'a> {
                 packet.set_flags(0)?;
                 packet.set_probe_id(probe.id)?;
                 packet.set_probe_timestamp(probe.timestamp)?;
+                packet.set_probe_rate_kbps(probe.rate_kbps)?;
             }
             Repr::Nack(Nack { path, first, count })
             | Repr::Abandon(Abandon { path, first, count }) => {
@@ -1549,20 +1579,26 @@ mod tests {
                 })
             ),
             vec(credit, 0..=MAX_PATHS).prop_map(Owned::Feedback),
-            (arb_path(), any::<u32>(), any::<u64>(), any::<bool>()).prop_map(
-                |(path, id, timestamp, ack)| {
+            (
+                arb_path(),
+                any::<u32>(),
+                any::<u64>(),
+                any::<u32>(),
+                any::<bool>()
+            )
+                .prop_map(|(path, id, timestamp, rate_kbps, ack)| {
                     let p = Probe {
                         path,
                         id,
                         timestamp,
+                        rate_kbps,
                     };
                     if ack {
                         Owned::ProbeAck(p)
                     } else {
                         Owned::Probe(p)
                     }
-                }
-            ),
+                }),
             (arb_path(), any::<u64>(), any::<u32>())
                 .prop_map(|(path, first, count)| Owned::Nack(Nack { path, first, count })),
             (arb_path(), any::<u64>(), any::<u32>()).prop_map(|(path, first, count)| {
@@ -1628,17 +1664,22 @@ mod tests {
             path: PathId(2),
             id: 0x0102_0304,
             timestamp: 0x1122_3344_5566_7788,
+            rate_kbps: 10_000,
         };
         let bytes = Repr::Probe(probe).emit_to_vec().unwrap();
         assert_eq!(
             bytes,
-            [1, 4, 2, 0, 1, 2, 3, 4, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
+            [
+                1, 4, 2, 0, 1, 2, 3, 4, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0, 0, 0x27,
+                0x10
+            ]
         );
         assert_eq!(parse(&bytes), Ok(Repr::Probe(probe)));
         let mut ack = bytes.clone();
         ack[1] = 5;
         assert_eq!(parse(&ack), Ok(Repr::ProbeAck(probe)));
-        assert_eq!(parse(&ack[..15]), Err(Error::Truncated));
+        assert_eq!(parse(&ack[..19]), Err(Error::Truncated));
+        assert_eq!(parse(&ack[..16]), Err(Error::Truncated));
         let mut flagged = ack.clone();
         flagged[3] = 1;
         assert_eq!(parse(&flagged), Err(Error::Reserved));

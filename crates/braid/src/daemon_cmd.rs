@@ -262,6 +262,9 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
         s["delivered_packets"], s["lost_packets"], s["resync"], s["receiver_dropped"], s["send_dropped"],
         s["nacks_sent"], s["retransmitted_packets"], s["abandoned_packets"], s["duplicated_packets"]
     );
+    if let Some(r) = s["release_rate_bps"].as_f64() {
+        println!("release paced at {:.2} Mbit/s", r / 1e6);
+    }
     if let Some(pet) = s["pet"].as_object() {
         println!(
             "PET: SIG-ACKs sent {} received {} dropped {}  pairs {} samples {} probes {}  blackouts {}",

@@ -55,6 +55,18 @@ impl TunnelLauncher for DaemonLauncher {
         );
         let bond =
             toml::to_string(&scenario.braid).map_err(|e| LabError::Traffic(e.to_string()))?;
+        // What each end decides for itself (its receiver's release, what it sends twice) goes
+        // to the server too; the client sends it the rest in the handshake.
+        let local: toml::Table = scenario
+            .braid
+            .iter()
+            .filter(|(k, _)| ["release_pacing_pct", "duplicate_dscp"].contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut server = server;
+        if !local.is_empty() {
+            server.push_str(&section("bond", toml::Value::Table(local))?);
+        }
         let mut client = format!(
             "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"{TUNNEL_CLIENT_ADDR}/{TUNNEL_PREFIX_LEN}\"]\n\
@@ -83,7 +95,6 @@ impl TunnelLauncher for DaemonLauncher {
             client.push_str(&section("policy", toml::Value::Array(policies.collect()))?);
         }
         // Both ends shape their egress with the scenario's [qos], if any.
-        let mut server = server;
         if let Some(q) = &scenario.qos {
             let qos = section("qos", toml::Value::Table(q.clone()))?;
             server.push_str(&qos);
