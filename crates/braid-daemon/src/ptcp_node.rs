@@ -435,3 +435,21 @@ impl PtcpNode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mss_on_a_1500_byte_path() {
+        // 20 + 8 + 16 (session header) + 16 (tag) + 8 (kind 9) + 12 (pTCP data header).
+        assert_eq!(1500 - ptcp_overhead(false), 1420);
+        assert_eq!(1500 - ptcp_overhead(true), 1400);
+        // A data segment of that MSS fills the MTU exactly.
+        let seg = Segment {
+            payload: &[0; 1420],
+            ..Segment::new(braid_ptcp::FlowId(0), Flags::VPKT)
+        };
+        assert_eq!(20 + 8 + Session::PTCP_OVERHEAD + seg.buffer_len(), 1500);
+    }
+}

@@ -80,8 +80,8 @@ pub const DATA_HEADER_LEN: usize = PREFIX_LEN + 2 * NUMBER_LEN;
 pub const SACK_BLOCK_LEN: usize = 2 * NUMBER_LEN;
 /// The most SACK blocks one segment carries (RFC 2018 fits 3-4 in TCP's option space).
 pub const MAX_SACK_BLOCKS: usize = 4;
-/// The largest receive window, in bytes, that a connection advertises or believes: half the
-/// 32-bit space that offset and data_ack travel in, and then half again (see the module docs).
+/// The largest receive window, in bytes, that a connection advertises or believes: a quarter
+/// of the 32-bit space offset and data_ack travel in, as TCP's (see the module docs).
 pub const MAX_WINDOW: u64 = 1 << 30;
 
 /// The low 32 bits of a sequence number or stream position, as they travel.
