@@ -26,10 +26,10 @@
 //!
 //! # Polling order
 //!
-//! The SM owns its flows and drives them: `handle_segment` for every segment of the flow,
-//! `handle_timeout` at `poll_timeout`, then `poll_control`, `next_transmission` (+ `on_sent` or
-//! `freeze`) and `take_ack` while it builds datagrams; after each call it drains `poll_signal`.
-//! Time never goes backwards.
+//! The SM owns its flows and drives them: `expand_segment` then `handle_segment` for every
+//! segment of the flow, `handle_timeout` at `poll_timeout`, then `poll_control`,
+//! `next_transmission` (+ `on_sent` or `freeze`) and `take_ack` while it builds datagrams; after
+//! each call it drains `poll_signal`. Time never goes backwards.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -163,10 +163,10 @@ impl Default for FlowConfig {
 
 /// One TCP-v.
 ///
-/// Driven by its SM only (see the module docs for the order): `handle_segment`,
-/// `handle_timeout` at `poll_timeout`, then `poll_control`, `next_transmission` with `on_sent` or
-/// `freeze`, `take_ack`, and `poll_signal` until `None` after each call. `now` never goes
-/// backwards.
+/// Driven by its SM only (see the module docs for the order): `expand_segment` and
+/// `handle_segment`, `handle_timeout` at `poll_timeout`, then `poll_control`,
+/// `next_transmission` with `on_sent` or `freeze`, `take_ack`, and `poll_signal` until `None`
+/// after each call. `now` never goes backwards.
 #[derive(Clone, Debug)]
 pub struct MicroFlow {
     id: FlowId,
