@@ -40,18 +40,17 @@ const RETIRED_IDS: usize = 4096;
 
 /// SACK blocks a data segment carries at most: none. ACK-only segments carry up to four, and a
 /// data segment that leaves blocks out is followed by a pure ACK with them
-/// (`braid_ptcp::Config::sack_blocks_with_data`), so the MSS sets no room aside for blocks.
+/// (`braid_ptcp::Config::sack_blocks_with_data`). (Blocks that do ride with data take room from
+/// the data, not from the MTU, so the MSS below holds either way.)
 pub const SACK_BLOCKS_WITH_DATA: usize = 0;
 
 /// Bytes a pTCP segment's payload gives up to headers on a path of a given MTU: outer IP and
-/// UDP, the session's transport header, tag and inner pTCP header, the pTCP header and
-/// [`SACK_BLOCKS_WITH_DATA`] SACK blocks (108 bytes over IPv4, 128 over IPv6).
+/// UDP, the session's transport header, tag and inner pTCP header, and the 12-byte header of a
+/// pTCP data segment (`braid_ptcp::wire::DATA_HEADER_LEN`; a data segment that acknowledges too
+/// is bound less data): 80 bytes over IPv4, 100 over IPv6.
 pub fn ptcp_overhead(ipv6: bool) -> usize {
     let ip = if ipv6 { 40 } else { 20 };
-    ip + 8
-        + Session::PTCP_OVERHEAD
-        + braid_ptcp::wire::HEADER_LEN
-        + SACK_BLOCKS_WITH_DATA * braid_ptcp::wire::SACK_BLOCK_LEN
+    ip + 8 + Session::PTCP_OVERHEAD + braid_ptcp::wire::DATA_HEADER_LEN
 }
 
 /// How a node runs its connections.
@@ -434,5 +433,23 @@ impl PtcpNode {
         if sock.send_to(datagram, peer).is_err() {
             self.stats.send_errors += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mss_on_a_1500_byte_path() {
+        // 20 + 8 + 16 (session header) + 16 (tag) + 8 (kind 9) + 12 (pTCP data header).
+        assert_eq!(1500 - ptcp_overhead(false), 1420);
+        assert_eq!(1500 - ptcp_overhead(true), 1400);
+        // A data segment of that MSS fills the MTU exactly.
+        let seg = Segment {
+            payload: &[0; 1420],
+            ..Segment::new(braid_ptcp::FlowId(0), Flags::VPKT)
+        };
+        assert_eq!(20 + 8 + Session::PTCP_OVERHEAD + seg.buffer_len(), 1500);
     }
 }

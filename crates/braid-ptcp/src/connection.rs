@@ -47,7 +47,7 @@ use braid_proto::PathId;
 use crate::micro_flow::{FlowConfig, FlowStats, MicroFlow, Signal, Transmission};
 use crate::ranges::RangeSet;
 use crate::recv_buffer::RecvBuffer;
-use crate::wire::{Flags, Segment};
+use crate::wire::{self, Flags, Segment};
 use crate::{FlowId, VirtualSeq, MAX_FLOWS};
 
 /// Parameters of a connection.
@@ -67,9 +67,10 @@ pub struct Config {
     /// SACK blocks a segment that carries data may hold (the first, most recent block is
     /// kept, as RFC 2018 section 4 asks); ACK-only segments carry up to
     /// [`crate::wire::MAX_SACK_BLOCKS`], and blocks a data segment left out follow in a pure
-    /// ACK before the flow's next data. With 1, a data segment is at most
-    /// `HEADER_LEN + SACK_BLOCK_LEN + mss` bytes, so a driver can size the MSS for its path MTU
-    /// without setting 48 bytes aside for blocks a data segment seldom carries.
+    /// ACK before the flow's next data. Whatever it is, a segment that carries data is at most
+    /// [`wire::DATA_HEADER_LEN`] + `mss` bytes: a data segment that acknowledges too (the
+    /// acknowledgement fields and its blocks) is bound that much less data, so a driver sizes
+    /// the MSS for its path MTU with the 12-byte header of a bulk data segment.
     pub sack_blocks_with_data: usize,
     /// When the peer's window blocks new data and the data at its left edge is in flight on a
     /// slower flow, send it again on the (faster) flow that asks (MPTCP's opportunistic
@@ -97,7 +98,8 @@ impl Config {
     /// The paper's receive-buffer rule (section 2): `(sum of b_i) x max(d_i)` for paths of
     /// `rate_bps` bits per second and round-trip time `rtt`, rather than `sum(b_i x d_i)`, so that
     /// delay differences between paths do not stall the connection. At least 64 KiB and at most
-    /// what the 32-bit window field can advertise.
+    /// [`wire::MAX_WINDOW`], the largest window the 32-bit stream positions of the segment
+    /// format leave unambiguous.
     ///
     /// `rtt` should be the round-trip time the flow sees under load, queueing included: a flow
     /// that fills a drop-tail queue of one bandwidth-delay product doubles its RTT, and with
@@ -114,7 +116,7 @@ impl Config {
         let bytes = rate_bytes_per_s * rtt_max.as_nanos() / 1_000_000_000;
         u64::try_from(bytes)
             .unwrap_or(u64::MAX)
-            .clamp(64 << 10, u64::from(u32::MAX))
+            .clamp(64 << 10, wire::MAX_WINDOW)
     }
 }
 
@@ -249,7 +251,7 @@ impl StripedConnection {
             persist_deadline: None,
             persist_backoff: 0,
             opportunistic_edge: None,
-            recv: RecvBuffer::new(config.receive_buffer_bytes.min(u64::from(u32::MAX))),
+            recv: RecvBuffer::new(config.receive_buffer_bytes.min(wire::MAX_WINDOW)),
             advertised_right_edge: 0,
         }
     }
@@ -433,7 +435,7 @@ impl StripedConnection {
     /// One datagram that arrived on `path`. Malformed datagrams and segments of unknown flows
     /// are dropped and counted.
     pub fn handle_datagram(&mut self, now: Instant, path: PathId, bytes: &[u8]) {
-        let seg = match Segment::parse_bytes(bytes) {
+        let mut seg = match Segment::parse_bytes(bytes) {
             Ok(s) => s,
             Err(_) => {
                 self.stats.malformed += 1;
@@ -457,6 +459,12 @@ impl StripedConnection {
                 return;
             }
         };
+        // The truncated numbers, expanded against this end's state (`wire`, "Truncated
+        // numbers"): the flow's, then the stream positions against the two cumulative
+        // acknowledgements.
+        self.flows[idx].expand_segment(&mut seg);
+        seg.offset = wire::expand(wire::truncate(seg.offset), self.recv.contiguous_end());
+        seg.data_ack = wire::expand(wire::truncate(seg.data_ack), self.snd_base);
         let open = self.flows[idx].handle_segment(now, &seg);
         if open && seg.flags.contains(Flags::ACK) {
             self.handle_peer_window(now, seg.data_ack, seg.window);
@@ -486,7 +494,9 @@ impl StripedConnection {
                 self.resume_all();
             }
         }
-        let edge = data_ack.saturating_add(u64::from(window));
+        // A window past MAX_WINDOW would let this end send data whose offsets the peer could
+        // not expand unambiguously.
+        let edge = data_ack.saturating_add(u64::from(window).min(wire::MAX_WINDOW));
         if edge > self.peer_right_edge {
             self.peer_right_edge = edge;
             self.persist_deadline = None;
@@ -594,7 +604,8 @@ impl StripedConnection {
     /// before. `None` means FREEZE.
     fn bind(&mut self, idx: usize, tx: Transmission) -> Option<(Range<u64>, bool)> {
         let id = self.flows[idx].id();
-        let mss = self.config.flow.congestion.mss;
+        // New data leaves room for the acknowledgement the segment will carry, if any.
+        let mss = self.config.flow.congestion.mss - self.ack_room(idx);
         if tx.retransmit {
             // The same data if it is still bound and not yet acknowledged; else the packet
             // goes out empty (see the module docs).
@@ -630,6 +641,23 @@ impl StripedConnection {
             return self.opportunistic(idx);
         }
         None
+    }
+
+    /// Bytes of payload a data segment of flow `idx` gives up to carry the acknowledgement
+    /// fields and SACK blocks the flow owes now (none when it owes nothing, or when the MSS is
+    /// too small to share: the acknowledgement then goes alone).
+    fn ack_room(&self, idx: usize) -> u64 {
+        let f = &self.flows[idx];
+        if !f.ack_pending() || !f.can_ack() {
+            return 0;
+        }
+        let blocks = f.sack_blocks().min(self.config.sack_blocks_with_data);
+        let room = (wire::ACK_LEN + blocks * wire::SACK_BLOCK_LEN) as u64;
+        if 2 * room < self.config.flow.congestion.mss {
+            room
+        } else {
+            0
+        }
     }
 
     /// Blocked by the peer's window with data to send: the data at the left edge of the window,
@@ -746,10 +774,20 @@ impl StripedConnection {
             }
         }
         self.flows[idx].on_sent(now, tx, len);
-        self.emit(idx, Flags::VPKT.with(Flags::ACK), Some(tx.vseq), r.start, r)
+        // Acknowledgement fields only when the flow has something new to say: a one-way bulk
+        // transfer's data segments are pure data (`wire::DATA_HEADER_LEN` bytes of header).
+        let flags = if self.flows[idx].ack_pending() {
+            Flags::VPKT.with(Flags::ACK)
+        } else {
+            Flags::VPKT
+        };
+        self.emit(idx, flags, Some(tx.vseq), r.start, r)
     }
 
-    /// Builds a segment of flow `idx`.
+    /// Builds a segment of flow `idx`. A segment with data stays within
+    /// [`wire::DATA_HEADER_LEN`] + `mss` bytes: the acknowledgement fields ride along only if
+    /// they fit (else they stay owed and go out alone), and SACK blocks as many as fit and
+    /// [`Config::sack_blocks_with_data`] allows (the rest follow in a pure ACK).
     fn emit(
         &mut self,
         idx: usize,
@@ -758,7 +796,20 @@ impl StripedConnection {
         offset: u64,
         data: Range<u64>,
     ) -> (PathId, Vec<u8>) {
-        if !self.flows[idx].can_ack() {
+        // `data` lies in the send buffer (bound data is never below `snd_base`) or is empty.
+        let payload: Vec<u8> = if data.is_empty() {
+            Vec::new()
+        } else {
+            let lo = usize::try_from(data.start.saturating_sub(self.snd_base)).unwrap_or(0);
+            let hi = usize::try_from(data.end.saturating_sub(self.snd_base)).unwrap_or(0);
+            let hi = hi.min(self.send_buf.len());
+            self.send_buf.range(lo.min(hi)..hi).copied().collect()
+        };
+        let budget = usize::try_from(self.config.flow.congestion.mss)
+            .unwrap_or(usize::MAX)
+            .saturating_add(wire::DATA_HEADER_LEN);
+        let too_big = !payload.is_empty() && wire::header_len(flags, 0) + payload.len() > budget;
+        if !self.flows[idx].can_ack() || too_big {
             flags = Flags::from_bits(flags.bits() & !Flags::ACK.bits()).unwrap_or(flags);
         }
         let mut seg = Segment::new(self.flows[idx].id(), flags);
@@ -773,19 +824,13 @@ impl StripedConnection {
             seg.window = u32::try_from(edge - seg.data_ack).unwrap_or(u32::MAX);
             self.advertised_right_edge = self.advertised_right_edge.max(edge);
         }
-        // `data` lies in the send buffer (bound data is never below `snd_base`) or is empty.
-        let payload: Vec<u8> = if data.is_empty() {
-            Vec::new()
-        } else {
-            let lo = usize::try_from(data.start.saturating_sub(self.snd_base)).unwrap_or(0);
-            let hi = usize::try_from(data.end.saturating_sub(self.snd_base)).unwrap_or(0);
-            let hi = hi.min(self.send_buf.len());
-            self.send_buf.range(lo.min(hi)..hi).copied().collect()
-        };
         if !payload.is_empty() {
+            let fit = budget.saturating_sub(wire::header_len(flags, 0) + payload.len())
+                / wire::SACK_BLOCK_LEN;
             let room = self
                 .config
                 .sack_blocks_with_data
+                .min(fit)
                 .min(usize::from(seg.sack_len));
             if room < usize::from(seg.sack_len) {
                 // The blocks left out follow in a pure ACK, before this flow's next data.
@@ -902,6 +947,145 @@ mod tests {
         let (with_data, alone) = sack_blocks_seen(0);
         assert_eq!(with_data, 0, "no block rides with data");
         assert!(alone > 0, "the client still hears of the holes");
+    }
+
+    #[test]
+    fn one_way_bulk_data_segments_are_pure_data() {
+        let (mut c, mut s) = open_pair(2);
+        c.write(&[4; 100_000]);
+        let (mut data, mut acks) = (0, 0);
+        for step in 1..20 {
+            while let Some((p, b)) = c.poll_transmit(ms(step)) {
+                let seg = Segment::parse_bytes(&b).unwrap();
+                if !seg.payload.is_empty() {
+                    data += 1;
+                    assert_eq!(seg.header_len(), wire::DATA_HEADER_LEN, "{:?}", seg.flags);
+                    assert!(b.len() <= wire::DATA_HEADER_LEN + 1200);
+                }
+                s.handle_datagram(ms(step), p, &b);
+            }
+            while let Some((p, b)) = s.poll_transmit(ms(step)) {
+                assert!(Segment::parse_bytes(&b).unwrap().flags.contains(Flags::ACK));
+                acks += 1;
+                c.handle_datagram(ms(step), p, &b);
+            }
+        }
+        assert_eq!(data, 84, "100 kB in 1200-byte segments");
+        assert!(acks > 0);
+        let mut buf = vec![0; 200_000];
+        assert_eq!(s.read(&mut buf), 100_000);
+    }
+
+    #[test]
+    fn data_segments_that_acknowledge_stay_within_the_mss() {
+        // Both ends send, so every data segment has something new to acknowledge; the
+        // acknowledgement fields take room from the data, not past the MSS.
+        let (mut c, mut s) = open_pair(1);
+        c.write(&[1; 50_000]);
+        s.write(&[2; 50_000]);
+        // Loses every fifth datagram (holes, SACK blocks, retransmissions); counts the data
+        // segments that acknowledge.
+        fn send(
+            from: &mut StripedConnection,
+            to: &mut StripedConnection,
+            t: Instant,
+            k: &mut u32,
+        ) -> u32 {
+            let mut with_ack = 0;
+            while let Some((p, b)) = from.poll_transmit(t) {
+                let seg = Segment::parse_bytes(&b).unwrap();
+                if !seg.payload.is_empty() {
+                    assert!(b.len() <= wire::DATA_HEADER_LEN + 1200, "{}", b.len());
+                    with_ack += u32::from(seg.flags.contains(Flags::ACK));
+                }
+                *k += 1;
+                if *k % 5 != 0 {
+                    to.handle_datagram(t, p, &b);
+                }
+            }
+            with_ack
+        }
+        let (mut with_ack, mut k) = (0, 0);
+        let (mut got_s, mut got_c) = (0, 0);
+        let mut buf = vec![0; 100_000];
+        for step in 1..1000 {
+            let now = ms(step * 20);
+            with_ack += send(&mut c, &mut s, now, &mut k);
+            with_ack += send(&mut s, &mut c, now, &mut k);
+            for end in [&mut c, &mut s] {
+                if end.poll_timeout().is_some_and(|t| t <= now) {
+                    end.handle_timeout(now);
+                }
+            }
+            got_s += s.read(&mut buf);
+            got_c += c.read(&mut buf);
+            if got_s == 50_000 && got_c == 50_000 {
+                break;
+            }
+        }
+        assert!(with_ack > 0, "acknowledgements ride with data");
+        assert_eq!((got_s, got_c), (50_000, 50_000));
+    }
+
+    /// Moves a freshly opened end's stream offsets (both directions) to `offset` and every
+    /// flow's virtual packet numbers to `vseq`, as if that much had been exchanged.
+    fn shift(end: &mut StripedConnection, offset: u64, vseq: u64) {
+        assert_eq!(
+            (end.snd_base, end.next_new, end.recv.read_offset()),
+            (0, 0, 0)
+        );
+        end.snd_base = offset;
+        end.next_new = offset;
+        end.peer_right_edge += offset;
+        end.recv = RecvBuffer::starting_at(offset, end.recv.capacity());
+        end.advertised_right_edge = end.recv.right_edge();
+        for f in &mut end.flows {
+            f.skip_virtual(vseq);
+        }
+    }
+
+    #[test]
+    fn transfer_across_the_32_bit_wrap_of_offsets_and_virtual_packets() {
+        // Every truncated number on the wire (offset, data_ack, vseq, vack, SACK edges) wraps
+        // past 2^32 during the transfer, both ways, with losses.
+        let (mut c, mut s) = open_pair(2);
+        shift(&mut c, (1 << 32) - 50_000, (1 << 32) - 20);
+        shift(&mut s, (1 << 32) - 50_000, (1 << 32) - 20);
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let (mut wc, mut ws) = (0, 0);
+        let (mut got_s, mut got_c) = (Vec::new(), Vec::new());
+        let mut buf = vec![0; 1 << 20];
+        let mut k = 0;
+        for step in 1..3000 {
+            let now = ms(step * 10);
+            wc += c.write(&data[wc..]);
+            ws += s.write(&data[ws..100_000]);
+            exchange(&mut c, &mut s, now, |_, _| {
+                k += 1;
+                k % 9 != 0
+            });
+            let n = s.read(&mut buf);
+            got_s.extend_from_slice(&buf[..n]);
+            let n = c.read(&mut buf);
+            got_c.extend_from_slice(&buf[..n]);
+            for end in [&mut c, &mut s] {
+                if end.poll_timeout().is_some_and(|t| t <= now) {
+                    end.handle_timeout(now);
+                }
+            }
+            if got_s.len() == data.len() && got_c.len() == 100_000 {
+                break;
+            }
+        }
+        assert!(got_s == data, "client to server: {} bytes", got_s.len());
+        assert!(
+            got_c == data[..100_000],
+            "server to client: {} bytes",
+            got_c.len()
+        );
+        assert!(c.stats().bytes_resent > 0, "losses were repaired");
+        assert_eq!(c.stats().malformed + s.stats().malformed, 0);
+        assert!(s.snd_base > 1 << 32 && c.snd_base > 1 << 32);
     }
 
     #[test]

@@ -26,10 +26,10 @@
 //!
 //! # Polling order
 //!
-//! The SM owns its flows and drives them: `handle_segment` for every segment of the flow,
-//! `handle_timeout` at `poll_timeout`, then `poll_control`, `next_transmission` (+ `on_sent` or
-//! `freeze`) and `take_ack` while it builds datagrams; after each call it drains `poll_signal`.
-//! Time never goes backwards.
+//! The SM owns its flows and drives them: `expand_segment` then `handle_segment` for every
+//! segment of the flow, `handle_timeout` at `poll_timeout`, then `poll_control`,
+//! `next_transmission` (+ `on_sent` or `freeze`) and `take_ack` while it builds datagrams; after
+//! each call it drains `poll_signal`. Time never goes backwards.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -39,7 +39,7 @@ use braid_proto::PathId;
 use crate::congestion::{Congestion, CongestionConfig, CongestionControl};
 use crate::ranges::RangeSet;
 use crate::rtt::{RttConfig, RttEstimator};
-use crate::wire::{Flags, SackBlock, Segment, MAX_SACK_BLOCKS};
+use crate::wire::{self, Flags, SackBlock, Segment, MAX_SACK_BLOCKS};
 use crate::{FlowId, VirtualSeq};
 
 /// A virtual packet is lost once this many packets sent after it were acknowledged.
@@ -163,10 +163,10 @@ impl Default for FlowConfig {
 
 /// One TCP-v.
 ///
-/// Driven by its SM only (see the module docs for the order): `handle_segment`,
-/// `handle_timeout` at `poll_timeout`, then `poll_control`, `next_transmission` with `on_sent` or
-/// `freeze`, `take_ack`, and `poll_signal` until `None` after each call. `now` never goes
-/// backwards.
+/// Driven by its SM only (see the module docs for the order): `expand_segment` and
+/// `handle_segment`, `handle_timeout` at `poll_timeout`, then `poll_control`,
+/// `next_transmission` with `on_sent` or `freeze`, `take_ack`, and `poll_signal` until `None`
+/// after each call. `now` never goes backwards.
 #[derive(Clone, Debug)]
 pub struct MicroFlow {
     id: FlowId,
@@ -484,6 +484,27 @@ impl MicroFlow {
         seg.sack_len = n as u8;
     }
 
+    /// SACK blocks the next acknowledgement of this flow would carry.
+    pub fn sack_blocks(&self) -> usize {
+        self.rcv_ranges.len().min(MAX_SACK_BLOCKS)
+    }
+
+    /// Expands the truncated virtual sequence numbers of a parsed `seg` of this flow (see
+    /// [`crate::wire`], "Truncated numbers"): `vseq` against the next virtual packet this flow
+    /// expects, `vack` and the SACK edges against its oldest unacknowledged one. Call it before
+    /// [`MicroFlow::handle_segment`] on every segment that came off the wire.
+    pub fn expand_segment(&self, seg: &mut Segment<'_>) {
+        seg.vseq = VirtualSeq(wire::expand(wire::truncate(seg.vseq.0), self.rcv_next));
+        seg.vack = VirtualSeq(wire::expand(wire::truncate(seg.vack.0), self.snd_una));
+        let n = usize::from(seg.sack_len).min(MAX_SACK_BLOCKS);
+        for b in &mut seg.sacks[..n] {
+            let (start, end) = (wire::truncate(b.start.0), wire::truncate(b.end.0));
+            let full = wire::expand(start, self.snd_una);
+            b.start = VirtualSeq(full);
+            b.end = VirtualSeq(full.saturating_add(u64::from(end.wrapping_sub(start))));
+        }
+    }
+
     /// The virtual packet this flow may send now, if its window (or the fast-retransmit
     /// allowance) lets it: an owed retransmission first, then a new one. The SM binds data to
     /// it and calls [`MicroFlow::on_sent`], or calls [`MicroFlow::freeze`].
@@ -584,10 +605,14 @@ impl MicroFlow {
         if self.state == FlowState::SynSent {
             return false;
         }
+        // A virtual packet proves the peer established as much as an ACK does (it sends one only
+        // once established): data segments carry no acknowledgement when nothing is new.
+        if self.state == FlowState::SynReceived
+            && (f.contains(Flags::ACK) || f.contains(Flags::VPKT))
+        {
+            self.set_established();
+        }
         if f.contains(Flags::ACK) {
-            if self.state == FlowState::SynReceived {
-                self.set_established();
-            }
             self.handle_ack(now, seg);
         }
         if f.contains(Flags::PROBE) {
@@ -792,6 +817,18 @@ impl MicroFlow {
         self.rto_deadline = None;
     }
 
+    /// Moves both sequence spaces of a fresh flow (nothing sent or received yet) to start at
+    /// `v`, as if `v` virtual packets had gone each way (tests of the wrap of the segment
+    /// format's truncated numbers).
+    #[cfg(test)]
+    pub(crate) fn skip_virtual(&mut self, v: u64) {
+        assert!(self.sent.is_empty() && self.rcv_ranges.is_empty() && self.rcv_next == 0);
+        self.next_vseq = v;
+        self.snd_una = v;
+        self.rcv_next = v;
+        self.last_received = v;
+    }
+
     /// Arms the handshake timer of a new flow; the SM calls it once after creating the flow.
     pub fn start(&mut self, now: Instant) {
         if matches!(self.state, FlowState::SynSent | FlowState::SynReceived) {
@@ -974,6 +1011,65 @@ mod tests {
         let mut f = established();
         f.handle_segment(ms(20), &ack(50, &[]));
         assert_eq!(f.stats().bad_acks, 1);
+    }
+
+    #[test]
+    fn a_virtual_packet_completes_the_passive_open() {
+        // The peer's data segments carry no acknowledgement when it has nothing new to
+        // acknowledge; if its first ACK was lost, its data still proves it established.
+        let mut f = MicroFlow::accept(FlowId(0), PathId(0), FlowConfig::default());
+        f.start(ms(0));
+        assert_eq!(f.poll_control(), Some(Flags::SYN_ACK.with(Flags::ACK)));
+        assert!(f.handle_segment(ms(10), &Segment::new(FlowId(0), Flags::VPKT)));
+        assert_eq!(f.poll_signal(), Some(Signal::Established));
+        assert!(f.ack_pending());
+    }
+
+    #[test]
+    fn truncated_numbers_expand_across_the_wrap() {
+        let wrap = 1u64 << 32;
+        let mut f = established();
+        f.skip_virtual(wrap - 2);
+        let sent = send_all(&mut f, ms(10));
+        assert_eq!(sent.last().unwrap().vseq, VirtualSeq(wrap + 7));
+        // An ACK of the peer's, as it comes off the wire: 32-bit numbers.
+        let bytes = ack(wrap + 3, &[(wrap + 5, wrap + 7), (wrap - 1, wrap + 1)]).to_vec();
+        let mut seg = Segment::parse_bytes(&bytes).unwrap();
+        assert_eq!(seg.vack, VirtualSeq(3));
+        f.expand_segment(&mut seg);
+        assert_eq!(seg.vack, VirtualSeq(wrap + 3));
+        assert_eq!(
+            seg.sack_blocks(),
+            &[
+                SackBlock {
+                    start: VirtualSeq(wrap + 5),
+                    end: VirtualSeq(wrap + 7)
+                },
+                SackBlock {
+                    start: VirtualSeq(wrap - 1),
+                    end: VirtualSeq(wrap + 1)
+                },
+            ]
+        );
+        f.handle_segment(ms(110), &seg);
+        assert_eq!(f.stats().bad_acks, 0);
+        let acked = core::iter::from_fn(|| f.poll_signal())
+            .filter(|s| matches!(s, Signal::Acked(_)))
+            .count();
+        assert_eq!(acked, 7);
+        // A virtual packet just below the wrap, then one just past it.
+        for v in [wrap - 2, wrap - 1, wrap, wrap + 1] {
+            let mut d = Segment::new(FlowId(0), Flags::VPKT);
+            d.vseq = VirtualSeq(v);
+            let bytes = d.to_vec();
+            let mut d = Segment::parse_bytes(&bytes).unwrap();
+            f.expand_segment(&mut d);
+            assert_eq!(d.vseq, VirtualSeq(v));
+            assert!(f.handle_segment(ms(120), &d));
+        }
+        let mut s = Segment::new(FlowId(0), Flags::ACK);
+        f.take_ack(&mut s);
+        assert_eq!(s.vack, VirtualSeq(wrap + 2));
     }
 
     #[test]

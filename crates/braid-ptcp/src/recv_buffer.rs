@@ -39,6 +39,16 @@ impl RecvBuffer {
         }
     }
 
+    /// An empty buffer of `capacity` bytes whose stream starts at `offset` (tests of the wrap
+    /// of the segment format's truncated offsets).
+    #[cfg(test)]
+    pub(crate) fn starting_at(offset: u64, capacity: u64) -> Self {
+        RecvBuffer {
+            read_offset: offset,
+            ..Self::new(capacity)
+        }
+    }
+
     /// The capacity in bytes.
     pub fn capacity(&self) -> u64 {
         self.capacity
