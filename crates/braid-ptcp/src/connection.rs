@@ -682,7 +682,7 @@ impl StripedConnection {
                 self.turn = idx + 1;
                 return Some(self.emit(idx, Flags::ACK, None, 0, 0..0));
             }
-            if let Some(tx) = self.flows[idx].next_transmission() {
+            if let Some(tx) = self.flows[idx].next_transmission(now) {
                 match self.bind(idx, tx) {
                     Some((r, resent)) => {
                         self.turn = idx + 1;
