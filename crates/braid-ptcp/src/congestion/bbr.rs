@@ -539,6 +539,21 @@ mod tests {
             self.delivered += bytes;
             b.on_rate_sample(self.now, &rs);
         }
+
+        /// `n` rounds alike.
+        fn rounds(
+            &mut self,
+            b: &mut Bbr,
+            n: u32,
+            rate: u64,
+            rtt_ms: u64,
+            in_flight: u64,
+            app: bool,
+        ) {
+            for _ in 0..n {
+                self.round(b, rate, rtt_ms, in_flight, app);
+            }
+        }
     }
 
     fn bbr() -> Bbr {
@@ -548,9 +563,7 @@ mod tests {
     /// Startup, then Drain, then ProbeBW on a 1 MB/s, 100 ms path (BDP 100 000 bytes).
     fn cruising(d: &mut Drive) -> Bbr {
         let mut b = bbr();
-        for _ in 0..6 {
-            d.round(&mut b, 1_000_000, 100, 250_000, false);
-        }
+        d.rounds(&mut b, 6, 1_000_000, 100, 250_000, false);
         d.round(&mut b, 1_000_000, 100, 50_000, false);
         assert_eq!(b.state(), BbrState::ProbeBw);
         b
@@ -586,9 +599,7 @@ mod tests {
     fn app_limited_plateau_does_not_end_startup() {
         let mut b = bbr();
         let mut d = Drive::new();
-        for _ in 0..10 {
-            d.round(&mut b, 100_000, 100, 5_000, true);
-        }
+        d.rounds(&mut b, 10, 100_000, 100, 5_000, true);
         assert_eq!(b.state(), BbrState::Startup);
         assert!(!b.filled_pipe());
     }
@@ -597,9 +608,7 @@ mod tests {
     fn drain_ends_when_the_queue_is_gone() {
         let mut b = bbr();
         let mut d = Drive::new();
-        for _ in 0..6 {
-            d.round(&mut b, 1_000_000, 100, 250_000, false);
-        }
+        d.rounds(&mut b, 6, 1_000_000, 100, 250_000, false);
         assert_eq!(b.state(), BbrState::Drain);
         // Still more than a BDP (100 000) plus quanta in flight: still draining.
         d.round(&mut b, 1_000_000, 100, 150_000, false);
@@ -607,9 +616,7 @@ mod tests {
         d.round(&mut b, 1_000_000, 100, 100_000, false);
         assert_eq!(b.state(), BbrState::ProbeBw);
         // ProbeBW's window: two BDPs plus three quanta of two segments, reached by growth.
-        for _ in 0..4 {
-            d.round(&mut b, 1_000_000, 100, 100_000, false);
-        }
+        d.rounds(&mut b, 4, 1_000_000, 100, 100_000, false);
         assert_eq!(b.window(), 200_000 + 6 * MSS);
     }
 
@@ -643,9 +650,7 @@ mod tests {
         let phase = |seed| {
             let mut d = Drive::new();
             let mut b = Bbr::new(CongestionConfig::default(), seed);
-            for _ in 0..6 {
-                d.round(&mut b, 1_000_000, 100, 250_000, false);
-            }
+            d.rounds(&mut b, 6, 1_000_000, 100, 250_000, false);
             d.round(&mut b, 1_000_000, 100, 50_000, false);
             b.cycle_index
         };
@@ -692,9 +697,7 @@ mod tests {
         let mut b = cruising(&mut d);
         // The last 1 MB/s sample is of this round.
         let last = b.round_count;
-        for _ in 0..5 {
-            d.round(&mut b, 200_000, 100, 20_000, true);
-        }
+        d.rounds(&mut b, 5, 200_000, 100, 20_000, true);
         assert_eq!(b.btl_bw(), 1_000_000);
         while b.btl_bw() == 1_000_000 {
             d.round(&mut b, 500_000, 100, 50_000, false);
@@ -723,9 +726,7 @@ mod tests {
     fn random_loss_costs_one_round_of_conservation_not_the_rate() {
         let mut d = Drive::new();
         let mut b = cruising(&mut d);
-        for _ in 0..4 {
-            d.round(&mut b, 1_000_000, 100, 100_000, false);
-        }
+        d.rounds(&mut b, 4, 1_000_000, 100, 100_000, false);
         let (w, bw) = (b.window(), b.btl_bw());
         // One packet lost: the window holds what is in flight plus what was acknowledged.
         b.on_congestion_event(d.now, ago(d.now, 50));
@@ -756,9 +757,7 @@ mod tests {
     fn timeout_drops_to_one_segment_then_restores() {
         let mut d = Drive::new();
         let mut b = cruising(&mut d);
-        for _ in 0..4 {
-            d.round(&mut b, 1_000_000, 100, 100_000, false);
-        }
+        d.rounds(&mut b, 4, 1_000_000, 100, 100_000, false);
         let w = b.window();
         b.on_timeout(d.now, 100_000);
         assert_eq!(b.window(), MSS);

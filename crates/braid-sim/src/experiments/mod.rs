@@ -16,6 +16,7 @@ pub mod bag;
 pub mod fairness;
 pub mod grr_worst_case;
 pub mod ptcp;
+pub mod ptcp_cc;
 pub mod ptcp_weights;
 pub mod qosbox;
 pub mod resync;
