@@ -1056,6 +1056,58 @@ mod tests {
     }
 
     #[test]
+    fn a_bbr_flow_paces_with_a_small_burst_and_wakes_for_the_next_release() {
+        let mut config = FlowConfig::default();
+        config.congestion.algorithm = crate::CongestionAlgorithm::Bbr;
+        let mut f = MicroFlow::connect(FlowId(0), PathId(0), config);
+        f.start(ms(0));
+        f.poll_control();
+        f.handle_segment(
+            ms(10),
+            &Segment::new(FlowId(0), Flags::SYN_ACK.with(Flags::ACK)),
+        );
+        // Before an RTT sample the pacing rate is the initial window per millisecond (times
+        // the Startup gain): the initial window goes out at once.
+        let mut sent = 0;
+        while let Some(tx) = f.next_transmission(ms(10)) {
+            f.on_sent(ms(10), tx, 1200);
+            sent += 1;
+        }
+        assert_eq!(sent, 10);
+        assert_eq!(
+            f.poll_timeout(),
+            Some(ms(1010)),
+            "window full: only the RTO"
+        );
+        // Half acknowledged after 100 ms: paced at the initial window per RTT times 2.885 now.
+        f.handle_segment(ms(110), &ack(5, &[]));
+        let rate = f.pacing_rate().unwrap();
+        assert_eq!(rate, 342_738);
+        let gap = Duration::from_nanos(1200 * 1_000_000_000 / rate);
+        let mut now = ms(110);
+        let mut burst = 0;
+        while let Some(tx) = f.next_transmission(now) {
+            f.on_sent(now, tx, 1200);
+            burst += 1;
+        }
+        // One packet and the two-segment burst allowance, then one per gap.
+        assert_eq!(burst, 1 + PACING_BURST_SEGMENTS);
+        for _ in 0..3 {
+            let release = f.poll_timeout().unwrap();
+            assert!(release > now && release - now <= gap + Duration::from_nanos(1));
+            let early = Instant::from_nanos(release.as_nanos() - 1);
+            assert_eq!(f.next_transmission(early), None);
+            let tx = f.next_transmission(release).unwrap();
+            f.on_sent(release, tx, 1200);
+            assert_eq!(f.next_transmission(release), None);
+            now = release;
+        }
+        // FREEZE (no data): no pacing wake-up, only the RTO.
+        f.freeze();
+        assert_eq!(f.poll_timeout(), Some(ms(110) + f.rtt().rto()));
+    }
+
+    #[test]
     fn acks_of_unsent_packets_are_ignored() {
         let mut f = established();
         f.handle_segment(ms(20), &ack(50, &[]));
