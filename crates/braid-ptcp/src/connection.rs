@@ -665,6 +665,9 @@ impl StripedConnection {
     }
 
     /// The next datagram to send and the path to send it on.
+    ///
+    /// A paced flow (BBR) that is not due offers no virtual packet: the SM goes on to the next
+    /// flow, and [`StripedConnection::poll_timeout`] includes the paced flow's release.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<(PathId, Vec<u8>)> {
         let n = self.flows.len();
         for k in 0..n {
