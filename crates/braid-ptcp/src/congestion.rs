@@ -9,18 +9,28 @@
 //! current recovery period began (one reduction per window of data, RFC 6582/RFC 6675) and does
 //! not grow the window on acknowledgements from before it.
 //!
-//! One file per algorithm: [`NewReno`] (RFC 5681/6582) and [`Cubic`] (RFC 9438); [`Congestion`]
-//! is the enum over them for static dispatch, chosen by [`CongestionAlgorithm`] (by name from a
-//! configuration with `str::parse`).
+//!
+//! A rate-based controller also gets one [`RateSample`] per acknowledgement
+//! ([`CongestionControl::on_rate_sample`], from [`crate::delivery_rate`]) and answers with a
+//! pacing rate ([`CongestionControl::pacing_rate`]); the loss-based ones ignore the former and
+//! return `None` for the latter, so the flow does not pace them.
+//!
+//! One file per algorithm: [`NewReno`] (RFC 5681/6582), [`Cubic`] (RFC 9438) and [`Bbr`]
+//! (draft-cardwell-iccrg-bbr-congestion-control-00, BBR v1); [`Congestion`] is the enum over
+//! them for static dispatch, chosen by [`CongestionAlgorithm`] (by name from a configuration
+//! with `str::parse`).
 
+mod bbr;
 mod cubic;
 mod new_reno;
 
+pub use bbr::{Bbr, BbrState};
 pub use cubic::Cubic;
 pub use new_reno::NewReno;
 
 use braid_proto::time::Instant;
 
+pub use crate::delivery_rate::RateSample;
 use crate::rtt::RttEstimator;
 
 /// What a micro-flow tells its controller and what it asks of it.
@@ -36,6 +46,21 @@ pub trait CongestionControl {
     fn window(&self) -> u64;
     /// The slow-start threshold, in bytes.
     fn ssthresh(&self) -> u64;
+    /// One acknowledgement's delivery-rate sample, after its losses were detected (and
+    /// [`CongestionControl::on_congestion_event`] called for them). Loss-based controllers
+    /// ignore it.
+    fn on_rate_sample(&mut self, _now: Instant, _sample: &RateSample) {}
+    /// The rate at which the flow must pace its packets, in payload bytes per second, or
+    /// `None` to send as the window allows.
+    fn pacing_rate(&self) -> Option<u64> {
+        None
+    }
+    /// The controller holds the flow below what the path could take (BBR's ProbeRTT): the
+    /// flow marks its delivery-rate samples application-limited, so that they do not lower
+    /// the bandwidth estimate.
+    fn holds_back(&self) -> bool {
+        false
+    }
 }
 
 /// Parameters shared by the controllers.
@@ -85,11 +110,13 @@ pub enum CongestionAlgorithm {
     NewReno,
     /// [`Cubic`].
     Cubic,
+    /// [`Bbr`].
+    Bbr,
 }
 
 /// An unknown algorithm name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown congestion control {0:?} (known: newreno, cubic)")]
+#[error("unknown congestion control {0:?} (known: newreno, cubic, bbr)")]
 pub struct UnknownAlgorithm(pub String);
 
 impl core::str::FromStr for CongestionAlgorithm {
@@ -98,6 +125,7 @@ impl core::str::FromStr for CongestionAlgorithm {
         match s.to_ascii_lowercase().as_str() {
             "newreno" | "new-reno" | "reno" => Ok(CongestionAlgorithm::NewReno),
             "cubic" => Ok(CongestionAlgorithm::Cubic),
+            "bbr" => Ok(CongestionAlgorithm::Bbr),
             _ => Err(UnknownAlgorithm(s.to_owned())),
         }
     }
@@ -110,14 +138,24 @@ pub enum Congestion {
     NewReno(NewReno),
     /// CUBIC.
     Cubic(Cubic),
+    /// BBR.
+    Bbr(Bbr),
 }
 
 impl Congestion {
     /// A controller of `config.algorithm`.
     pub fn new(config: CongestionConfig) -> Self {
+        Self::with_seed(config, 0)
+    }
+
+    /// A controller of `config.algorithm`; `seed` draws BBR's ProbeBW starting phase (a flow
+    /// passes its id, so that the flows of a connection do not probe in step and a run is
+    /// reproducible).
+    pub fn with_seed(config: CongestionConfig, seed: u64) -> Self {
         match config.algorithm {
             CongestionAlgorithm::NewReno => Congestion::NewReno(NewReno::new(config)),
             CongestionAlgorithm::Cubic => Congestion::Cubic(Cubic::new(config)),
+            CongestionAlgorithm::Bbr => Congestion::Bbr(Bbr::new(config, seed)),
         }
     }
 
@@ -125,6 +163,7 @@ impl Congestion {
         match self {
             Congestion::NewReno(c) => c,
             Congestion::Cubic(c) => c,
+            Congestion::Bbr(c) => c,
         }
     }
 
@@ -132,6 +171,7 @@ impl Congestion {
         match self {
             Congestion::NewReno(c) => c,
             Congestion::Cubic(c) => c,
+            Congestion::Bbr(c) => c,
         }
     }
 }
@@ -152,6 +192,15 @@ impl CongestionControl for Congestion {
     fn ssthresh(&self) -> u64 {
         self.inner_ref().ssthresh()
     }
+    fn on_rate_sample(&mut self, now: Instant, sample: &RateSample) {
+        self.inner().on_rate_sample(now, sample)
+    }
+    fn pacing_rate(&self) -> Option<u64> {
+        self.inner_ref().pacing_rate()
+    }
+    fn holds_back(&self) -> bool {
+        self.inner_ref().holds_back()
+    }
 }
 
 #[cfg(test)]
@@ -162,6 +211,7 @@ mod tests {
     fn by_name() {
         assert_eq!("NewReno".parse(), Ok(CongestionAlgorithm::NewReno));
         assert_eq!("cubic".parse(), Ok(CongestionAlgorithm::Cubic));
-        assert!("bbr".parse::<CongestionAlgorithm>().is_err());
+        assert_eq!("BBR".parse(), Ok(CongestionAlgorithm::Bbr));
+        assert!("vegas".parse::<CongestionAlgorithm>().is_err());
     }
 }

@@ -693,6 +693,9 @@ impl StripedConnection {
     }
 
     /// The next datagram to send and the path to send it on.
+    ///
+    /// A paced flow (BBR) that is not due offers no virtual packet: the SM goes on to the next
+    /// flow, and [`StripedConnection::poll_timeout`] includes the paced flow's release.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<(PathId, Vec<u8>)> {
         let n = self.flows.len();
         for k in 0..n {
@@ -710,7 +713,7 @@ impl StripedConnection {
                 self.turn = idx + 1;
                 return Some(self.emit(idx, Flags::ACK, None, 0, 0..0));
             }
-            if let Some(tx) = self.flows[idx].next_transmission() {
+            if let Some(tx) = self.flows[idx].next_transmission(now) {
                 match self.bind(idx, tx) {
                     Some((r, resent)) => {
                         self.turn = idx + 1;

@@ -22,6 +22,7 @@
 
 pub mod congestion;
 pub mod connection;
+pub mod delivery_rate;
 pub mod micro_flow;
 pub mod ranges;
 pub mod recv_buffer;

@@ -5,8 +5,13 @@
 //! runs congestion control, while the SM binds each virtual packet to real data at the moment it
 //! goes out (delayed binding). Here:
 //!
-//! - **Congestion control** is a [`Congestion`] controller (NewReno or CUBIC) per flow
-//!   (section 3.2 "Congestion Control").
+//! - **Congestion control** is a [`Congestion`] controller (NewReno, CUBIC or BBR) per flow
+//!   (section 3.2 "Congestion Control"). The flow estimates its delivery rate
+//!   ([`crate::delivery_rate`]) for the rate-based controller, and when the controller gives a
+//!   pacing rate it releases its virtual packets no faster ([`MicroFlow::next_transmission`]
+//!   returns `None` until the next release, which [`MicroFlow::poll_timeout`] includes), with
+//!   a burst allowance of [`PACING_BURST_SEGMENTS`] segments or [`PACING_BURST_TIME`] of the
+//!   rate, for drivers whose timers are a millisecond coarse.
 //! - **Reliability** (section 3.2 "Reliability") is TCP's: a cumulative virtual acknowledgement
 //!   plus SACK blocks (section 2 "Selective Acknowledgements"); a virtual packet is lost when
 //!   [`DUP_THRESH`] packets sent after it were acknowledged (the SACK equivalent of three
@@ -37,6 +42,7 @@ use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
 
 use crate::congestion::{Congestion, CongestionConfig, CongestionControl};
+use crate::delivery_rate::{AckSampler, DeliveryRate, PacketRate};
 use crate::ranges::RangeSet;
 use crate::rtt::{RttConfig, RttEstimator};
 use crate::wire::{self, Flags, SackBlock, Segment, MAX_SACK_BLOCKS};
@@ -44,6 +50,11 @@ use crate::{FlowId, VirtualSeq};
 
 /// A virtual packet is lost once this many packets sent after it were acknowledged.
 pub const DUP_THRESH: usize = 3;
+
+/// A paced flow may send this many segments back to back after an idle moment ...
+pub const PACING_BURST_SEGMENTS: u64 = 2;
+/// ... or this much of its pacing rate, whichever is more.
+pub const PACING_BURST_TIME: Duration = Duration::from_millis(1);
 
 /// The most virtual packets between the oldest unacknowledged one and the next to send, and
 /// the most a receiver accepts past its cumulative acknowledgement: bounds both scoreboards.
@@ -115,6 +126,8 @@ struct SentPacket {
     state: PacketState,
     /// Reported with `Shrunk` since it was last sent.
     unbound: bool,
+    /// Delivery-rate state at its (latest) send.
+    rate: PacketRate,
 }
 
 /// Counters of one flow.
@@ -193,6 +206,10 @@ pub struct MicroFlow {
     /// held back by the SM (no data, or the peer's window) must not inflate its window.
     cwnd_limited: bool,
     rto_deadline: Option<Instant>,
+    /// Delivery-rate estimation.
+    rate: DeliveryRate,
+    /// A paced flow sends its next virtual packet no earlier than this.
+    pacing_next: Instant,
     // Handshake and close.
     syn_pending: bool,
     syn_ack_pending: bool,
@@ -223,7 +240,7 @@ impl MicroFlow {
             path,
             config,
             state,
-            cc: Congestion::new(config.congestion),
+            cc: Congestion::with_seed(config.congestion, u64::from(id.0)),
             rtt: RttEstimator::new(config.rtt),
             next_vseq: 0,
             snd_una: 0,
@@ -236,6 +253,8 @@ impl MicroFlow {
             frozen: false,
             cwnd_limited: false,
             rto_deadline: None,
+            rate: DeliveryRate::default(),
+            pacing_next: Instant::ZERO,
             syn_pending: false,
             syn_ack_pending: false,
             fin_pending: false,
@@ -323,12 +342,21 @@ impl MicroFlow {
         self.signals.pop_front()
     }
 
-    /// When `handle_timeout` must be called next.
+    /// When `handle_timeout` must be called next: the timers, and the next pacing release
+    /// of a paced flow that has something to send (after which the SM's `poll_transmit`
+    /// finds it ready).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (self.rto_deadline, self.control_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let pacing = (self.cc.pacing_rate().is_some() && self.unpaced_transmission().is_some())
+            .then_some(self.pacing_next);
+        [self.rto_deadline, self.control_deadline, pacing]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The controller's pacing rate, in payload bytes per second (`None`: not paced).
+    pub fn pacing_rate(&self) -> Option<u64> {
+        self.cc.pacing_rate()
     }
 
     fn mss(&self) -> u64 {
@@ -383,6 +411,11 @@ impl MicroFlow {
     pub fn freeze(&mut self) {
         self.frozen = true;
         self.cwnd_limited = false;
+        // Nothing to send with window to spare: application-limited (delivery-rate estimation
+        // section 3.4).
+        if self.retransmit.is_empty() {
+            self.rate.mark_app_limited(self.bytes_in_flight);
+        }
     }
 
     /// The SM's `resume`: it has data again.
@@ -505,10 +538,18 @@ impl MicroFlow {
         }
     }
 
-    /// The virtual packet this flow may send now, if its window (or the fast-retransmit
-    /// allowance) lets it: an owed retransmission first, then a new one. The SM binds data to
-    /// it and calls [`MicroFlow::on_sent`], or calls [`MicroFlow::freeze`].
-    pub fn next_transmission(&self) -> Option<Transmission> {
+    /// The virtual packet this flow may send at `now`, if its window (or the fast-retransmit
+    /// allowance) and its pacing let it: an owed retransmission first, then a new one. The SM
+    /// binds data to it and calls [`MicroFlow::on_sent`], or calls [`MicroFlow::freeze`].
+    pub fn next_transmission(&self, now: Instant) -> Option<Transmission> {
+        if self.cc.pacing_rate().is_some() && now < self.pacing_next {
+            return None;
+        }
+        self.unpaced_transmission()
+    }
+
+    /// [`MicroFlow::next_transmission`] without pacing.
+    fn unpaced_transmission(&self) -> Option<Transmission> {
         if self.state != FlowState::Established {
             return None;
         }
@@ -540,6 +581,8 @@ impl MicroFlow {
         // (filling a hole) is charged a full segment, or a flow that just timed out would send
         // every owed hole at once and then take new data back onto its silent path.
         let len = if len == 0 { self.mss() } else { len };
+        let rate = self.rate.on_sent(now, self.bytes_in_flight);
+        self.pace(now, len);
         let v = tx.vseq.0;
         if tx.retransmit {
             assert!(self.retransmit.remove(&v), "on_sent: not owed");
@@ -556,6 +599,7 @@ impl MicroFlow {
                 retransmitted: true,
                 state: PacketState::Outstanding,
                 unbound: false,
+                rate,
             };
         } else {
             assert_eq!(v, self.next_vseq, "on_sent: not the next virtual packet");
@@ -570,6 +614,7 @@ impl MicroFlow {
                     retransmitted: false,
                     state: PacketState::Outstanding,
                     unbound: false,
+                    rate,
                 },
             );
         }
@@ -579,6 +624,24 @@ impl MicroFlow {
         if self.rto_deadline.is_none() {
             self.rto_deadline = Some(now + self.rtt.rto());
         }
+    }
+
+    /// Moves the next pacing release `len` bytes of the pacing rate past the later of the
+    /// previous release and `now` less the burst allowance (a token bucket in time).
+    fn pace(&mut self, now: Instant, len: u64) {
+        let Some(rate) = self.cc.pacing_rate().filter(|&r| r > 0) else {
+            return;
+        };
+        let ns = |bytes: u64| {
+            let t = u128::from(bytes) * 1_000_000_000 / u128::from(rate);
+            u64::try_from(t).unwrap_or(u64::MAX)
+        };
+        let burst = ns(PACING_BURST_SEGMENTS * self.mss()).max(PACING_BURST_TIME.as_nanos() as u64);
+        let earliest = Instant::from_nanos(now.as_nanos().saturating_sub(burst));
+        self.pacing_next = self
+            .pacing_next
+            .max(earliest)
+            .saturating_add(Duration::from_nanos(ns(len)));
     }
 
     /// The SM's `receive`: the flow part of a segment of this flow. Returns whether the segment
@@ -694,8 +757,12 @@ impl MicroFlow {
         if newly.is_empty() {
             return;
         }
+        let prior_in_flight = self.bytes_in_flight;
+        let mut ack = AckSampler::default();
         let mut sample: Option<(u64, Instant)> = None;
         for &(v, p) in &newly {
+            self.rate
+                .on_acked(now, p.time_sent, p.len, &p.rate, &mut ack);
             if p.state == PacketState::Outstanding {
                 self.bytes_in_flight -= p.len;
                 if !p.retransmitted && sample.is_none_or(|(sv, _)| v > sv) {
@@ -711,8 +778,9 @@ impl MicroFlow {
                 self.acked_orders.sort_unstable();
             }
         }
-        if let Some((_, sent)) = sample {
-            self.rtt.on_sample(now.saturating_duration_since(sent));
+        let rtt = sample.map(|(_, sent)| now.saturating_duration_since(sent));
+        if let Some(r) = rtt {
+            self.rtt.on_sample(r);
         }
         for &(_, p) in &newly {
             if p.state == PacketState::Outstanding && self.cwnd_limited {
@@ -721,17 +789,30 @@ impl MicroFlow {
         }
         self.rtt.reset_backoff();
         self.rto_deadline = (self.bytes_in_flight > 0).then(|| now + self.rtt.rto());
-        self.detect_losses(now);
+        let lost = self.detect_losses(now);
+        let mut rs = self.rate.sample(&ack, self.rtt.min());
+        rs.newly_lost = lost;
+        rs.prior_in_flight = prior_in_flight;
+        rs.in_flight = self.bytes_in_flight;
+        rs.rtt = rtt;
+        self.cc.on_rate_sample(now, &rs);
+        if self.cc.holds_back() {
+            self.rate.mark_app_limited(self.bytes_in_flight);
+        }
+        if lost > 0 {
+            self.report_shrunk();
+        }
     }
 
     /// Declares lost every outstanding packet of which [`DUP_THRESH`] packets sent later were
     /// acknowledged (RFC 6675's DupThresh counted in transmission order, so that a
     /// retransmission is not declared lost again by the acknowledgements that condemned it).
-    fn detect_losses(&mut self, now: Instant) {
+    /// Returns the bytes declared lost; the caller reports what no longer fits as `Shrunk`.
+    fn detect_losses(&mut self, now: Instant) -> u64 {
         // Orders are stored +1; a packet of order o is lost when o + 1 < the third largest.
         let threshold = self.acked_orders[0];
         if threshold == 0 {
-            return;
+            return 0;
         }
         let lost: Vec<u64> = self
             .sent
@@ -740,13 +821,15 @@ impl MicroFlow {
             .map(|(&v, _)| v)
             .collect();
         if lost.is_empty() {
-            return;
+            return 0;
         }
         let mut latest_sent = Instant::ZERO;
+        let mut lost_bytes = 0;
         for v in lost {
             if let Some(p) = self.sent.get_mut(&v) {
                 p.state = PacketState::Lost;
                 self.bytes_in_flight -= p.len;
+                lost_bytes += p.len;
                 latest_sent = latest_sent.max(p.time_sent);
                 self.retransmit.insert(v);
                 self.signals.push_back(Signal::Lost(VirtualSeq(v)));
@@ -758,7 +841,7 @@ impl MicroFlow {
         if self.bytes_in_flight == 0 {
             self.rto_deadline = None;
         }
-        self.report_shrunk();
+        lost_bytes
     }
 
     /// Reports the owed retransmissions that do not fit in the window as [`Signal::Shrunk`].
@@ -845,6 +928,9 @@ mod tests {
         Instant::from_nanos(n * 1_000_000)
     }
 
+    /// Unpaced (loss-based) flows ignore the time asked at.
+    const NOW: Instant = Instant::ZERO;
+
     fn established() -> MicroFlow {
         let mut f = MicroFlow::connect(FlowId(0), PathId(0), FlowConfig::default());
         f.start(ms(0));
@@ -857,7 +943,7 @@ mod tests {
 
     fn send_all(f: &mut MicroFlow, now: Instant) -> Vec<Transmission> {
         let mut out = Vec::new();
-        while let Some(tx) = f.next_transmission() {
+        while let Some(tx) = f.next_transmission(NOW) {
             f.on_sent(now, tx, 1200);
             out.push(tx);
         }
@@ -898,7 +984,7 @@ mod tests {
         assert!(f.retransmit.is_empty());
         f.handle_segment(ms(111), &ack(0, &[(1, 4)]));
         assert_eq!(f.stats().fast_retransmits, 1);
-        let tx = f.next_transmission().unwrap();
+        let tx = f.next_transmission(NOW).unwrap();
         assert_eq!(
             tx,
             Transmission {
@@ -909,7 +995,7 @@ mod tests {
         assert_eq!(f.window(), 7800);
         f.on_sent(ms(111), tx, 1200);
         // In flight: 0 and 4..9 = 7 packets, window 6.5: nothing more.
-        assert_eq!(f.next_transmission(), None);
+        assert_eq!(f.next_transmission(NOW), None);
     }
 
     #[test]
@@ -931,7 +1017,7 @@ mod tests {
         assert_eq!(f.stats().shrunk, 1);
         // The shrunk packet is still owed (its number must be filled), after the other three.
         let mut owed = Vec::new();
-        while let Some(tx) = f.next_transmission() {
+        while let Some(tx) = f.next_transmission(NOW) {
             f.on_sent(ms(111), tx, 1200);
             owed.push(tx.vseq.0);
         }
@@ -950,11 +1036,11 @@ mod tests {
         assert_eq!(sigs.len(), 10, "{sigs:?}");
         assert!(sigs[1..].iter().all(|s| matches!(s, Signal::Shrunk(_))));
         assert_eq!(f.window(), 1200);
-        let tx = f.next_transmission().unwrap();
+        let tx = f.next_transmission(NOW).unwrap();
         // Even sent empty (its data unbound), the packet takes the one-segment window.
         f.on_sent(d, tx, 0);
         assert_eq!(f.bytes_in_flight(), 1200);
-        assert_eq!(f.next_transmission(), None);
+        assert_eq!(f.next_transmission(NOW), None);
         // Backed off: 2 s.
         assert_eq!(f.poll_timeout(), Some(d + Duration::from_secs(2)));
     }
@@ -993,7 +1079,7 @@ mod tests {
         let mut f = established();
         // Two packets, then FREEZE (the SM had nothing more): not window-limited.
         for _ in 0..2 {
-            let tx = f.next_transmission().unwrap();
+            let tx = f.next_transmission(NOW).unwrap();
             f.on_sent(ms(10), tx, 1200);
         }
         f.freeze();
@@ -1004,6 +1090,58 @@ mod tests {
         send_all(&mut f, ms(110));
         f.handle_segment(ms(210), &ack(12, &[]));
         assert_eq!(f.window(), 24_000);
+    }
+
+    #[test]
+    fn a_bbr_flow_paces_with_a_small_burst_and_wakes_for_the_next_release() {
+        let mut config = FlowConfig::default();
+        config.congestion.algorithm = crate::CongestionAlgorithm::Bbr;
+        let mut f = MicroFlow::connect(FlowId(0), PathId(0), config);
+        f.start(ms(0));
+        f.poll_control();
+        f.handle_segment(
+            ms(10),
+            &Segment::new(FlowId(0), Flags::SYN_ACK.with(Flags::ACK)),
+        );
+        // Before an RTT sample the pacing rate is the initial window per millisecond (times
+        // the Startup gain): the initial window goes out at once.
+        let mut sent = 0;
+        while let Some(tx) = f.next_transmission(ms(10)) {
+            f.on_sent(ms(10), tx, 1200);
+            sent += 1;
+        }
+        assert_eq!(sent, 10);
+        assert_eq!(
+            f.poll_timeout(),
+            Some(ms(1010)),
+            "window full: only the RTO"
+        );
+        // Half acknowledged after 100 ms: paced at the initial window per RTT times 2.885 now.
+        f.handle_segment(ms(110), &ack(5, &[]));
+        let rate = f.pacing_rate().unwrap();
+        assert_eq!(rate, 342_738);
+        let gap = Duration::from_nanos(1200 * 1_000_000_000 / rate);
+        let mut now = ms(110);
+        let mut burst = 0;
+        while let Some(tx) = f.next_transmission(now) {
+            f.on_sent(now, tx, 1200);
+            burst += 1;
+        }
+        // One packet and the two-segment burst allowance, then one per gap.
+        assert_eq!(burst, 1 + PACING_BURST_SEGMENTS);
+        for _ in 0..3 {
+            let release = f.poll_timeout().unwrap();
+            assert!(release > now && release - now <= gap + Duration::from_nanos(1));
+            let early = Instant::from_nanos(release.as_nanos() - 1);
+            assert_eq!(f.next_transmission(early), None);
+            let tx = f.next_transmission(release).unwrap();
+            f.on_sent(release, tx, 1200);
+            assert_eq!(f.next_transmission(release), None);
+            now = release;
+        }
+        // FREEZE (no data): no pacing wake-up, only the RTO.
+        f.freeze();
+        assert_eq!(f.poll_timeout(), Some(ms(110) + f.rtt().rto()));
     }
 
     #[test]

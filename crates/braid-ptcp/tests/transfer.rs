@@ -54,18 +54,28 @@ fn aggregates_both_paths() {
     assert!(done < 2.0, "took {done} s of virtual time");
 }
 
-#[test]
-fn lossy_paths_with_cubic() {
+/// 500 kB over a 5 Mbit/s path with 5% loss and a 1 Mbit/s one with 10%, with `algorithm`.
+fn lossy_paths(algorithm: CongestionAlgorithm) {
     let mut a = LinkSpec::new(5_000_000, 20);
     a.loss = 0.05;
     let mut b = LinkSpec::new(1_000_000, 80);
     b.loss = 0.1;
     let mut cfg = config();
-    cfg.flow.congestion.algorithm = CongestionAlgorithm::Cubic;
+    cfg.flow.congestion.algorithm = algorithm;
     let mut pair = Pair::new(cfg, &[a, b], 3);
     let len = 500_000;
     let out = transfer(&mut pair, len, secs(600));
     check_exact(&out, len).unwrap();
+}
+
+#[test]
+fn lossy_paths_with_cubic() {
+    lossy_paths(CongestionAlgorithm::Cubic);
+}
+
+#[test]
+fn lossy_paths_with_bbr() {
+    lossy_paths(CongestionAlgorithm::Bbr);
 }
 
 #[test]
@@ -213,7 +223,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     /// Every byte delivered exactly once and in order under loss, reordering, duplication and
-    /// path death (at least one path survives), with an eager or a slow reader; the receive
+    /// path death (at least one path survives), with any controller and an eager or a slow reader; the receive
     /// buffer never exceeds its bound.
     #[test]
     fn exactly_once_in_order(
@@ -223,7 +233,11 @@ proptest! {
         buffer_kib in prop::option::of(64u64..512),
         // At worst 300 kB at 2000 bytes per 200 ms: 30 s, well inside the limit.
         slow_reader in prop::option::weighted(0.3, (1u64..200, 2000usize..32_000)),
-        cubic in any::<bool>(),
+        algorithm in prop::sample::select(&[
+            CongestionAlgorithm::NewReno,
+            CongestionAlgorithm::Cubic,
+            CongestionAlgorithm::Bbr,
+        ][..]),
         seed in any::<u64>(),
     ) {
         let mut specs: Vec<LinkSpec> = paths.iter().map(spec).collect();
@@ -233,9 +247,7 @@ proptest! {
         if let Some(k) = buffer_kib {
             cfg.receive_buffer_bytes = k << 10;
         }
-        if cubic {
-            cfg.flow.congestion.algorithm = CongestionAlgorithm::Cubic;
-        }
+        cfg.flow.congestion.algorithm = algorithm;
         let mut pair = Pair::new(cfg, &specs, seed);
         let reader = slow_reader.map_or(Reader::EAGER, |(ms, bytes)| Reader {
             period: Duration::from_millis(ms),

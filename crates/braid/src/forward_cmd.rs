@@ -43,7 +43,7 @@ pub struct ForwardArgs {
     /// Server: connect every forwarded connection to this address.
     #[arg(long, value_name = "HOST:PORT")]
     pub target: Option<String>,
-    /// Congestion control of every micro-flow: cubic (default) or reno.
+    /// Congestion control of every micro-flow: cubic (default), reno or bbr.
     #[arg(long, value_name = "NAME", default_value = "cubic")]
     pub congestion_control: String,
     /// Say nothing about connections.

@@ -52,7 +52,8 @@ struct RunArgs {
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
     /// TCP congestion control for every flow instead of the scenario's (e.g. cubic, bbr); the
-    /// ptcp variant's micro-flows take cubic or reno (anything else: cubic, with a note).
+    /// ptcp variant's micro-flows take cubic, reno or bbr (anything else, or none: bbr, as
+    /// the kernel's default in the lab).
     #[arg(long, value_name = "NAME")]
     congestion_control: Option<String>,
     /// The braid variant's scheduler instead of the scenario's `[braid] scheduler` (srr,

@@ -4,7 +4,10 @@
 //! paths bound to the testbed's path addresses with the scenario's rates), parsed in memory.
 //!
 //! Congestion control: the scenario's (or `--congestion-control`) when pTCP has it (`cubic`,
-//! `reno`), else CUBIC with a note; CUBIC by default.
+//! `reno`, `bbr`), else BBR with a note. When the scenario sets none the kernel variants run
+//! the namespaces' default, BBR in the lab, so the micro-flows run BBR too (and a note says
+//! so): comparing pTCP-with-CUBIC against MPTCP-with-BBR on a lossy path measured the
+//! controllers, not the transports.
 
 use braid_daemon::config::Config;
 use braid_daemon::ptcp_node::{NodeOptions, PtcpNode};
@@ -67,13 +70,20 @@ fn parse(text: &str, name: &str) -> Result<Config, LabError> {
 /// differ.
 fn congestion(wanted: Option<&str>) -> (CongestionAlgorithm, Option<String>) {
     match wanted {
-        None => (CongestionAlgorithm::Cubic, None),
+        None => (
+            CongestionAlgorithm::Bbr,
+            Some(
+                "no congestion control in the scenario: the micro-flows ran bbr, the \
+                 namespaces' default that the kernel variants run"
+                    .into(),
+            ),
+        ),
         Some(name) => match name.parse() {
             Ok(a) => (a, None),
             Err(_) => (
-                CongestionAlgorithm::Cubic,
+                CongestionAlgorithm::Bbr,
                 Some(format!(
-                    "pTCP's micro-flows have cubic and reno, not {name}: they ran cubic"
+                    "pTCP's micro-flows have cubic, reno and bbr, not {name}: they ran bbr"
                 )),
             ),
         },

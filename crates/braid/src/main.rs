@@ -117,6 +117,9 @@ enum SimCommand {
     /// pTCP paper Figure 6(a): one connection of weight 1 to 100 (w micro-flows on one path)
     /// against 9 regular connections at a 100 Mbit/s RED bottleneck of 240 ms.
     PtcpWeights(ExperimentArgs),
+    /// pTCP's micro-flow congestion controllers (NewReno, CUBIC, BBR): a 4 Mbit/s 80 ms path
+    /// with 1% random loss, the same path without, and two paths of 40 and 200 ms.
+    PtcpCc(ExperimentArgs),
     /// The simulator's TCP model against the lab's kernel TCP: one model TCP (set up like
     /// Linux with reno) per path of a lab scenario, over the lab emulator's link model in
     /// virtual time, beside the per-path figures of a `braid lab run --json` report.
@@ -325,6 +328,7 @@ fn sim(command: SimCommand) -> Result<()> {
         SimCommand::Bag(a) => ("bag", a),
         SimCommand::PtcpFig4(a) => ("ptcp-fig4", a),
         SimCommand::PtcpWeights(a) => ("ptcp-weights", a),
+        SimCommand::PtcpCc(a) => ("ptcp-cc", a),
         SimCommand::Qosbox(a) => return qosbox(&a),
         SimCommand::TcpCheck(a) => return tcp_check(&a),
     };

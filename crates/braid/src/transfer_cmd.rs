@@ -56,7 +56,7 @@ pub struct SendArgs {
     /// Send every path to this server address instead of each path's `remote`.
     #[arg(long, value_name = "HOST:PORT")]
     pub to: Option<String>,
-    /// Congestion control of every micro-flow: cubic (default) or reno.
+    /// Congestion control of every micro-flow: cubic (default), reno or bbr.
     #[arg(long, value_name = "NAME", default_value = "cubic")]
     pub congestion_control: String,
     /// No progress bar (the final summary is still printed).
@@ -74,7 +74,7 @@ pub struct RecvArgs {
     /// the sender's file name in the current directory.
     #[arg(long, value_name = "DIR|FILE")]
     pub out: Option<PathBuf>,
-    /// Congestion control of every micro-flow: cubic (default) or reno.
+    /// Congestion control of every micro-flow: cubic (default), reno or bbr.
     #[arg(long, value_name = "NAME", default_value = "cubic")]
     pub congestion_control: String,
     /// No progress bar (the final summary is still printed).
@@ -86,8 +86,8 @@ pub struct RecvArgs {
 pub fn congestion(name: &str) -> Result<CongestionAlgorithm> {
     name.parse().map_err(|_| {
         anyhow::anyhow!(
-            "--congestion-control {name:?}: pTCP's micro-flows have cubic and reno (newreno); \
-             give one of those"
+            "--congestion-control {name:?}: pTCP's micro-flows have cubic, reno (newreno) \
+             and bbr; give one of those"
         )
     })
 }

@@ -383,8 +383,11 @@ fn misuse_is_refused_with_the_problem_and_the_fix() {
         !ok && err.contains("cannot open /nonexistent/file"),
         "{err}"
     );
-    let (ok, err) = braid(&["send", c, "-c", c, "--congestion-control", "bbr"]);
-    assert!(!ok && err.contains("cubic and reno"), "{err}");
+    let (ok, err) = braid(&["send", c, "-c", c, "--congestion-control", "vegas"]);
+    assert!(
+        !ok && err.contains("cubic, reno (newreno) and bbr"),
+        "{err}"
+    );
     let (ok, err) = braid(&["forward", "-c", c, "--target", "127.0.0.1:80"]);
     assert!(!ok && err.contains("give --listen"), "{err}");
     let (ok, err) = braid(&["forward", "-c", s, "--listen", "127.0.0.1:80"]);

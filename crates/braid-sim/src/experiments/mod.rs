@@ -10,12 +10,14 @@
 //! | `bag` | BAG paper Table I | TCP over three paths with MTCP, ASI, EDPF, WRR, WRR with a buffer and PET-BMP; cross traffic, loss, a halved path |
 //! | `tcp-check` | issue 5 item 6 | the TCP model ([`crate::tcp`], set up like Linux) over each path of a lab scenario, beside kernel TCP's figures from `braid lab run --json` (takes a scenario, so not in [`NAMES`]) |
 //! | `ptcp-fig4` | pTCP paper Fig. 4 | pTCP, striping over multiple sockets and the sum of independent flows: a 500 kbit/s 400 ms path and a 100 ms path of 1-10x its rate; 2-5 paths; 2-5 fluctuating paths |
+//! | `ptcp-cc` | issue 6, pTCP section 3.2 | pTCP's micro-flow controllers (NewReno, CUBIC, BBR) on a 4 Mbit/s 80 ms path with 1% random loss, the same without loss, and two paths of 40 and 200 ms |
 //! | `ptcp-weights` | pTCP paper Fig. 6(a) | one connection of weight 1-100 (w micro-flows on one path) against 9 regular ones at a RED bottleneck of (w + 9) x 1 Mbit/s |
 
 pub mod bag;
 pub mod fairness;
 pub mod grr_worst_case;
 pub mod ptcp;
+pub mod ptcp_cc;
 pub mod ptcp_weights;
 pub mod qosbox;
 pub mod resync;
@@ -45,7 +47,7 @@ pub struct Output {
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 /// The experiment names.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "stripe-throughput",
     "grr-worst-case",
     "fairness",
@@ -54,6 +56,7 @@ pub const NAMES: [&str; 8] = [
     "bag",
     "ptcp-fig4",
     "ptcp-weights",
+    "ptcp-cc",
 ];
 
 /// Run an experiment by name.
@@ -67,6 +70,7 @@ pub fn run(name: &str, seed: u64, progress: Progress<'_>) -> Option<Output> {
         "bag" => bag::run(seed, progress),
         "ptcp-fig4" => ptcp::run(seed, progress),
         "ptcp-weights" => ptcp_weights::run(seed, progress),
+        "ptcp-cc" => ptcp_cc::run(seed, progress),
         _ => return None,
     })
 }

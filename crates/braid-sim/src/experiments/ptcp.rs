@@ -110,6 +110,9 @@ pub(super) struct Link {
     dropped: u64,
     dropped_early: u64,
     red: Option<Red>,
+    /// Random loss: each datagram is dropped with this probability, drawn from `loss_rng`.
+    loss: f64,
+    loss_rng: u64,
 }
 
 impl Link {
@@ -123,6 +126,19 @@ impl Link {
             dropped: 0,
             dropped_early: 0,
             red: None,
+            loss: 0.0,
+            loss_rng: 0,
+        }
+    }
+
+    /// The same path with a drop-tail queue of `queue_bytes` and random loss of probability
+    /// `loss` per datagram (a lossy radio link in front of the bottleneck), drawing from `seed`.
+    pub(super) fn lossy(spec: PathSpec, queue_bytes: u64, loss: f64, seed: u64) -> Self {
+        Link {
+            queue_bytes,
+            loss,
+            loss_rng: seed,
+            ..Self::new(spec)
         }
     }
 
@@ -161,6 +177,10 @@ impl Link {
     /// is full.
     pub(super) fn send(&mut self, now: Instant, len: u64) -> Option<Instant> {
         let len = len + LINK_OVERHEAD;
+        if self.loss > 0.0 && splitmix_unit(&mut self.loss_rng) < self.loss {
+            self.dropped += 1;
+            return None;
+        }
         let backlog = self.free_at.saturating_duration_since(now);
         let rate_now = self.rate_at(now);
         let queued = (u128::from(rate_now) * backlog.as_nanos() / 8 / 1_000_000_000) as u64;
@@ -225,11 +245,7 @@ impl Red {
     }
 
     fn uniform(&mut self) -> f64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        splitmix_unit(&mut self.rng)
     }
 
     /// An arrival that finds `queued` bytes (after `idle_slots` packet times of an empty
@@ -261,6 +277,15 @@ impl Red {
             false
         }
     }
+}
+
+/// The next uniform draw in `[0, 1)` of a splitmix64 sequence whose state is `rng`.
+fn splitmix_unit(rng: &mut u64) -> f64 {
+    *rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *rng;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// A connection between the mobile host (client) and the fixed host (server).
