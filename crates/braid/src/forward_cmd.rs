@@ -43,8 +43,8 @@ pub struct ForwardArgs {
     /// Server: connect every forwarded connection to this address.
     #[arg(long, value_name = "HOST:PORT")]
     pub target: Option<String>,
-    /// Congestion control of every micro-flow: cubic (default), reno or bbr.
-    #[arg(long, value_name = "NAME", default_value = "cubic")]
+    /// Congestion control of every micro-flow: bbr (default), cubic or reno.
+    #[arg(long, value_name = "NAME", default_value = "bbr")]
     pub congestion_control: String,
     /// Say nothing about connections.
     #[arg(long)]

@@ -56,8 +56,8 @@ pub struct SendArgs {
     /// Send every path to this server address instead of each path's `remote`.
     #[arg(long, value_name = "HOST:PORT")]
     pub to: Option<String>,
-    /// Congestion control of every micro-flow: cubic (default), reno or bbr.
-    #[arg(long, value_name = "NAME", default_value = "cubic")]
+    /// Congestion control of every micro-flow: bbr (default), cubic or reno.
+    #[arg(long, value_name = "NAME", default_value = "bbr")]
     pub congestion_control: String,
     /// No progress bar (the final summary is still printed).
     #[arg(long)]
@@ -74,8 +74,8 @@ pub struct RecvArgs {
     /// the sender's file name in the current directory.
     #[arg(long, value_name = "DIR|FILE")]
     pub out: Option<PathBuf>,
-    /// Congestion control of every micro-flow: cubic (default), reno or bbr.
-    #[arg(long, value_name = "NAME", default_value = "cubic")]
+    /// Congestion control of every micro-flow: bbr (default), cubic or reno.
+    #[arg(long, value_name = "NAME", default_value = "bbr")]
     pub congestion_control: String,
     /// No progress bar (the final summary is still printed).
     #[arg(long)]
