@@ -33,7 +33,7 @@ for part in $PARTS; do
       cc=()
       [ "$part" = cubic ] && cc=(--congestion-control cubic)
       for s in two-path three-path three-path-lossy outage; do
-        run "$s-$part" "$s" --variants braid,ptcp,mptcp,sum "${cc[@]}"
+        run "$s-$part" "$s" --variants braid,ptcp,mptcp,sum ${cc[@]+"${cc[@]}"}
       done ;;
     bag) run bag-bbr bag --variants braid,ptcp,mptcp,sum ;;
     measured)

@@ -242,7 +242,7 @@ fn default_ifname() -> String {
     "braid0".into()
 }
 
-#[derive(Debug, Deserialize, PartialEq)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawBond {
     #[serde(deserialize_with = "scheduler")]
@@ -298,6 +298,9 @@ struct RawPath {
     #[serde(default = "default_path_mtu")]
     mtu: u16,
 }
+
+/// The `[bond]` keys a server may set: what each end decides for itself.
+const SERVER_BOND_KEYS: [&str; 2] = ["duplicate_dscp", "release_pacing_pct"];
 
 /// The receiver's paced release, in percent of the bond's rate, by default (`[bond]
 /// release_pacing_pct`). Measured on the lab's three paths with CUBIC: 12.34 Mbit/s paced at
@@ -578,17 +581,20 @@ impl Config {
                 }
                 // A server's [bond] holds only what this end decides for itself: what it sends
                 // twice and how fast its receiver releases. The client chooses the rest.
-                if let Some(b) = &raw.bond {
-                    let local_only = RawBond {
-                        duplicate_dscp: b.duplicate_dscp.clone(),
-                        release_pacing_pct: b.release_pacing_pct,
-                        ..RawBond::default()
-                    };
-                    if *b != local_only {
-                        return Err(invalid(
-                            "[bond] on a server may set only duplicate_dscp and release_pacing_pct (what this end sends twice, how fast its receiver releases): the client chooses the striping and sends it in the handshake; remove the other keys here".into(),
-                        ));
-                    }
+                let table = toml::from_str::<toml::Table>(text).unwrap_or_default();
+                let others: Vec<&str> = table
+                    .get("bond")
+                    .and_then(|b| b.as_table())
+                    .into_iter()
+                    .flat_map(|b| b.keys())
+                    .map(String::as_str)
+                    .filter(|k| !SERVER_BOND_KEYS.contains(k))
+                    .collect();
+                if !others.is_empty() {
+                    return Err(invalid(format!(
+                        "[bond] on a server may set only duplicate_dscp and release_pacing_pct (what this end sends twice, how fast its receiver releases): the client chooses the striping and sends it in the handshake; remove {} here",
+                        others.join(", ")
+                    )));
                 }
                 if raw.listen.is_none() {
                     return Err(invalid(

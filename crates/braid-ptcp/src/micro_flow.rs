@@ -627,7 +627,10 @@ impl MicroFlow {
     }
 
     /// Moves the next pacing release `len` bytes of the pacing rate past the later of the
-    /// previous release and `now` less the burst allowance (a token bucket in time).
+    /// previous release and `now` less the burst allowance (a token bucket in time). One gap is
+    /// at most a quarter of the smoothed RTT (BBR's floor of four segments a round trip; 50 ms
+    /// before the first sample), so an absurdly low rate, or one that rose after the packet
+    /// went, holds the next packet back no longer than that.
     fn pace(&mut self, now: Instant, len: u64) {
         let Some(rate) = self.cc.pacing_rate().filter(|&r| r > 0) else {
             return;
@@ -638,10 +641,13 @@ impl MicroFlow {
         };
         let burst = ns(PACING_BURST_SEGMENTS * self.mss()).max(PACING_BURST_TIME.as_nanos() as u64);
         let earliest = Instant::from_nanos(now.as_nanos().saturating_sub(burst));
-        self.pacing_next = self
-            .pacing_next
-            .max(earliest)
-            .saturating_add(Duration::from_nanos(ns(len)));
+        let longest = if self.rtt.has_sample() {
+            self.rtt.srtt() / 4
+        } else {
+            Duration::from_millis(50)
+        };
+        let gap = Duration::from_nanos(ns(len)).min(longest);
+        self.pacing_next = self.pacing_next.max(earliest).saturating_add(gap);
     }
 
     /// The SM's `receive`: the flow part of a segment of this flow. Returns whether the segment

@@ -6,7 +6,7 @@
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
 use braid_ptcp::wire::{Flags, SackBlock, Segment};
-use braid_ptcp::{Config, FlowId, StripedConnection, VirtualSeq};
+use braid_ptcp::{Config, CongestionAlgorithm, FlowId, StripedConnection, VirtualSeq};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -86,8 +86,17 @@ fn pump(c: &mut StripedConnection, s: &mut StripedConnection, now: Instant) {
 
 proptest! {
     #[test]
-    fn hostile_input_never_panics(inputs in prop::collection::vec(arb_input(), 1..60), to_server in prop::collection::vec(any::<bool>(), 60)) {
-        let cfg = Config { receive_buffer_bytes: 64 << 10, ..Config::default() };
+    fn hostile_input_never_panics(
+        inputs in prop::collection::vec(arb_input(), 1..60),
+        to_server in prop::collection::vec(any::<bool>(), 60),
+        algorithm in prop::sample::select(&[
+            CongestionAlgorithm::NewReno,
+            CongestionAlgorithm::Cubic,
+            CongestionAlgorithm::Bbr,
+        ]),
+    ) {
+        let mut cfg = Config { receive_buffer_bytes: 64 << 10, ..Config::default() };
+        cfg.flow.congestion.algorithm = algorithm;
         let mut now = Instant::ZERO;
         let mut c = StripedConnection::connect(cfg, now, &[PathId(0), PathId(1)]);
         let mut s = StripedConnection::accept(cfg);

@@ -15,8 +15,11 @@ use snow::types::{Cipher, Dh, Hash, Random};
 /// encrypted, in the first message), X25519, ChaCha20-Poly1305, BLAKE2s.
 pub const PATTERN: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 
-/// Mixed into every handshake, so a braid handshake cannot be confused with another protocol's.
-pub const PROLOGUE: &[u8] = b"braid v1";
+/// Mixed into every handshake, so a braid handshake cannot be confused with another protocol's,
+/// nor with another version of braid's: peers whose wire formats differ (v2: 20-byte probes
+/// with the sender's rate, pTCP segment version 2) fail the handshake (`bad_handshake`) rather
+/// than establish a session in which every probe would be dropped.
+pub const PROLOGUE: &[u8] = b"braid v2";
 
 struct SeededRng(ChaCha20Rng);
 

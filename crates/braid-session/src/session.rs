@@ -56,6 +56,23 @@ use std::net::IpAddr;
 const RELEASE_BURST_PACKETS: u64 = 8;
 
 /// `pct` percent of `rate_bps`.
+/// A peer's claimed rate on a path is kept within this factor of the path's configured rate
+/// (and at least 100 kbit/s): see `Session::note_peer_rate`.
+const PEER_RATE_RANGE: u64 = 16;
+
+/// A peer's claim of `rate_kbps` on a path configured (or guessed) at `configured_bps`, in
+/// bit/s, kept within [`PEER_RATE_RANGE`] of the configured rate and at least 100 kbit/s;
+/// `None` for no opinion (0).
+fn peer_rate_bps(configured_bps: u64, rate_kbps: u32) -> Option<u64> {
+    if rate_kbps == 0 {
+        return None;
+    }
+    let configured = configured_bps.max(1);
+    let lo = (configured / PEER_RATE_RANGE).max(100_000);
+    let hi = configured.saturating_mul(PEER_RATE_RANGE).max(lo);
+    Some((u64::from(rate_kbps) * 1000).clamp(lo, hi))
+}
+
 fn pacing_rate(rate_bps: u64, pct: u32) -> u64 {
     rate_bps.saturating_mul(u64::from(pct)) / 100
 }
@@ -852,6 +869,20 @@ impl Session {
             .or_else(|| p.rates_bps.get(i).copied())
     }
 
+    /// The peer says, in a probe or probe acknowledgement on path `i`, that it sends at
+    /// `rate_kbps` there (0: no opinion). Kept within [`PEER_RATE_RANGE`] times the path's
+    /// configured rate (PET's starting guess when none is configured): a peer that claims
+    /// 1 kbit/s must not stall the release, nor one that claims terabits turn pacing off.
+    fn note_peer_rate(&mut self, i: usize, rate_kbps: u32) {
+        let (Some(p), Some(st)) = (&self.params, self.paths.get_mut(i)) else {
+            return;
+        };
+        let configured = p.rates_bps.get(i).copied().unwrap_or(0);
+        if let Some(r) = peer_rate_bps(configured, rate_kbps) {
+            st.peer_rate_bps = Some(r);
+        }
+    }
+
     /// [`Session::own_rate_bps`] in kbit/s for a probe: 0 (no opinion) before the bond.
     fn own_rate_kbps(&self, i: usize) -> u32 {
         self.own_rate_bps(i)
@@ -878,6 +909,10 @@ impl Session {
         let (Some(p), Some(e), true) = (&self.params, &mut self.endpoint, pct > 0) else {
             return;
         };
+        if !self.paths.iter().any(|st| st.up) {
+            // Nothing arrives: keep the rate until a path is back.
+            return;
+        }
         let arriving: f64 = self.paths.iter().map(|p| p.rx_bps).sum();
         self.rx_peak_bps = arriving.max(self.rx_peak_bps * 0.98);
         let said: u64 = self
@@ -995,20 +1030,16 @@ impl Session {
         let plain = std::mem::take(&mut self.plain);
         let result = match Repr::parse_bytes(&plain[..n]) {
             Ok(Repr::Probe(p)) if p.path == path => {
+                self.note_peer_rate(i, p.rate_kbps);
                 let st = &mut self.paths[i];
-                if p.rate_kbps > 0 {
-                    st.peer_rate_bps = Some(u64::from(p.rate_kbps) * 1000);
-                }
                 if st.acks.len() < 8 {
                     st.acks.push_back(p);
                 }
                 Ok(())
             }
             Ok(Repr::ProbeAck(p)) if p.path == path => {
+                self.note_peer_rate(i, p.rate_kbps);
                 let st = &mut self.paths[i];
-                if p.rate_kbps > 0 {
-                    st.peer_rate_bps = Some(u64::from(p.rate_kbps) * 1000);
-                }
                 let sample = now - Instant::from_nanos(p.timestamp);
                 st.srtt = Some(match st.srtt {
                     Some(s) => (s * 7 + sample) / 8,
@@ -1762,5 +1793,19 @@ mod tests {
             .flat_map(|_| [4, 10, 0, 0, 1, 32])
             .collect();
         assert_eq!(decode_addresses(&many), None);
+    }
+
+    #[test]
+    fn a_peers_rate_claim_is_kept_within_sixteen_times_the_configured_rate() {
+        // PET's 10 Mbit/s guess: a claim of 4 Mbit/s stands.
+        assert_eq!(peer_rate_bps(10_000_000, 4_000), Some(4_000_000));
+        assert_eq!(peer_rate_bps(10_000_000, 0), None, "0 is no opinion");
+        // 1 kbit/s would stall the release; u32::MAX kbit/s would turn pacing off.
+        assert_eq!(peer_rate_bps(10_000_000, 1), Some(625_000));
+        assert_eq!(peer_rate_bps(10_000_000, u32::MAX), Some(160_000_000));
+        // Never below 100 kbit/s, whatever was configured.
+        assert_eq!(peer_rate_bps(0, 1), Some(100_000));
+        // No overflow at the extremes.
+        assert!(peer_rate_bps(u64::MAX, u32::MAX).is_some());
     }
 }

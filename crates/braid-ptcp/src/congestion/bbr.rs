@@ -245,7 +245,7 @@ impl Bbr {
             return self.config.initial_window();
         };
         let bdp = u128::from(bw) * rt_prop.as_nanos() / 1_000_000_000;
-        (gain * bdp as f64).ceil() as u64 + 3 * self.send_quantum()
+        ((gain * bdp as f64).ceil() as u64).saturating_add(3 * self.send_quantum())
     }
 
     /// `BBRSaveCwnd`: remembers the window to restore after recovery or ProbeRTT.
