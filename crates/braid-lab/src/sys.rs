@@ -555,6 +555,32 @@ pub fn tcp_info(fd: RawFd) -> io::Result<libc::tcp_info> {
     Ok(unsafe { info.assume_init() })
 }
 
+/// Offset of `tcpi_dsack_dups` in the kernel's `struct tcp_info` (Linux 5.10 on; the libc
+/// crate's struct stops at `tcpi_total_retrans`, 104 bytes).
+const TCPI_DSACK_DUPS: usize = 216;
+
+/// `tcpi_dsack_dups` of a TCP socket: D-SACK blocks the sender received, each a retransmission
+/// the receiver already had (a spurious one). `None` on a kernel whose `tcp_info` is shorter.
+pub fn tcp_dsack_dups(fd: RawFd) -> io::Result<Option<u32>> {
+    let mut buf = [0u8; 256];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: `buf` is valid for writes of `len` bytes; the kernel writes at most `len`.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    })?;
+    let got = (len as usize).min(buf.len());
+    Ok(buf
+        .get(TCPI_DSACK_DUPS..TCPI_DSACK_DUPS + 4)
+        .filter(|_| got >= TCPI_DSACK_DUPS + 4)
+        .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]])))
+}
+
 /// What `MPTCP_INFO` says about an MPTCP connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MptcpInfo {
@@ -680,5 +706,8 @@ mod tests {
         let info = tcp_info(c.as_raw_fd()).unwrap();
         assert_eq!(info.tcpi_state, 1, "ESTABLISHED");
         assert_eq!(info.tcpi_total_retrans, 0);
+        // Nothing was resent, so nothing was resent spuriously (None: a kernel before 5.10).
+        let dups = tcp_dsack_dups(c.as_raw_fd()).unwrap();
+        assert!(matches!(dups, None | Some(0)), "{dups:?}");
     }
 }

@@ -51,6 +51,10 @@ pub struct TcpStats {
     pub retransmits: u64,
     /// `tcpi_reordering` (the largest over subflows for MPTCP).
     pub reordering: u32,
+    /// `tcpi_dsack_dups`: retransmissions the receiver reported as duplicates (D-SACK), that
+    /// is spurious ones; plain TCP only (absent for MPTCP, or on an older kernel).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spurious_retransmits: Option<u64>,
     /// Smoothed RTT, ms (of the first subflow for MPTCP).
     pub rtt_ms: f64,
     /// Congestion window, segments (summed over subflows for MPTCP).
@@ -558,6 +562,7 @@ fn stats(stream: &TcpStream, proto: StreamProto) -> Result<TcpStats, String> {
             Ok(TcpStats {
                 retransmits: u64::from(i.tcpi_total_retrans),
                 reordering: i.tcpi_reordering,
+                spurious_retransmits: sys::tcp_dsack_dups(fd).ok().flatten().map(u64::from),
                 rtt_ms: f64::from(i.tcpi_rtt) / 1e3,
                 snd_cwnd: i.tcpi_snd_cwnd,
                 congestion_control: String::new(),
@@ -576,6 +581,7 @@ fn stats(stream: &TcpStream, proto: StreamProto) -> Result<TcpStats, String> {
             Ok(TcpStats {
                 retransmits: subs.iter().map(|i| u64::from(i.tcpi_total_retrans)).sum(),
                 reordering: subs.iter().map(|i| i.tcpi_reordering).max().unwrap_or(0),
+                spurious_retransmits: None,
                 rtt_ms: f64::from(subs[0].tcpi_rtt) / 1e3,
                 snd_cwnd: subs.iter().map(|i| i.tcpi_snd_cwnd).sum(),
                 congestion_control: String::new(),
