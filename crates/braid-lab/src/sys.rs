@@ -481,21 +481,26 @@ pub fn set_congestion(fd: RawFd, name: &str) -> io::Result<()> {
     .map(drop)
 }
 
-/// The socket's congestion control (`TCP_CONGESTION`).
-pub fn congestion(fd: RawFd) -> io::Result<String> {
-    let mut buf = [0u8; 16];
+/// `getsockopt(IPPROTO_TCP, option)` into `buf`; the bytes the kernel wrote.
+fn tcp_option(fd: RawFd, option: libc::c_int, buf: &mut [u8]) -> io::Result<usize> {
     let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: `buf` is 16 writable bytes and `len` says so.
+    // SAFETY: `buf` is valid for writes of `len` bytes; the kernel writes at most `len`.
     cvt(unsafe {
         libc::getsockopt(
             fd,
             libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
+            option,
             buf.as_mut_ptr().cast(),
             &mut len,
         )
     })?;
-    let n = (len as usize).min(buf.len());
+    Ok((len as usize).min(buf.len()))
+}
+
+/// The socket's congestion control (`TCP_CONGESTION`).
+pub fn congestion(fd: RawFd) -> io::Result<String> {
+    let mut buf = [0u8; 16];
+    let n = tcp_option(fd, libc::TCP_CONGESTION, &mut buf)?;
     let end = buf[..n].iter().position(|&b| b == 0).unwrap_or(n);
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
@@ -563,18 +568,7 @@ const TCPI_DSACK_DUPS: usize = 216;
 /// the receiver already had (a spurious one). `None` on a kernel whose `tcp_info` is shorter.
 pub fn tcp_dsack_dups(fd: RawFd) -> io::Result<Option<u32>> {
     let mut buf = [0u8; 256];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: `buf` is valid for writes of `len` bytes; the kernel writes at most `len`.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    })?;
-    let got = (len as usize).min(buf.len());
+    let got = tcp_option(fd, libc::TCP_INFO, &mut buf)?;
     Ok(buf
         .get(TCPI_DSACK_DUPS..TCPI_DSACK_DUPS + 4)
         .filter(|_| got >= TCPI_DSACK_DUPS + 4)
