@@ -165,7 +165,7 @@ pub fn nft_ruleset(table: &str, prefixes: &[Cidr], own: &[IpAddr], port: u16) ->
     for (chain, hook) in [("output", "output"), ("prerouting", "prerouting")] {
         let _ = writeln!(
             s,
-            "  chain {chain} {{\n    type nat hook {hook} priority dstnat; policy accept;"
+            "  chain {chain} {{\n    type nat hook {hook} priority -100; policy accept;"
         );
         for a in own {
             let fam = if a.is_ipv4() { "ip" } else { "ip6" };

@@ -27,6 +27,8 @@ struct Bed {
     bond: Option<String>,
     /// More `[[path]]` tables for the client, appended as they are.
     extra_paths: String,
+    /// `[tcp] accelerate = true` on both ends.
+    tcp: bool,
 }
 
 impl Bed {
@@ -48,6 +50,7 @@ impl Bed {
             offload: true,
             bond: None,
             extra_paths: String::new(),
+            tcp: false,
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -73,6 +76,12 @@ impl Bed {
             self.dir.display(),
             offload = self.offload
         );
+        let tcp = if self.tcp {
+            "[tcp]\naccelerate = true\n"
+        } else {
+            ""
+        };
+        let server = format!("{server}{tcp}");
         let remote2 = remote2.map_or("10.62.2.2:7000".to_owned(), |a| a.to_string());
         let bond = self.bond.clone().unwrap_or_default();
         let pet = bond.contains("\"pet\"");
@@ -84,7 +93,7 @@ impl Bed {
         let client = format!(
             "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"]\noffload = {offload}\n[control]\nsocket = \"{dir}/c.sock\"\n\
-             [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n{bond}\n\
+             [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n{bond}\n{tcp}\
              [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\n{rate1}\
              [[path]]\nname = \"two\"\nlocal = \"10.62.2.1\"\nremote = \"{remote2}\"\n{rate2}{extra}",
             extra = self.extra_paths,
@@ -254,6 +263,24 @@ fn transfer_watched(
     rx.join().unwrap()
 }
 
+/// `up` bytes from the client to the server's tunnel address, then `down` bytes back; the
+/// receivers' longest read gaps.
+fn both_ways(bed: &Bed, up: u64, down: u64) -> (Duration, Duration) {
+    let a = transfer(
+        bed.ns("c"),
+        bed.ns("s"),
+        "10.77.0.1:5001".parse().unwrap(),
+        up,
+    );
+    let b = transfer(
+        bed.ns("s"),
+        bed.ns("c"),
+        "10.77.0.2:5002".parse().unwrap(),
+        down,
+    );
+    (a, b)
+}
+
 /// Both daemons ran the TUN the way the bed asked for, and no TUN read or write failed.
 fn assert_tun(bed: &Bed) {
     for side in ["c", "s"] {
@@ -280,18 +307,7 @@ fn transfer_both_ways_with_loss_on_a_path() {
         ..RelayFaults::default()
     });
     bed.up(Some("10.62.2.2:7100".parse().unwrap()));
-    let up = transfer(
-        bed.ns("c"),
-        bed.ns("s"),
-        "10.77.0.1:5001".parse().unwrap(),
-        6 << 20,
-    );
-    let down = transfer(
-        bed.ns("s"),
-        bed.ns("c"),
-        "10.77.0.2:5002".parse().unwrap(),
-        6 << 20,
-    );
+    let (up, down) = both_ways(&bed, 6 << 20, 6 << 20);
     // The relay's drops are single datagrams: each end NACKs them and the other resends.
     let (s, c) = (bed.status("s").unwrap(), bed.status("c").unwrap());
     for (end, st, peer) in [("server", &s, &c), ("client", &c, &s)] {
@@ -316,23 +332,61 @@ fn transfer_both_ways_with_loss_on_a_path() {
 }
 
 #[test]
+fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
+    need_root!();
+    let mut bed = Bed::new(8);
+    bed.tcp = true;
+    bed.up(None);
+    // Client to the server's tunnel address: redirected to the client's listener, carried
+    // over pTCP, connected onward by the server.
+    // Then server to client: not redirected (only the client accelerates), the striped
+    // tunnel.
+    both_ways(&bed, 4 << 20, 2 << 20);
+    let (c, s) = (bed.status("c").unwrap(), bed.status("s").unwrap());
+    assert_eq!(
+        c["tcp"]["connections"],
+        1,
+        "client: {c}; logs: {}",
+        bed.logs()
+    );
+    assert_eq!(c["tcp"]["refused"], 0, "client: {c}");
+    assert_eq!(s["tcp"]["connections"], 1, "server: {s}");
+    assert_eq!(s["tcp"]["refused"], 0, "server: {s}");
+    // Four megabytes went as pTCP segments of about 1.4 kB each.
+    let sent = c["peers"][0]["session"]["ptcp"]["sent"].as_u64().unwrap();
+    let received = s["peers"][0]["session"]["ptcp"]["received"]
+        .as_u64()
+        .unwrap();
+    assert!(sent > 2_000 && received > 2_000, "client: {c}\nserver: {s}");
+    // The client's redirect goes with it.
+    let table = |bed: &Bed| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &bed.ns("c"), "nft", "list", "tables"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("braid_braid0")
+    };
+    assert!(table(&bed), "the client installed its nftables table");
+    let client = bed.children.pop().unwrap();
+    // SAFETY: SIGTERM to our own child.
+    unsafe {
+        libc::kill(client.id() as i32, libc::SIGTERM);
+    }
+    let mut client = client;
+    let _ = client.wait();
+    assert!(
+        !table(&bed),
+        "the client removed its nftables table on exit"
+    );
+}
+
+#[test]
 fn transfer_both_ways_without_offload() {
     need_root!();
     let mut bed = Bed::new(4);
     bed.offload = false;
     bed.up(None);
-    transfer(
-        bed.ns("c"),
-        bed.ns("s"),
-        "10.77.0.1:5001".parse().unwrap(),
-        4 << 20,
-    );
-    transfer(
-        bed.ns("s"),
-        bed.ns("c"),
-        "10.77.0.2:5002".parse().unwrap(),
-        4 << 20,
-    );
+    both_ways(&bed, 4 << 20, 4 << 20);
     // One packet per system call on the TUN, both ways.
     assert_tun(&bed);
 }
