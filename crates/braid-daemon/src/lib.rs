@@ -97,8 +97,8 @@ const MAX_TUN_READS: usize = 64;
 const COMMAND_QUEUE: usize = 64;
 
 const TUN: Token = Token(0);
-/// Client with `[tcp] accelerate`: the listener redirected TCP lands on.
-const TCP_LISTENER: Token = Token(1);
+/// Client with `[tcp] accelerate`: the listeners redirected TCP lands on (IPv4, IPv6).
+const TCP_LISTENER: usize = 1;
 const UDP_BASE: usize = 16;
 /// Accelerated TCP connections' sockets use tokens from here on (above any path's).
 const TCP_BASE: usize = 1 << 20;
@@ -228,8 +228,8 @@ struct Accelerated {
 /// The daemon's TCP acceleration state (`[tcp] accelerate`).
 #[derive(Default)]
 struct Accel {
-    /// Client: the listener redirected TCP lands on.
-    listener: Option<mio::net::TcpListener>,
+    /// Client: the listeners redirected TCP lands on: IPv4, and IPv6 where the host has it.
+    listeners: Vec<mio::net::TcpListener>,
     /// By token.
     pairs: BTreeMap<usize, Accelerated>,
     /// Server: accepted pTCP connections whose header has not arrived in full, by peer and id.
@@ -443,15 +443,22 @@ impl Daemon {
             ..Accel::default()
         };
         if let (Role::Initiator, Some(t)) = (cfg.role, &cfg.tcp) {
-            let at = SocketAddr::from(([0, 0, 0, 0], t.listen_port));
-            let mut l = mio::net::TcpListener::bind(at).map_err(|e| DaemonError::Socket {
+            let v4 = SocketAddr::from(([0, 0, 0, 0], t.listen_port));
+            let v6 = SocketAddr::from(([0u16; 8], t.listen_port));
+            let l = net::tcp_listener(v4).map_err(|e| DaemonError::Socket {
                 what: format!("[tcp] listen_port {}", t.listen_port),
                 err: e,
                 hint: " (is another program, or another braid, using the port? set [tcp] listen_port to a free one)",
             })?;
-            poll.registry()
-                .register(&mut l, TCP_LISTENER, Interest::READABLE)?;
-            accel.listener = Some(l);
+            accel.listeners.push(l);
+            // Without IPv6 on the host, IPv6 TCP is not redirected (and rides the tunnel).
+            if let Ok(l) = net::tcp_listener(v6) {
+                accel.listeners.push(l);
+            }
+            for (i, l) in accel.listeners.iter_mut().enumerate() {
+                poll.registry()
+                    .register(l, Token(TCP_LISTENER + i), Interest::READABLE)?;
+            }
             accel.stats.listen_port = Some(t.listen_port);
         }
         let clock = std::time::Instant::now();
@@ -1130,6 +1137,10 @@ impl Daemon {
                 own.push(addr);
             }
         }
+        if self.accel.listeners.len() < 2 {
+            // No IPv6 listener: IPv6 TCP stays on the striped tunnel.
+            prefixes.retain(|p| p.addr.is_ipv4());
+        }
         let table = accel::nft_table(&self.cfg.ifname);
         let rules = accel::nft_ruleset(&table, &prefixes, &own, t.listen_port);
         if rules == self.accel.nft_rules {
@@ -1237,11 +1248,15 @@ impl Daemon {
     /// Client: accepts the redirected connections, each with its original destination, and
     /// opens a pTCP connection that starts with the [`accel::Header`].
     fn accept_tcp(&mut self, now: Instant) {
-        if self.accel.listener.is_none() {
-            return;
+        for i in 0..self.accel.listeners.len() {
+            self.accept_from(i, now);
         }
+    }
+
+    /// [`Daemon::accept_tcp`] for listener `i`.
+    fn accept_from(&mut self, i: usize, now: Instant) {
         loop {
-            let Some(l) = &self.accel.listener else {
+            let Some(l) = self.accel.listeners.get(i) else {
                 return;
             };
             let (tcp, from) = match l.accept() {
@@ -1250,13 +1265,11 @@ impl Daemon {
                 Err(_) => return,
             };
             use std::os::fd::AsRawFd;
-            let dst = match net::original_dst(tcp.as_raw_fd(), from.is_ipv6()) {
-                Ok(d) => d,
-                Err(_) => {
-                    // Not redirected (someone connected to the port itself): nowhere to go.
-                    self.accel.stats.refused += 1;
-                    continue;
-                }
+            let dst = net::original_dst(tcp.as_raw_fd(), from.is_ipv6());
+            let Some(dst) = dst.ok().filter(|d| tcp.local_addr().ok() != Some(*d)) else {
+                // Not redirected (someone connected to the port itself): nowhere to go.
+                self.accel.stats.refused += 1;
+                continue;
             };
             let peer = 0;
             let id = if self.accel.pairs.len() < MAX_TCP_PAIRS {
@@ -1276,10 +1289,15 @@ impl Daemon {
             };
             let mut hdr = Vec::with_capacity(accel::Header::MAX_LEN);
             accel::Header { dst }.emit(&mut hdr);
-            if let Some(c) = self.peers[peer].ptcp.conn_mut(id) {
-                // A new connection's send buffer (megabytes) takes the header whole.
-                let n = c.write(&hdr);
-                debug_assert_eq!(n, hdr.len());
+            // A new connection's send buffer (megabytes) takes the header whole.
+            let whole = self.peers[peer]
+                .ptcp
+                .conn_mut(id)
+                .is_some_and(|c| c.write(&hdr) == hdr.len());
+            if !whole {
+                self.peers[peer].ptcp.remove(id);
+                self.accel.stats.refused += 1;
+                continue;
             }
             self.adopt_tcp(peer, tcp, id, Vec::new());
         }

@@ -452,3 +452,17 @@ pub(crate) fn original_dst(fd: std::os::fd::RawFd, ipv6: bool) -> io::Result<Soc
         Ok(SocketAddr::new(ip.into(), u16::from_be(a.sin_port)))
     }
 }
+
+/// A non-blocking TCP listener on `at`; an IPv6 one takes IPv6 only (an IPv4 listener on the
+/// same port takes the rest).
+pub(crate) fn tcp_listener(at: SocketAddr) -> io::Result<mio::net::TcpListener> {
+    let s = Socket::new(Domain::for_address(at), Type::STREAM, Some(Protocol::TCP))?;
+    if at.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_reuse_address(true)?;
+    s.bind(&at.into())?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
+    Ok(mio::net::TcpListener::from_std(s.into()))
+}

@@ -72,8 +72,9 @@ impl Bed {
         let (sk, sp) = key();
         let server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:7000\"\n\
-             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"]\noffload = {offload}\n[control]\nsocket = \"{}/s.sock\"\n",
+             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"{v6s}]\noffload = {offload}\n[control]\nsocket = \"{}/s.sock\"\n",
             self.dir.display(),
+            v6s = if self.tcp { ", \"fd77::1/64\"" } else { "" },
             offload = self.offload
         );
         let tcp = if self.tcp {
@@ -92,11 +93,12 @@ impl Bed {
         };
         let client = format!(
             "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
-             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"]\noffload = {offload}\n[control]\nsocket = \"{dir}/c.sock\"\n\
+             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"{v6c}]\noffload = {offload}\n[control]\nsocket = \"{dir}/c.sock\"\n\
              [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n{bond}\n{tcp}\
              [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\n{rate1}\
              [[path]]\nname = \"two\"\nlocal = \"10.62.2.1\"\nremote = \"{remote2}\"\n{rate2}{extra}",
             extra = self.extra_paths,
+            v6c = if self.tcp { ", \"fd77::2/64\"" } else { "" },
             dir = self.dir.display(),
             offload = self.offload
         );
@@ -342,15 +344,52 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     // Then server to client: not redirected (only the client accelerates), the striped
     // tunnel.
     both_ways(&bed, 4 << 20, 2 << 20);
+    // IPv6 too, once the addresses are out of duplicate address detection.
+    for side in ["c", "s"] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let out = Command::new("ip")
+                .args(["-n", &bed.ns(side), "-6", "addr", "show", "tentative"])
+                .output()
+                .unwrap();
+            if out.stdout.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    transfer(
+        bed.ns("c"),
+        bed.ns("s"),
+        "[fd77::1]:5003".parse().unwrap(),
+        1 << 20,
+    );
+    // The status is a snapshot refreshed every 100 ms: wait for the last connection's end.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let done = |side: &str| {
+            bed.status(side)
+                .is_some_and(|st| st["tcp"]["connections"] == 2 && st["tcp"]["active"] == 0)
+        };
+        if done("c") && done("s") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let (c, s) = (bed.status("c").unwrap(), bed.status("s").unwrap());
+    let ruleset = Command::new("ip")
+        .args(["netns", "exec", &bed.ns("c"), "nft", "list", "ruleset"])
+        .output()
+        .unwrap();
     assert_eq!(
         c["tcp"]["connections"],
-        1,
-        "client: {c}; logs: {}",
-        bed.logs()
+        2,
+        "client: {c}; logs: {}; ruleset: {}",
+        bed.logs(),
+        String::from_utf8_lossy(&ruleset.stdout)
     );
     assert_eq!(c["tcp"]["refused"], 0, "client: {c}");
-    assert_eq!(s["tcp"]["connections"], 1, "server: {s}");
+    assert_eq!(s["tcp"]["connections"], 2, "server: {s}");
     assert_eq!(s["tcp"]["refused"], 0, "server: {s}");
     // Four megabytes went as pTCP segments of about 1.4 kB each.
     let sent = c["peers"][0]["session"]["ptcp"]["sent"].as_u64().unwrap();
