@@ -239,6 +239,8 @@ struct Accel {
     nft_table: Option<String>,
     /// Client: the ruleset installed (replaced when the tunnel's prefixes change).
     nft_rules: String,
+    /// Client: the handed addresses the ruleset was made with (`None`: not made yet).
+    nft_handed: Option<Vec<(IpAddr, u8)>>,
     stats: TcpStatus,
 }
 
@@ -1128,6 +1130,16 @@ impl Daemon {
         let (Role::Initiator, Some(t)) = (self.cfg.role, &self.cfg.tcp) else {
             return;
         };
+        // Only the handed addresses change at run time: nothing to do unless they did.
+        let handed: Vec<(IpAddr, u8)> = self
+            .peers
+            .iter()
+            .flat_map(|p| p.applied.iter().copied())
+            .collect();
+        if self.accel.nft_handed.as_ref() == Some(&handed) {
+            return;
+        }
+        self.accel.nft_handed = Some(handed);
         let mut prefixes = self.cfg.addresses.clone();
         prefixes.extend(self.cfg.routes.iter().copied());
         let mut own: Vec<IpAddr> = self.cfg.addresses.iter().map(|a| a.addr).collect();
