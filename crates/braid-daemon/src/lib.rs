@@ -1188,6 +1188,24 @@ impl Daemon {
         if self.cfg.tcp.is_none() {
             return;
         }
+        // Forget connections without a TCP side (done, refused, or the onward connect failed)
+        // once closed, after this turn's flush sent their last segments.
+        for (k, p) in self.peers.iter_mut().enumerate() {
+            for id in p.ptcp.conn_ids() {
+                let paired = self
+                    .accel
+                    .pairs
+                    .values()
+                    .any(|a| a.peer == k && a.pair.id() == id);
+                let closed = p
+                    .ptcp
+                    .conn(id)
+                    .is_some_and(|c| c.state() == braid_ptcp::State::Closed);
+                if !paired && closed && !self.accel.pending.contains_key(&(k, id)) {
+                    p.ptcp.remove_after_transmit(id);
+                }
+            }
+        }
         self.accept_tcp(now);
         self.connect_onward(now);
         let mut done = Vec::new();
@@ -1202,26 +1220,9 @@ impl Daemon {
         }
         for token in done {
             if let Some(mut a) = self.accel.pairs.remove(&token) {
+                // The connection leaves the table next turn, after a flush sent its last
+                // segments (the ACK of the peer's FIN).
                 let _ = self.poll.registry().deregister(a.pair.tcp_mut());
-                self.peers[a.peer].ptcp.remove(a.pair.id());
-            }
-        }
-        // Forget connections without a TCP side (refused, or the onward connect failed) once
-        // closed.
-        for (k, p) in self.peers.iter_mut().enumerate() {
-            for id in p.ptcp.conn_ids() {
-                let paired = self
-                    .accel
-                    .pairs
-                    .values()
-                    .any(|a| a.peer == k && a.pair.id() == id);
-                let closed = p
-                    .ptcp
-                    .conn(id)
-                    .is_some_and(|c| c.state() == braid_ptcp::State::Closed);
-                if !paired && closed && !self.accel.pending.contains_key(&(k, id)) {
-                    p.ptcp.remove(id);
-                }
             }
         }
     }

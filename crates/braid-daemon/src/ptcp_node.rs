@@ -214,6 +214,12 @@ impl PtcpNode {
         self.table.remove(id)
     }
 
+    /// Forget a connection once the next flush sent what it has left (the ACK of the peer's
+    /// FIN that closed it): [`PtcpTable::remove_after_transmit`].
+    pub fn remove_after_transmit(&mut self, id: u32) {
+        self.table.remove_after_transmit(id)
+    }
+
     /// The node's `mio` registry, for the application's own sockets: register them with
     /// tokens from [`APP_TOKEN_BASE`] on, and [`PtcpNode::turn`] wakes for them too.
     pub fn registry(&self) -> &mio::Registry {

@@ -83,6 +83,8 @@ pub struct PtcpTable {
     /// Recently removed connection ids (at most [`RETIRED_IDS`]).
     retired: VecDeque<u32>,
     next_conn: u32,
+    /// Connections to forget once their last segments went out ([`PtcpTable::transmit`]).
+    leaving: Vec<u32>,
     unknown_conn: u64,
     /// Segments the session would not seal (no keys, a path it lacks): pTCP resends them.
     unsealed: u64,
@@ -98,6 +100,7 @@ impl PtcpTable {
             accepted: VecDeque::new(),
             retired: VecDeque::new(),
             next_conn: 1,
+            leaving: Vec::new(),
             unknown_conn: 0,
             unsealed: 0,
         }
@@ -208,6 +211,15 @@ impl PtcpTable {
         c
     }
 
+    /// Forget a connection after the next [`PtcpTable::transmit`] sent what it has left (the
+    /// ACK of the peer's FIN that closed it): a connection removed at once leaves its peer
+    /// resending that FIN to an id nobody holds.
+    pub fn remove_after_transmit(&mut self, id: u32) {
+        if self.conns.contains_key(&id) && !self.leaving.contains(&id) {
+            self.leaving.push(id);
+        }
+    }
+
     /// Hands the session's pTCP segments to their connections; a responder that accepts opens
     /// a connection for a SYN naming a new id.
     pub fn deliver(&mut self, session: &mut Session, now: Instant) {
@@ -267,6 +279,9 @@ impl PtcpTable {
                     None => self.unsealed += 1,
                 }
             }
+        }
+        for id in std::mem::take(&mut self.leaving) {
+            self.remove(id);
         }
     }
 }

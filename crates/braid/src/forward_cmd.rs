@@ -184,7 +184,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         for token in done {
             if let Some(mut p) = pairs.remove(&token) {
                 let _ = node.registry().deregister(p.tcp_mut());
-                node.remove(p.id());
+                node.remove_after_transmit(p.id());
                 if !args.quiet {
                     eprintln!("pTCP connection {}: done", p.id());
                 }
@@ -194,7 +194,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         for id in node.conn_ids() {
             let paired = pairs.values().any(|p| p.id() == id);
             if !paired && node.conn(id).is_some_and(|c| c.state() == State::Closed) {
-                node.remove(id);
+                node.remove_after_transmit(id);
             }
         }
     }

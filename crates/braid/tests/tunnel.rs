@@ -397,6 +397,44 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
         .as_u64()
         .unwrap();
     assert!(sent > 2_000 && received > 2_000, "client: {c}\nserver: {s}");
+    // A destination the server would route back into the tunnel (in its /64, not its own) is
+    // refused there: the client's application sees its connection end, and nothing else.
+    let ended = in_ns(&bed.ns("c"), || {
+        let mut c =
+            TcpStream::connect_timeout(&"[fd77::5]:5001".parse().unwrap(), Duration::from_secs(5))
+                .expect("the client's listener accepts");
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let _ = c.write_all(b"hello");
+        let mut b = [0u8; 16];
+        matches!(c.read(&mut b), Ok(0) | Err(_))
+    })
+    .join()
+    .unwrap();
+    assert!(ended, "the refused connection ended");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && bed.status("s").is_none_or(|st| st["tcp"]["refused"] != 1) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = bed.status("s").unwrap();
+    assert_eq!(s["tcp"]["refused"], 1, "server: {s}");
+    assert_eq!(s["tcp"]["connections"], 2, "server: {s}");
+    // Every connection ends at both ends, in the copying and in the pTCP table.
+    let idle = |st: &serde_json::Value| {
+        st["tcp"]["active"] == 0 && st["peers"][0]["ptcp_connections"] == 0
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline
+        && !(bed.status("c").is_some_and(|st| idle(&st))
+            && bed.status("s").is_some_and(|st| idle(&st)))
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (c, s) = (bed.status("c").unwrap(), bed.status("s").unwrap());
+    assert!(
+        idle(&c) && idle(&s),
+        "client: {c}\nserver: {s}\nlogs: {}",
+        bed.logs()
+    );
     // The client's redirect goes with it.
     let table = |bed: &Bed| {
         let out = Command::new("ip")
@@ -461,7 +499,7 @@ fn forged_and_replayed_packets_are_rejected() {
     })
     .join()
     .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(4000));
     let st = bed.status("s").unwrap();
     let dropped: u64 = st["peers"][0]["session"]["dropped"]
         .as_array()
@@ -772,7 +810,7 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     })
     .join()
     .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(4000));
     let st = p.status("s").unwrap();
     let peers = st["peers"].as_array().unwrap();
     assert_eq!(peers.len(), 2, "{st}");
