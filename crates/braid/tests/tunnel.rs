@@ -499,7 +499,7 @@ fn forged_and_replayed_packets_are_rejected() {
     })
     .join()
     .unwrap();
-    std::thread::sleep(Duration::from_millis(4000));
+    std::thread::sleep(Duration::from_millis(300));
     let st = bed.status("s").unwrap();
     let dropped: u64 = st["peers"][0]["session"]["dropped"]
         .as_array()
@@ -810,7 +810,7 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     })
     .join()
     .unwrap();
-    std::thread::sleep(Duration::from_millis(4000));
+    std::thread::sleep(Duration::from_millis(300));
     let st = p.status("s").unwrap();
     let peers = st["peers"].as_array().unwrap();
     assert_eq!(peers.len(), 2, "{st}");
