@@ -289,6 +289,175 @@ impl PtcpTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use braid_session::PrivateKey;
+
+    /// Two sessions and their tables over two in-memory paths of 1 ms, time jumping to the
+    /// next event (quinn's `Pair`).
+    struct Pair {
+        ends: [(Session, PtcpTable); 2],
+        now: Instant,
+        /// (arrival, path, to end, datagram).
+        wire: Vec<(Instant, u8, usize, Vec<u8>)>,
+    }
+
+    impl Pair {
+        fn new() -> Pair {
+            let (ck, sk) = (
+                PrivateKey::from_random([1; 32]),
+                PrivateKey::from_random([2; 32]),
+            );
+            // The daemon's own configs, as `braid up` would read them.
+            let client = format!(
+                "role = \"client\"\nprivate_key = \"{}\"\npeer_public_key = \"{}\"\n\
+                 [interface]\naddress = [\"10.77.0.2/30\"]\n\
+                 [[path]]\nremote = \"192.0.2.1:7000\"\nrate_mbit = 10\n\
+                 [[path]]\nremote = \"192.0.2.1:7000\"\nrate_mbit = 20\n",
+                ck.to_base64(),
+                sk.public_key().to_base64()
+            );
+            let server = format!(
+                "role = \"server\"\nprivate_key = \"{}\"\npeer_public_key = \"{}\"\n\
+                 listen = \"0.0.0.0:7000\"\n[interface]\naddress = [\"10.77.0.1/30\"]\n",
+                sk.to_base64(),
+                ck.public_key().to_base64()
+            );
+            let session_config = |text: &str| {
+                let cfg =
+                    crate::config::Config::parse(text, std::path::Path::new("t.toml")).unwrap();
+                cfg.session_config(&cfg.peers[0])
+            };
+            let (c, s) = (session_config(&client), session_config(&server));
+            let wall = 1_700_000_000_000_000_000;
+            let options = |accept| TableOptions {
+                congestion: CongestionAlgorithm::Bbr,
+                receive_buffer_bytes: Some(1 << 20),
+                mss: 1300,
+                accept,
+            };
+            Pair {
+                ends: [
+                    (
+                        Session::new(c, Instant::ZERO, [3; 32], wall),
+                        PtcpTable::new(Role::Initiator, options(false)),
+                    ),
+                    (
+                        Session::new(s, Instant::ZERO, [4; 32], wall),
+                        PtcpTable::new(Role::Responder, options(true)),
+                    ),
+                ],
+                now: Instant::ZERO,
+                wire: Vec::new(),
+            }
+        }
+
+        /// Sends what both ends have, then runs to the next arrival or timer.
+        fn step(&mut self) {
+            let now = self.now;
+            let mut out = vec![0u8; 4096];
+            for (e, (session, table)) in self.ends.iter_mut().enumerate() {
+                let wire = &mut self.wire;
+                table.transmit(session, now, &mut out, |path, d| {
+                    wire.push((
+                        now + Duration::from_millis(1),
+                        path as u8,
+                        1 - e,
+                        d.to_vec(),
+                    ))
+                });
+                for p in 0..session.paths() {
+                    while let Some(n) = session.poll_transmit(now, PathId(p as u8), &mut out) {
+                        let d = out[..n].to_vec();
+                        wire.push((now + Duration::from_millis(1), p as u8, 1 - e, d));
+                    }
+                }
+            }
+            let next =
+                self.wire
+                    .iter()
+                    .map(|w| w.0)
+                    .chain(self.ends.iter().flat_map(|(s, t)| {
+                        [s.poll_timeout(), t.poll_timeout()].into_iter().flatten()
+                    }))
+                    .min()
+                    .unwrap_or(now + Duration::from_millis(10))
+                    .max(now);
+            self.now = next;
+            let (due, keep): (Vec<_>, Vec<_>) = self.wire.drain(..).partition(|w| w.0 <= self.now);
+            self.wire = keep;
+            for (_, path, to, d) in due {
+                let (session, table) = &mut self.ends[to];
+                let arrived_on = (to == 0).then_some(PathId(path));
+                let _ = session.handle_datagram(self.now, arrived_on, &d);
+                table.deliver(session, self.now);
+            }
+            for (session, table) in &mut self.ends {
+                session.handle_timeout(self.now);
+                table.handle_timeout(self.now);
+            }
+        }
+    }
+
+    #[test]
+    fn a_connection_carries_its_bytes_and_leaves_both_tables() {
+        let mut n = Pair::new();
+        while !(n.ends[0].0.is_established() && n.ends[1].0.is_established()) {
+            n.step();
+            assert!(
+                n.now < Instant::ZERO + Duration::from_secs(5),
+                "no handshake"
+            );
+        }
+        // A responder does not open connections; an initiator does not accept them.
+        let now = n.now;
+        let (s1, t1) = &mut n.ends[1];
+        assert_eq!(t1.connect(s1, now), None);
+        let (s0, t0) = &mut n.ends[0];
+        let id = t0.connect(s0, now).unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let mut sent = 0;
+        let mut got = Vec::new();
+        let mut server_id = None;
+        let mut buf = vec![0u8; 65_536];
+        for _ in 0..200_000 {
+            let now = n.now;
+            let c = n.ends[0].1.conn_mut(id);
+            if let Some(c) = c {
+                if sent < data.len() {
+                    sent += c.write(&data[sent..]);
+                    if sent == data.len() {
+                        c.close(now);
+                    }
+                }
+                if c.state() == braid_ptcp::State::Closed {
+                    n.ends[0].1.remove_after_transmit(id);
+                }
+            }
+            let t1 = &mut n.ends[1].1;
+            if let Some(a) = t1.accept() {
+                server_id = Some(a);
+            }
+            if let Some(c) = server_id.and_then(|a| t1.conn_mut(a)) {
+                let k = c.read(&mut buf);
+                got.extend_from_slice(&buf[..k]);
+                if c.is_finished() && c.state() == braid_ptcp::State::Open {
+                    c.close(now);
+                }
+                if c.state() == braid_ptcp::State::Closed {
+                    let a = server_id.unwrap();
+                    t1.remove_after_transmit(a);
+                }
+            }
+            if n.ends.iter().all(|(_, t)| t.is_empty()) && got.len() == data.len() {
+                break;
+            }
+            n.step();
+        }
+        assert_eq!(got, data);
+        assert_eq!(server_id, Some(id));
+        // Both ends closed and forgot the connection, and nothing arrived for a forgotten id.
+        assert!(n.ends[0].1.is_empty() && n.ends[1].1.is_empty());
+        assert_eq!(n.ends[0].1.unknown_conn() + n.ends[1].1.unknown_conn(), 0);
+    }
 
     #[test]
     fn mss_on_a_1500_byte_path() {
