@@ -76,6 +76,28 @@ impl FromStr for Cidr {
 }
 
 impl Cidr {
+    /// The prefix with the host bits cleared (`10.77.0.2/30` -> `10.77.0.0/30`).
+    pub fn network(&self) -> Cidr {
+        let addr = match self.addr {
+            IpAddr::V4(a) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::from(std::net::Ipv4Addr::from(u32::from(a) & mask))
+            }
+            IpAddr::V6(a) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::from(std::net::Ipv6Addr::from(u128::from(a) & mask))
+            }
+        };
+        Cidr {
+            addr,
+            prefix: self.prefix,
+        }
+    }
+
     /// Whether `ip` is inside this prefix.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
@@ -184,6 +206,28 @@ struct Raw {
     #[serde(default)]
     control: RawControl,
     qos: Option<braid_qos::QosConfig>,
+    tcp: Option<RawTcp>,
+}
+
+/// The `[tcp]` table: TCP acceleration over pTCP.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTcp {
+    #[serde(default)]
+    accelerate: bool,
+    listen_port: Option<u16>,
+}
+
+/// The port a client's redirected TCP lands on unless `[tcp] listen_port` says otherwise.
+pub const DEFAULT_TCP_LISTEN_PORT: u16 = 7199;
+
+/// `[tcp]`: TCP acceleration. A client redirects TCP routed into the tunnel to a local
+/// listener and carries each connection over its own pTCP connection in the session; a server
+/// accepts those and connects onward.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// Client: the local port the nftables `redirect` targets.
+    pub listen_port: u16,
 }
 
 /// A client's `[[policy]]` table: which paths a class may use, and how it is striped.
@@ -454,6 +498,8 @@ pub struct Config {
     /// `[bond] release_pacing_pct`: this end's receiver releases at most this percentage of
     /// the bond's rate; 0: unpaced.
     pub release_pacing_pct: u32,
+    /// `[tcp] accelerate = true`: TCP over pTCP; `None`: TCP rides the striped tunnel.
+    pub tcp: Option<TcpConfig>,
 }
 
 /// Bytes braid adds to an IP packet on a path: outer IP + UDP + transport header + AEAD tag +
@@ -743,6 +789,29 @@ impl Config {
             .and_then(|_| q.classifier())
             .map_err(|e| invalid(format!("{}: {}", e.key, e.message)))?;
         }
+        let tcp = match &raw.tcp {
+            Some(t) => {
+                if raw.role == Role::Responder && t.listen_port.is_some() {
+                    return Err(invalid(
+                        "[tcp] listen_port: only a client listens for redirected TCP; remove it from the server's config".into(),
+                    ));
+                }
+                if t.listen_port == Some(0) {
+                    return Err(invalid(
+                        "[tcp] listen_port = 0: give the local port (1-65535) the redirected TCP lands on, e.g. 7199, one no other program uses".into(),
+                    ));
+                }
+                if !t.accelerate && t.listen_port.is_some() {
+                    return Err(invalid(
+                        "[tcp] listen_port without accelerate = true: add accelerate = true, or remove the [tcp] table".into(),
+                    ));
+                }
+                t.accelerate.then(|| TcpConfig {
+                    listen_port: t.listen_port.unwrap_or(DEFAULT_TCP_LISTEN_PORT),
+                })
+            }
+            None => None,
+        };
         let control_socket = raw
             .control
             .socket
@@ -769,6 +838,7 @@ impl Config {
             qos: raw.qos,
             duplicate_dscp,
             release_pacing_pct,
+            tcp,
         })
     }
 }
@@ -1010,6 +1080,26 @@ rate_mbit = 5
     }
 
     #[test]
+    fn a_tcp_table_turns_acceleration_on() {
+        assert_eq!(parse(&client("")).unwrap().tcp, None);
+        let c = parse(&client("[tcp]\naccelerate = true")).unwrap();
+        assert_eq!(
+            c.tcp,
+            Some(TcpConfig {
+                listen_port: DEFAULT_TCP_LISTEN_PORT
+            })
+        );
+        let c = parse(&client("[tcp]\naccelerate = true\nlisten_port = 9000")).unwrap();
+        assert_eq!(c.tcp.unwrap().listen_port, 9000);
+        let e = parse(&client("[tcp]\naccelerate = true\nlisten_port = 0")).unwrap_err();
+        assert!(e.contains("listen_port = 0"), "{e}");
+        let e = parse(&client("[tcp]\nlisten_port = 9000")).unwrap_err();
+        assert!(e.contains("accelerate = true"), "{e}");
+        let e = parse(&client("[tcp]\naccelerate = true\nport = 1")).unwrap_err();
+        assert!(e.contains("port"), "{e}");
+    }
+
+    #[test]
     fn scheduler_pet_measures_the_rates_nobody_gave() {
         let no_rates = client("")
             .replace("rate_mbit = 20\n", "")
@@ -1173,6 +1263,13 @@ prometheus = "127.0.0.1:9477"
         .unwrap();
         assert_eq!((c.release_pacing_pct, c.duplicate_dscp), (200, 1 << 46));
         assert!(c.bond.is_none());
+        let c = parse(&format!("{text}[tcp]\naccelerate = true\n")).unwrap();
+        assert!(c.tcp.is_some());
+        let e = parse(&format!(
+            "{text}[tcp]\naccelerate = true\nlisten_port = 7199\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("only a client"), "{e}");
         let e = parse(&format!("{text}[bond]\nscheduler = \"pet\"\n")).unwrap_err();
         assert!(
             e.contains("may set only duplicate_dscp and release_pacing_pct"),

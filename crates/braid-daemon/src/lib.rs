@@ -9,13 +9,18 @@
 
 #![warn(missing_docs)]
 
+pub mod accel;
 pub mod config;
 pub mod control;
 mod metrics;
 mod net;
 pub mod ptcp_node;
+pub mod ptcp_table;
+pub mod tcp_pair;
 
 use crate::config::{Config, PeerConfig};
+use crate::ptcp_table::{PtcpTable, TableOptions};
+use crate::tcp_pair::Pair;
 use braid_proto::time::Instant;
 use braid_proto::PathId;
 use braid_session::{Role, Session};
@@ -23,6 +28,7 @@ use mio::net::UdpSocket;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,7 +97,13 @@ const MAX_TUN_READS: usize = 64;
 const COMMAND_QUEUE: usize = 64;
 
 const TUN: Token = Token(0);
+/// Client with `[tcp] accelerate`: the listeners redirected TCP lands on (IPv4, IPv6).
+const TCP_LISTENER: usize = 1;
 const UDP_BASE: usize = 16;
+/// Accelerated TCP connections' sockets use tokens from here on (above any path's).
+const TCP_BASE: usize = 1 << 20;
+/// Accelerated TCP connections at once at most; more are closed at once (and counted).
+const MAX_TCP_PAIRS: usize = 1024;
 
 /// What `braid status` shows.
 #[derive(Debug, Serialize)]
@@ -126,12 +138,32 @@ pub struct Status {
     pub tun_tx_errors: u64,
     /// Datagrams the kernel would not take (sendto errors).
     pub udp_send_errors: u64,
+    /// `[tcp] accelerate`: TCP carried over pTCP. `None` when off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpStatus>,
     /// Seconds since start.
     pub uptime_s: f64,
     /// CPU time the daemon has used since start, in user space (all threads).
     pub cpu_user_s: f64,
     /// CPU time the daemon has used since start, in the kernel on its behalf.
     pub cpu_system_s: f64,
+}
+
+/// TCP acceleration in `status`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TcpStatus {
+    /// Client: the port redirected TCP lands on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen_port: Option<u16>,
+    /// Client: TCP connections accepted and carried over pTCP; server: pTCP connections
+    /// connected onward.
+    pub connections: u64,
+    /// Accelerated connections open now.
+    pub active: u64,
+    /// Client: connections turned away (no original destination: not redirected; the session
+    /// not up; too many). Server: headers that were malformed or named a destination the
+    /// tunnel would not carry, and onward connects that failed at once.
+    pub refused: u64,
 }
 
 /// One peer in `status`.
@@ -152,6 +184,10 @@ pub struct PeerStatus {
     /// Server, `[[client]]`: packets from this client with a source address that is not its
     /// own (dropped: a client cannot pose as another).
     pub spoofed_packets: u64,
+    /// pTCP connections held for this peer (TCP acceleration).
+    pub ptcp_connections: usize,
+    /// pTCP segments for a connection not held (and no SYN this end accepts), dropped.
+    pub ptcp_unknown_conn: u64,
 }
 
 /// A path's identity in `status`.
@@ -179,6 +215,33 @@ struct Peer {
     applied: Vec<(IpAddr, u8)>,
     /// Client: after a failure to put a handed address on the TUN, when to try again.
     retry_addresses_at: Instant,
+    /// pTCP connections riding this peer's session (TCP acceleration).
+    ptcp: PtcpTable,
+}
+
+/// One accelerated TCP connection: the peer whose session carries it, and the copying.
+struct Accelerated {
+    peer: usize,
+    pair: Pair,
+}
+
+/// The daemon's TCP acceleration state (`[tcp] accelerate`).
+#[derive(Default)]
+struct Accel {
+    /// Client: the listeners redirected TCP lands on: IPv4, and IPv6 where the host has it.
+    listeners: Vec<mio::net::TcpListener>,
+    /// By token.
+    pairs: BTreeMap<usize, Accelerated>,
+    /// Server: accepted pTCP connections whose header has not arrived in full, by peer and id.
+    pending: BTreeMap<(usize, u32), Vec<u8>>,
+    next_token: usize,
+    /// Client: the nftables table installed.
+    nft_table: Option<String>,
+    /// Client: the ruleset installed (replaced when the tunnel's prefixes change).
+    nft_rules: String,
+    /// Client: the handed addresses the ruleset was made with (`None`: not made yet).
+    nft_handed: Option<Vec<(IpAddr, u8)>>,
+    stats: TcpStatus,
 }
 
 struct Daemon {
@@ -221,6 +284,9 @@ struct Daemon {
     /// Receive buffer for (possibly GRO-coalesced) datagrams.
     rx: Vec<u8>,
     out: Vec<u8>,
+    /// Sealed pTCP segments, one at a time.
+    ptcp_out: Vec<u8>,
+    accel: Accel,
 }
 
 /// 32 bytes from the OS for a session's randomness (ephemeral keys, indices).
@@ -241,7 +307,29 @@ pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
     let mut d = Daemon::start(cfg)?;
     let result = d.event_loop(&stop);
     let _ = std::fs::remove_file(&d.cfg.control_socket);
+    d.remove_tcp_rules();
     result
+}
+
+/// Runs `nft -f -` with `script` on its standard input.
+fn nft(script: &str) -> io::Result<()> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(script.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(
+            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        ))
+    }
 }
 
 /// The destination (`source = false`) or source address of an IPv4 or IPv6 packet.
@@ -332,7 +420,18 @@ impl Daemon {
             scfg.duplicate_dscp = cfg.duplicate_dscp;
             scfg.release_pacing_pct = cfg.release_pacing_pct;
             scfg.handed_addresses = p.addresses.iter().map(|c| (c.addr, c.prefix)).collect();
+            let table = PtcpTable::new(
+                cfg.role,
+                TableOptions {
+                    congestion: braid_ptcp::CongestionAlgorithm::Bbr,
+                    receive_buffer_bytes: None,
+                    mss: ptcp_table::mss_of(&cfg),
+                    // A server takes a client's pTCP connections only to accelerate TCP.
+                    accept: cfg.role == Role::Responder && cfg.tcp.is_some(),
+                },
+            );
             peers.push(Peer {
+                ptcp: table,
                 cfg: p.clone(),
                 session: Session::new(scfg, Instant::ZERO, seed, wall_ns()),
                 addrs: addrs.clone(),
@@ -340,6 +439,29 @@ impl Daemon {
                 applied: Vec::new(),
                 retry_addresses_at: Instant::ZERO,
             });
+        }
+        let mut accel = Accel {
+            next_token: TCP_BASE,
+            ..Accel::default()
+        };
+        if let (Role::Initiator, Some(t)) = (cfg.role, &cfg.tcp) {
+            let v4 = SocketAddr::from(([0, 0, 0, 0], t.listen_port));
+            let v6 = SocketAddr::from(([0u16; 8], t.listen_port));
+            let l = net::tcp_listener(v4).map_err(|e| DaemonError::Socket {
+                what: format!("[tcp] listen_port {}", t.listen_port),
+                err: e,
+                hint: " (is another program, or another braid, using the port? set [tcp] listen_port to a free one)",
+            })?;
+            accel.listeners.push(l);
+            // Without IPv6 on the host, IPv6 TCP is not redirected (and rides the tunnel).
+            if let Ok(l) = net::tcp_listener(v6) {
+                accel.listeners.push(l);
+            }
+            for (i, l) in accel.listeners.iter_mut().enumerate() {
+                poll.registry()
+                    .register(l, Token(TCP_LISTENER + i), Interest::READABLE)?;
+            }
+            accel.stats.listen_port = Some(t.listen_port);
         }
         let clock = std::time::Instant::now();
         let problems: Vec<Option<String>> = sockets
@@ -399,6 +521,8 @@ impl Daemon {
             tun_readable: true,
             rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
             out: vec![0u8; (MAX_BATCH + 1) * DATAGRAM_ROOM],
+            ptcp_out: vec![0u8; RX_BUFFER_BYTES],
+            accel,
         })
     }
 
@@ -423,6 +547,7 @@ impl Daemon {
                 .peers
                 .iter()
                 .filter_map(|p| p.session.poll_timeout())
+                .chain(self.peers.iter().filter_map(|p| p.ptcp.poll_timeout()))
                 .min()
                 .map(
                     |t| StdDuration::from_nanos(t.saturating_duration_since(now).as_nanos() as u64),
@@ -443,6 +568,8 @@ impl Daemon {
             for ev in events.iter() {
                 match ev.token() {
                     TUN => self.tun_readable = true,
+                    // Accelerated TCP: every pair is pumped each turn.
+                    Token(t) if t >= TCP_BASE => {}
                     Token(t) if t >= UDP_BASE => self.read_udp(t - UDP_BASE),
                     _ => {}
                 }
@@ -455,9 +582,12 @@ impl Daemon {
             }
             for p in &mut self.peers {
                 p.session.handle_timeout(now);
+                p.ptcp.handle_timeout(now);
             }
             self.adopt_mtu();
             self.adopt_addresses();
+            self.install_tcp_rules();
+            self.accelerate(now);
             self.read_tun();
             self.flush();
             if now >= self.next_publish {
@@ -832,6 +962,9 @@ impl Daemon {
     /// `[[client]]`'s packets must come from its own addresses.
     fn deliver(&mut self) {
         let now = self.now();
+        for p in &mut self.peers {
+            p.ptcp.deliver(&mut p.session, now);
+        }
         for k in 0..self.peers.len() {
             while let Some(p) = self.peers[k].session.poll_deliver(now) {
                 // A client may send only from what is routed to it: the source's owner must be
@@ -869,6 +1002,7 @@ impl Daemon {
         self.deliver();
         self.write_tun();
         let now = self.now();
+        self.transmit_ptcp(now);
         for k in 0..self.peers.len() {
             for p in 0..self.peers[k].session.paths() {
                 let path = PathId(p as u8);
@@ -948,6 +1082,296 @@ impl Daemon {
         }
     }
 
+    /// Seals the pTCP segments of every peer's connections and sends each on its path.
+    fn transmit_ptcp(&mut self, now: Instant) {
+        let role = self.cfg.role;
+        let (sockets, gso, send_errors) = (&self.sockets, &self.gso, &mut self.send_errors);
+        for peer in &mut self.peers {
+            if peer.ptcp.is_empty() {
+                continue;
+            }
+            let addrs = &peer.addrs;
+            peer.ptcp
+                .transmit(&mut peer.session, now, &mut self.ptcp_out, |path, d| {
+                    let sock_index = match role {
+                        Role::Initiator => path,
+                        Role::Responder => 0,
+                    };
+                    let sent = match (
+                        sockets.get(sock_index),
+                        gso.get(sock_index),
+                        addrs.get(path).copied().flatten(),
+                    ) {
+                        (Some(Some(sock)), Some(Some(state)), Some(to)) => {
+                            let t = quinn_udp::Transmit {
+                                destination: to,
+                                ecn: None,
+                                contents: d,
+                                segment_size: None,
+                                src_ip: None,
+                            };
+                            state
+                                .try_send(quinn_udp::UdpSockRef::from(sock), &t)
+                                .is_ok()
+                        }
+                        _ => false,
+                    };
+                    if !sent {
+                        // pTCP resends what it loses.
+                        *send_errors += 1;
+                    }
+                });
+        }
+    }
+
+    /// Client with `[tcp] accelerate`: (re)install the nftables rules that redirect TCP for
+    /// the tunnel's prefixes to the listener, whenever those prefixes change.
+    fn install_tcp_rules(&mut self) {
+        let (Role::Initiator, Some(t)) = (self.cfg.role, &self.cfg.tcp) else {
+            return;
+        };
+        // Only the handed addresses change at run time: nothing to do unless they did.
+        let handed: Vec<(IpAddr, u8)> = self
+            .peers
+            .iter()
+            .flat_map(|p| p.applied.iter().copied())
+            .collect();
+        if self.accel.nft_handed.as_ref() == Some(&handed) {
+            return;
+        }
+        self.accel.nft_handed = Some(handed);
+        let mut prefixes = self.cfg.addresses.clone();
+        prefixes.extend(self.cfg.routes.iter().copied());
+        let mut own: Vec<IpAddr> = self.cfg.addresses.iter().map(|a| a.addr).collect();
+        for p in &self.peers {
+            for &(addr, prefix) in &p.applied {
+                prefixes.push(config::Cidr { addr, prefix });
+                own.push(addr);
+            }
+        }
+        if self.accel.listeners.len() < 2 {
+            // No IPv6 listener: IPv6 TCP stays on the striped tunnel.
+            prefixes.retain(|p| p.addr.is_ipv4());
+        }
+        let table = accel::nft_table(&self.cfg.ifname);
+        let rules = accel::nft_ruleset(&table, &prefixes, &own, t.listen_port);
+        if rules == self.accel.nft_rules {
+            return;
+        }
+        match nft(&rules) {
+            Ok(()) => {
+                eprintln!(
+                    "braid: TCP to the tunnel's prefixes is redirected to port {} and carried over pTCP (nftables table inet {table})",
+                    t.listen_port
+                );
+                self.accel.nft_table = Some(table);
+            }
+            Err(e) => eprintln!(
+                "braid: cannot install the nftables rules of [tcp] accelerate ({e}); TCP rides the striped tunnel"
+            ),
+        }
+        // Not tried again every turn when it failed; a change of prefixes tries again.
+        self.accel.nft_rules = rules;
+    }
+
+    /// Removes the nftables table [`Daemon::install_tcp_rules`] made, if any.
+    fn remove_tcp_rules(&mut self) {
+        if let Some(table) = self.accel.nft_table.take() {
+            let _ = nft(&format!("delete table inet {table}\n"));
+        }
+    }
+
+    /// TCP acceleration's turn: the client accepts redirected connections and opens a pTCP
+    /// connection for each; the server reads each new connection's header and connects
+    /// onward; every pair copies what it can.
+    fn accelerate(&mut self, now: Instant) {
+        if self.cfg.tcp.is_none() {
+            return;
+        }
+        // Forget connections without a TCP side (done, refused, or the onward connect failed)
+        // once closed, after this turn's flush sent their last segments.
+        for (k, p) in self.peers.iter_mut().enumerate() {
+            for id in p.ptcp.conn_ids() {
+                let paired = self
+                    .accel
+                    .pairs
+                    .values()
+                    .any(|a| a.peer == k && a.pair.id() == id);
+                let closed = p
+                    .ptcp
+                    .conn(id)
+                    .is_some_and(|c| c.state() == braid_ptcp::State::Closed);
+                if !paired && closed && !self.accel.pending.contains_key(&(k, id)) {
+                    p.ptcp.remove_after_transmit(id);
+                }
+            }
+        }
+        self.accept_tcp(now);
+        self.connect_onward(now);
+        let mut done = Vec::new();
+        for (&token, a) in self.accel.pairs.iter_mut() {
+            let Some(c) = self.peers[a.peer].ptcp.conn_mut(a.pair.id()) else {
+                done.push(token);
+                continue;
+            };
+            if a.pair.pump(c, now) {
+                done.push(token);
+            }
+        }
+        for token in done {
+            if let Some(mut a) = self.accel.pairs.remove(&token) {
+                // The connection leaves the table next turn, after a flush sent its last
+                // segments (the ACK of the peer's FIN).
+                let _ = self.poll.registry().deregister(a.pair.tcp_mut());
+            }
+        }
+    }
+
+    /// Registers `tcp` and pairs it with pTCP connection `id` of peer `peer`.
+    fn adopt_tcp(&mut self, peer: usize, mut tcp: mio::net::TcpStream, id: u32, down: Vec<u8>) {
+        let token = self.accel.next_token;
+        self.accel.next_token += 1;
+        if self
+            .poll
+            .registry()
+            .register(
+                &mut tcp,
+                Token(token),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_err()
+        {
+            self.accel.stats.refused += 1;
+            let now = self.now();
+            if let Some(c) = self.peers[peer].ptcp.conn_mut(id) {
+                c.close(now);
+            }
+            return;
+        }
+        self.accel.stats.connections += 1;
+        self.accel.pairs.insert(
+            token,
+            Accelerated {
+                peer,
+                pair: Pair::with_down(tcp, id, down),
+            },
+        );
+    }
+
+    /// Client: accepts the redirected connections, each with its original destination, and
+    /// opens a pTCP connection that starts with the [`accel::Header`].
+    fn accept_tcp(&mut self, now: Instant) {
+        for i in 0..self.accel.listeners.len() {
+            self.accept_from(i, now);
+        }
+    }
+
+    /// [`Daemon::accept_tcp`] for listener `i`.
+    fn accept_from(&mut self, i: usize, now: Instant) {
+        loop {
+            let Some(l) = self.accel.listeners.get(i) else {
+                return;
+            };
+            let (tcp, from) = match l.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            use std::os::fd::AsRawFd;
+            let dst = net::original_dst(tcp.as_raw_fd(), from.is_ipv6());
+            let Some(dst) = dst.ok().filter(|d| tcp.local_addr().ok() != Some(*d)) else {
+                // Not redirected (someone connected to the port itself): nowhere to go.
+                self.accel.stats.refused += 1;
+                continue;
+            };
+            let peer = 0;
+            let id = if self.accel.pairs.len() < MAX_TCP_PAIRS {
+                let p = &mut self.peers[peer];
+                if p.session.is_established() {
+                    p.ptcp.connect(&p.session, now)
+                } else {
+                    None
+                }
+            } else {
+                None
+            };
+            let Some(id) = id else {
+                // Dropping the socket resets the connection: the application sees a refusal.
+                self.accel.stats.refused += 1;
+                continue;
+            };
+            let mut hdr = Vec::with_capacity(accel::Header::MAX_LEN);
+            accel::Header { dst }.emit(&mut hdr);
+            // A new connection's send buffer (megabytes) takes the header whole.
+            let whole = self.peers[peer]
+                .ptcp
+                .conn_mut(id)
+                .is_some_and(|c| c.write(&hdr) == hdr.len());
+            if !whole {
+                self.peers[peer].ptcp.remove(id);
+                self.accel.stats.refused += 1;
+                continue;
+            }
+            self.adopt_tcp(peer, tcp, id, Vec::new());
+        }
+    }
+
+    /// Server: takes the clients' new pTCP connections, reads each one's header and connects
+    /// onward where [`accel::onward_allowed`]; refuses (closes) the rest.
+    fn connect_onward(&mut self, now: Instant) {
+        if self.cfg.role != Role::Responder {
+            return;
+        }
+        for k in 0..self.peers.len() {
+            while let Some(id) = self.peers[k].ptcp.accept() {
+                self.accel.pending.insert((k, id), Vec::new());
+            }
+        }
+        let keys: Vec<(usize, u32)> = self.accel.pending.keys().copied().collect();
+        for (k, id) in keys {
+            let Some(c) = self.peers[k].ptcp.conn_mut(id) else {
+                self.accel.pending.remove(&(k, id));
+                continue;
+            };
+            let Some(buf) = self.accel.pending.get_mut(&(k, id)) else {
+                continue;
+            };
+            // At most the header plus one read: bounded.
+            let mut chunk = [0u8; 4096];
+            if buf.len() < accel::Header::MAX_LEN {
+                let n = c.read(&mut chunk);
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let verdict = accel::Header::parse(buf);
+            let (dst, used) = match verdict {
+                Ok(Some((h, used))) if accel::onward_allowed(&self.cfg, h.dst) => (h.dst, used),
+                Ok(None) if c.state() != braid_ptcp::State::Closed && !c.is_finished() => continue,
+                _ => {
+                    // Malformed, a destination the tunnel would not carry, or closed early.
+                    c.close(now);
+                    self.accel.stats.refused += 1;
+                    self.accel.pending.remove(&(k, id));
+                    continue;
+                }
+            };
+            let rest = self
+                .accel
+                .pending
+                .remove(&(k, id))
+                .map(|mut b| b.split_off(used))
+                .unwrap_or_default();
+            match mio::net::TcpStream::connect(dst) {
+                Ok(tcp) => self.adopt_tcp(k, tcp, id, rest),
+                Err(_) => {
+                    if let Some(c) = self.peers[k].ptcp.conn_mut(id) {
+                        c.close(now);
+                    }
+                    self.accel.stats.refused += 1;
+                }
+            }
+        }
+    }
+
     fn status(&self) -> Status {
         let cpu = net::cpu_time_s();
         let mut addresses: Vec<String> = self.cfg.addresses.iter().map(|a| a.to_string()).collect();
@@ -994,6 +1418,8 @@ impl Daemon {
                             .collect(),
                         session: p.session.status(),
                         spoofed_packets: p.spoofed,
+                        ptcp_connections: p.ptcp.len(),
+                        ptcp_unknown_conn: p.ptcp.unknown_conn(),
                     }
                 })
                 .collect(),
@@ -1005,6 +1431,10 @@ impl Daemon {
             tun_tx_packets: self.tun_tx,
             tun_tx_errors: self.tun_tx_errors,
             udp_send_errors: self.send_errors,
+            tcp: self.cfg.tcp.as_ref().map(|_| TcpStatus {
+                active: self.accel.pairs.len() as u64,
+                ..self.accel.stats.clone()
+            }),
             uptime_s: self.clock.elapsed().as_secs_f64(),
             cpu_user_s: cpu.0,
             cpu_system_s: cpu.1,

@@ -183,6 +183,32 @@ pub fn render(st: &Status) -> String {
         "Datagrams no client's session claimed (dropped)",
         st.unclaimed_datagrams as f64,
     );
+    per_peer(
+        &mut reg,
+        "ptcp_connections",
+        "pTCP connections held (TCP acceleration)",
+        &|p| p.ptcp_connections as f64,
+    );
+    if let Some(t) = &st.tcp {
+        scalar(
+            &mut reg,
+            "tcp_accelerated_connections",
+            "TCP connections carried over pTCP since start",
+            t.connections as f64,
+        );
+        scalar(
+            &mut reg,
+            "tcp_accelerated_active",
+            "TCP connections carried over pTCP now",
+            t.active as f64,
+        );
+        scalar(
+            &mut reg,
+            "tcp_accelerated_refused",
+            "Accelerated connections turned away",
+            t.refused as f64,
+        );
+    }
     // Per-class service (JoBS), when [qos] is on.
     let per_class = |reg: &mut Registry,
                      name: &str,

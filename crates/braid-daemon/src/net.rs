@@ -410,3 +410,59 @@ pub fn open_sockets(cfg: &Config) -> Result<Sockets, DaemonError> {
         }
     }
 }
+
+/// `SO_ORIGINAL_DST` (`linux/netfilter_ipv4.h`) and `IP6T_SO_ORIGINAL_DST`
+/// (`linux/netfilter_ipv6/ip6_tables.h`): both 80, at `SOL_IP` and `SOL_IPV6`.
+const SO_ORIGINAL_DST: libc::c_int = 80;
+
+/// `getsockopt(fd, level, name)` into a `T` the kernel fills (a plain C struct).
+///
+/// # Safety
+/// `T` must be valid for any bytes (plain integers and byte arrays), as the sockaddr types
+/// are.
+unsafe fn get_option<T>(
+    fd: std::os::fd::RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<T> {
+    // SAFETY: the caller promises all zeroes (and anything the kernel writes) is a valid `T`.
+    let mut v: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v` is writable for `len` bytes, and the kernel writes at most `len`.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut T).cast(), &mut len) };
+    if r == 0 {
+        Ok(v)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Where a TCP connection redirected by nftables (`redirect`, `dnat`) was going: the
+/// conntrack entry's original destination. An error for a connection nothing redirected.
+pub(crate) fn original_dst(fd: std::os::fd::RawFd, ipv6: bool) -> io::Result<SocketAddr> {
+    if ipv6 {
+        // SAFETY: sockaddr_in6 is plain integers and byte arrays.
+        let a: libc::sockaddr_in6 = unsafe { get_option(fd, libc::SOL_IPV6, SO_ORIGINAL_DST)? };
+        let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
+        Ok(SocketAddr::new(ip.into(), u16::from_be(a.sin6_port)))
+    } else {
+        // SAFETY: sockaddr_in is plain integers and byte arrays.
+        let a: libc::sockaddr_in = unsafe { get_option(fd, libc::SOL_IP, SO_ORIGINAL_DST)? };
+        let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+        Ok(SocketAddr::new(ip.into(), u16::from_be(a.sin_port)))
+    }
+}
+
+/// A non-blocking TCP listener on `at`; an IPv6 one takes IPv6 only (an IPv4 listener on the
+/// same port takes the rest).
+pub(crate) fn tcp_listener(at: SocketAddr) -> io::Result<mio::net::TcpListener> {
+    let s = Socket::new(Domain::for_address(at), Type::STREAM, Some(Protocol::TCP))?;
+    if at.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_reuse_address(true)?;
+    s.bind(&at.into())?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
+    Ok(mio::net::TcpListener::from_std(s.into()))
+}

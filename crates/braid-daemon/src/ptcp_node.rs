@@ -18,40 +18,19 @@
 //! turn sends what that made ready (or call [`PtcpNode::flush`] at once).
 
 use crate::config::Config;
+use crate::ptcp_table::{mss_of, PtcpTable, TableOptions};
 use crate::{net, random_seed, wall_ns, DaemonError};
-use braid_proto::time::{Duration, Instant};
+use braid_proto::time::Instant;
 use braid_proto::PathId;
-use braid_ptcp::wire::{Flags, Segment};
 use braid_ptcp::{CongestionAlgorithm, StripedConnection};
 use braid_session::{Role, Session, SessionStatus};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
-use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration as StdDuration;
 
-/// Connections a node holds at most; SYNs for more are dropped and counted.
-pub const MAX_CONNECTIONS: usize = 256;
-
-/// Ids of removed connections a server remembers, so that a late duplicate SYN of one does not
-/// open it again.
-const RETIRED_IDS: usize = 4096;
-
-/// SACK blocks a data segment carries at most: none. ACK-only segments carry up to four, and a
-/// data segment that leaves blocks out is followed by a pure ACK with them
-/// (`braid_ptcp::Config::sack_blocks_with_data`). (Blocks that do ride with data take room from
-/// the data, not from the MTU, so the MSS below holds either way.)
-pub const SACK_BLOCKS_WITH_DATA: usize = 0;
-
-/// Bytes a pTCP segment's payload gives up to headers on a path of a given MTU: outer IP and
-/// UDP, the session's transport header, tag and inner pTCP header, and the 12-byte header of a
-/// pTCP data segment (`braid_ptcp::wire::DATA_HEADER_LEN`; a data segment that acknowledges too
-/// is bound less data): 80 bytes over IPv4, 100 over IPv6.
-pub fn ptcp_overhead(ipv6: bool) -> usize {
-    let ip = if ipv6 { 40 } else { 20 };
-    ip + 8 + Session::PTCP_OVERHEAD + braid_ptcp::wire::DATA_HEADER_LEN
-}
+pub use crate::ptcp_table::{ptcp_overhead, MAX_CONNECTIONS, SACK_BLOCKS_WITH_DATA};
 
 /// How a node runs its connections.
 #[derive(Clone, Debug)]
@@ -97,14 +76,7 @@ pub struct PtcpNode {
     poll: Poll,
     events: Events,
     clock: std::time::Instant,
-    options: NodeOptions,
-    /// The MSS of every micro-flow, from the paths' MTUs.
-    mss: u64,
-    conns: BTreeMap<u32, StripedConnection>,
-    accepted: VecDeque<u32>,
-    /// Recently removed connection ids (at most [`RETIRED_IDS`]).
-    retired: VecDeque<u32>,
-    next_conn: u32,
+    table: PtcpTable,
     stats: NodeStats,
     rx: Vec<u8>,
     out: Vec<u8>,
@@ -144,12 +116,15 @@ impl PtcpNode {
                 session.set_path_enabled(Instant::ZERO, braid_proto::PathId(i as u8), false);
             }
         }
-        let ipv6 =
-            cfg.paths.iter().any(|p| p.remote.is_ipv6()) || cfg.listen.is_some_and(|l| l.is_ipv6());
-        let mtu = cfg.paths.iter().map(|p| p.mtu).min().unwrap_or(1500);
-        let mss = usize::from(mtu)
-            .saturating_sub(ptcp_overhead(ipv6))
-            .max(256) as u64;
+        let table = PtcpTable::new(
+            cfg.role,
+            TableOptions {
+                congestion: options.congestion,
+                receive_buffer_bytes: options.receive_buffer_bytes,
+                mss: mss_of(cfg),
+                accept: true,
+            },
+        );
         Ok(PtcpNode {
             role: cfg.role,
             session,
@@ -159,12 +134,7 @@ impl PtcpNode {
             poll,
             events: Events::with_capacity(256),
             clock: std::time::Instant::now(),
-            options,
-            mss,
-            conns: BTreeMap::new(),
-            accepted: VecDeque::new(),
-            retired: VecDeque::new(),
-            next_conn: 1,
+            table,
             stats: NodeStats::default(),
             rx: vec![0u8; 65_536],
             out: vec![0u8; 65_536],
@@ -201,93 +171,53 @@ impl PtcpNode {
 
     /// Counters of the node's own drops.
     pub fn stats(&self) -> NodeStats {
-        self.stats
+        NodeStats {
+            unknown_conn: self.table.unknown_conn(),
+            ..self.stats
+        }
     }
 
-    /// The pTCP config of a new connection: every flow's congestion control and MSS, and the
-    /// buffers. The receive buffer follows the paper's rule (section 2: the sum of the paths'
-    /// rates times the largest RTT), fed the configured rates and four times the largest RTT
-    /// the probes measured (at least 250 ms): a flow that fills a drop-tail queue of one
-    /// bandwidth-delay product doubles its RTT, the rule needs the RTT under load (`docs/ptcp.md`,
-    /// Figure 4), and twice that keeps the window open while a hole on the slowest path is
-    /// repaired. With twice the probed RTT the BAG scenario (2 Mbit/s at 250 ms beside 8 at
-    /// 10 ms) was window-limited: 8.27 Mbit/s and 17,585 packets resent, against 12.18 with
-    /// 4 MiB (`docs/benchmarks.md`). At least 2 MiB, at most 64 MiB.
+    /// The pTCP config of a new connection ([`PtcpTable::connection_config`]).
     pub fn connection_config(&self) -> braid_ptcp::Config {
-        let mut c = braid_ptcp::Config::default();
-        c.flow.congestion.algorithm = self.options.congestion;
-        c.flow.congestion.mss = self.mss;
-        c.sack_blocks_with_data = SACK_BLOCKS_WITH_DATA;
-        let rates: Vec<u64> = self
-            .session
-            .params()
-            .map(|p| p.rates_bps.clone())
-            .unwrap_or_default();
-        let rtt_max = self
-            .session
-            .status()
-            .paths
-            .iter()
-            .filter_map(|p| p.rtt_ms)
-            .fold(0.0f64, f64::max);
-        let loaded = Duration::from_nanos((rtt_max * 4e6) as u64).max(Duration::from_millis(250));
-        let paths: Vec<(u64, Duration)> = rates.iter().map(|&r| (r, loaded)).collect();
-        let rule = braid_ptcp::Config::receive_buffer_for(&paths);
-        c.receive_buffer_bytes = self
-            .options
-            .receive_buffer_bytes
-            .unwrap_or(rule.clamp(2 << 20, 64 << 20));
-        c.send_buffer_bytes = c.receive_buffer_bytes.max(4 << 20);
-        c
+        self.table.connection_config(&self.session)
     }
 
     /// Client: opens a pTCP connection with one micro-flow on each path of the session and
     /// returns its id. `None` before the session has its paths.
     pub fn connect(&mut self) -> Option<u32> {
-        let n = self.session.paths();
-        if n == 0 || self.role != Role::Initiator {
-            return None;
-        }
-        let paths: Vec<PathId> = (0..n.min(braid_ptcp::MAX_FLOWS))
-            .map(|i| PathId(i as u8))
-            .collect();
-        let id = self.next_conn;
-        self.next_conn = self.next_conn.wrapping_add(1).max(1);
-        let conn = StripedConnection::connect(self.connection_config(), self.now(), &paths);
-        self.conns.insert(id, conn);
-        Some(id)
+        let now = self.now();
+        self.table.connect(&self.session, now)
     }
 
     /// Server: the next connection a client opened, if any.
     pub fn accept(&mut self) -> Option<u32> {
-        self.accepted.pop_front()
+        self.table.accept()
     }
 
     /// A connection.
     pub fn conn(&self, id: u32) -> Option<&StripedConnection> {
-        self.conns.get(&id)
+        self.table.conn(id)
     }
 
     /// A connection, to read, write or close.
     pub fn conn_mut(&mut self, id: u32) -> Option<&mut StripedConnection> {
-        self.conns.get_mut(&id)
+        self.table.conn_mut(id)
     }
 
     /// The ids of the connections the node holds.
     pub fn conn_ids(&self) -> Vec<u32> {
-        self.conns.keys().copied().collect()
+        self.table.conn_ids()
     }
 
     /// Forget a connection (closed, or given up on).
     pub fn remove(&mut self, id: u32) -> Option<StripedConnection> {
-        let c = self.conns.remove(&id);
-        if c.is_some() {
-            if self.retired.len() >= RETIRED_IDS {
-                self.retired.pop_front();
-            }
-            self.retired.push_back(id);
-        }
-        c
+        self.table.remove(id)
+    }
+
+    /// Forget a connection once the next flush sent what it has left (the ACK of the peer's
+    /// FIN that closed it): [`PtcpTable::remove_after_transmit`].
+    pub fn remove_after_transmit(&mut self, id: u32) {
+        self.table.remove_after_transmit(id)
     }
 
     /// The node's `mio` registry, for the application's own sockets: register them with
@@ -303,9 +233,9 @@ impl PtcpNode {
         self.flush();
         let now = self.now();
         let next = self
-            .conns
-            .values()
-            .filter_map(StripedConnection::poll_timeout)
+            .table
+            .poll_timeout()
+            .into_iter()
             .chain(self.session.poll_timeout())
             .min();
         let wait = next.map_or(max_wait, |t| {
@@ -334,11 +264,7 @@ impl PtcpNode {
         }
         let now = self.now();
         self.session.handle_timeout(now);
-        for c in self.conns.values_mut() {
-            if c.poll_timeout().is_some_and(|t| t <= now) {
-                c.handle_timeout(now);
-            }
-        }
+        self.table.handle_timeout(now);
         self.flush();
         Ok(app)
     }
@@ -366,93 +292,55 @@ impl PtcpNode {
                 // Authenticated: learn (or follow) the client's address for this path.
                 self.peers[p] = Some(from);
             }
-            self.deliver(now);
-        }
-    }
-
-    /// Hands the session's pTCP segments to their connections; a server opens a connection
-    /// for a SYN naming a new id.
-    fn deliver(&mut self, now: Instant) {
-        while let Some(seg) = self.session.poll_ptcp() {
-            if !self.conns.contains_key(&seg.conn) {
-                let syn = Segment::parse_bytes(&seg.segment)
-                    .is_ok_and(|s| s.flags.contains(Flags::SYN) && !s.flags.contains(Flags::ACK));
-                let refused = self.role != Role::Responder
-                    || !syn
-                    || self.conns.len() >= MAX_CONNECTIONS
-                    || self.retired.contains(&seg.conn);
-                if refused {
-                    self.stats.unknown_conn += 1;
-                    continue;
-                }
-                let c = StripedConnection::accept(self.connection_config());
-                self.conns.insert(seg.conn, c);
-                self.accepted.push_back(seg.conn);
-            }
-            if let Some(c) = self.conns.get_mut(&seg.conn) {
-                c.handle_datagram(now, seg.path, &seg.segment);
-            }
+            self.table.deliver(&mut self.session, now);
         }
     }
 
     /// Sends everything the connections and the session have now.
     pub fn flush(&mut self) {
         let now = self.now();
-        let ids: Vec<u32> = self.conns.keys().copied().collect();
-        for id in ids {
-            while let Some((path, seg)) = self.conns.get_mut(&id).and_then(|c| c.poll_transmit(now))
-            {
-                let mut out = std::mem::take(&mut self.out);
-                if let Some(n) = self.session.seal_ptcp(now, path, id, &seg, &mut out) {
-                    self.send(path.index(), &out[..n]);
-                }
-                self.out = out;
-            }
-        }
+        let (role, sockets, peers, stats) =
+            (self.role, &self.sockets, &self.peers, &mut self.stats);
+        self.table
+            .transmit(&mut self.session, now, &mut self.out, |path, d| {
+                send(role, sockets, peers, stats, path, d)
+            });
         for p in 0..self.session.paths() {
             let mut out = std::mem::take(&mut self.out);
             while let Some(n) = self.session.poll_transmit(now, PathId(p as u8), &mut out) {
-                self.send(p, &out[..n]);
+                send(
+                    self.role,
+                    &self.sockets,
+                    &self.peers,
+                    &mut self.stats,
+                    p,
+                    &out[..n],
+                );
             }
             self.out = out;
         }
     }
-
-    fn send(&mut self, path: usize, datagram: &[u8]) {
-        let (sock, peer) = match self.role {
-            Role::Initiator => (
-                self.sockets.get(path).and_then(Option::as_ref),
-                self.peers.get(path).copied().flatten(),
-            ),
-            Role::Responder => (
-                self.sockets.first().and_then(Option::as_ref),
-                self.peers.get(path).copied().flatten(),
-            ),
-        };
-        let (Some(sock), Some(peer)) = (sock, peer) else {
-            self.stats.no_peer += 1;
-            return;
-        };
-        if sock.send_to(datagram, peer).is_err() {
-            self.stats.send_errors += 1;
-        }
-    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mss_on_a_1500_byte_path() {
-        // 20 + 8 + 16 (session header) + 16 (tag) + 8 (kind 9) + 12 (pTCP data header).
-        assert_eq!(1500 - ptcp_overhead(false), 1420);
-        assert_eq!(1500 - ptcp_overhead(true), 1400);
-        // A data segment of that MSS fills the MTU exactly.
-        let seg = Segment {
-            payload: &[0; 1420],
-            ..Segment::new(braid_ptcp::FlowId(0), Flags::VPKT)
-        };
-        assert_eq!(20 + 8 + Session::PTCP_OVERHEAD + seg.buffer_len(), 1500);
+/// Sends one datagram of `path` on its socket (a server's one) to the path's peer.
+fn send(
+    role: Role,
+    sockets: &[Option<UdpSocket>],
+    peers: &[Option<SocketAddr>],
+    stats: &mut NodeStats,
+    path: usize,
+    datagram: &[u8],
+) {
+    let sock = match role {
+        Role::Initiator => sockets.get(path).and_then(Option::as_ref),
+        Role::Responder => sockets.first().and_then(Option::as_ref),
+    };
+    let peer = peers.get(path).copied().flatten();
+    let (Some(sock), Some(peer)) = (sock, peer) else {
+        stats.no_peer += 1;
+        return;
+    };
+    if sock.send_to(datagram, peer).is_err() {
+        stats.send_errors += 1;
     }
 }

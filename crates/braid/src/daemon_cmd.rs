@@ -168,6 +168,15 @@ pub fn status(args: &StatusArgs) -> Result<()> {
     for peer in peers {
         print_peer(peer, peers.len() > 1);
     }
+    if let Some(t) = v["tcp"].as_object() {
+        let port = t["listen_port"]
+            .as_u64()
+            .map_or(String::new(), |p| format!("redirected to port {p}, "));
+        println!(
+            "TCP accelerated over pTCP: {port}connections {}  active {}  refused {}",
+            t["connections"], t["active"], t["refused"]
+        );
+    }
     if v["unrouted_packets"].as_u64().unwrap_or(0) + v["unclaimed_datagrams"].as_u64().unwrap_or(0)
         > 0
     {
@@ -331,6 +340,13 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
         println!(
             "packets from a source address not this client's (dropped): {}",
             peer["spoofed_packets"]
+        );
+    }
+    if let Some(p) = s["ptcp"].as_object() {
+        println!(
+            "pTCP: connections {}  segments sent {} received {} unsent {} dropped {}  for no connection {}",
+            peer["ptcp_connections"], p["sent"], p["received"], p["unsent"], p["dropped"],
+            peer["ptcp_unknown_conn"]
         );
     }
 }

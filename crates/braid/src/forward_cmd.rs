@@ -10,21 +10,20 @@
 use anyhow::{bail, Context, Result};
 use braid_daemon::config::Config;
 use braid_daemon::ptcp_node::{NodeOptions, PtcpNode, APP_TOKEN_BASE};
-use braid_ptcp::{State, StripedConnection};
+use braid_daemon::tcp_pair::Pair;
+use braid_ptcp::State;
 use braid_session::Role;
 use clap::Args;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Token};
 use std::collections::BTreeMap;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::io::ErrorKind;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Bytes copied per read.
-const CHUNK: usize = 64 * 1024;
 /// One node turn waits at most this long.
 const TURN: Duration = Duration::from_millis(20);
 /// Forwarded connections at most at once; more are refused (closed at once).
@@ -57,98 +56,6 @@ fn addr(s: &str, flag: &str) -> Result<SocketAddr> {
         .with_context(|| format!("{flag} {s}: not an ADDR:PORT this machine can resolve"))?
         .next()
         .with_context(|| format!("{flag} {s}: the name has no address"))
-}
-
-/// One forwarded connection: a TCP socket and the pTCP connection it rides.
-struct Pair {
-    tcp: TcpStream,
-    id: u32,
-    /// Read from TCP, not yet taken by the pTCP connection.
-    up: Vec<u8>,
-    /// Read from pTCP, not yet written to TCP.
-    down: Vec<u8>,
-    tcp_eof: bool,
-    ptcp_closed: bool,
-    tcp_shut: bool,
-    /// The TCP socket failed (reset, refused): stop using it.
-    tcp_dead: bool,
-}
-
-impl Pair {
-    fn new(tcp: TcpStream, id: u32) -> Pair {
-        Pair {
-            tcp,
-            id,
-            up: Vec::new(),
-            down: Vec::new(),
-            tcp_eof: false,
-            ptcp_closed: false,
-            tcp_shut: false,
-            tcp_dead: false,
-        }
-    }
-
-    /// Copies what it can both ways. Returns `true` once the pair is done.
-    fn pump(&mut self, c: &mut StripedConnection, now: braid_proto::time::Instant) -> bool {
-        let mut buf = [0u8; CHUNK];
-        // TCP -> pTCP.
-        while !self.tcp_dead {
-            if !self.up.is_empty() {
-                let n = c.write(&self.up);
-                self.up.drain(..n);
-                if !self.up.is_empty() {
-                    break;
-                }
-            }
-            if self.tcp_eof {
-                break;
-            }
-            match self.tcp.read(&mut buf) {
-                Ok(0) => self.tcp_eof = true,
-                Ok(n) => self.up.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::NotConnected => break,
-                Err(_) => self.tcp_dead = true,
-            }
-        }
-        if (self.tcp_eof && self.up.is_empty() || self.tcp_dead) && !self.ptcp_closed {
-            c.close(now);
-            self.ptcp_closed = true;
-        }
-        // pTCP -> TCP.
-        while !self.tcp_dead {
-            if !self.down.is_empty() {
-                match self.tcp.write(&self.down) {
-                    Ok(n) => {
-                        self.down.drain(..n);
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == ErrorKind::NotConnected => break,
-                    Err(_) => self.tcp_dead = true,
-                }
-                continue;
-            }
-            let n = c.read(&mut buf);
-            if n == 0 {
-                break;
-            }
-            self.down.extend_from_slice(&buf[..n]);
-        }
-        let peer_done = c.is_finished() || c.state() == State::Closed;
-        if peer_done && self.down.is_empty() && !self.tcp_shut && !self.tcp_dead {
-            let _ = self.tcp.shutdown(Shutdown::Write);
-            self.tcp_shut = true;
-        }
-        let tcp_done = self.tcp_dead || (self.tcp_eof && self.tcp_shut);
-        if c.state() == State::Closed && !tcp_done {
-            // The peer gave up: end the TCP side too.
-            let _ = self.tcp.shutdown(Shutdown::Both);
-            return true;
-        }
-        tcp_done && c.state() == State::Closed
-    }
 }
 
 /// `braid forward -c FILE (--listen ADDR | --target HOST:PORT)`: runs until SIGINT/SIGTERM.
@@ -266,7 +173,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         }
         let mut done = Vec::new();
         for (&token, p) in pairs.iter_mut() {
-            let Some(c) = node.conn_mut(p.id) else {
+            let Some(c) = node.conn_mut(p.id()) else {
                 done.push(token);
                 continue;
             };
@@ -276,18 +183,18 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         }
         for token in done {
             if let Some(mut p) = pairs.remove(&token) {
-                let _ = node.registry().deregister(&mut p.tcp);
-                node.remove(p.id);
+                let _ = node.registry().deregister(p.tcp_mut());
+                node.remove_after_transmit(p.id());
                 if !args.quiet {
-                    eprintln!("pTCP connection {}: done", p.id);
+                    eprintln!("pTCP connection {}: done", p.id());
                 }
             }
         }
         // Forget connections without a TCP side (the onward connect failed) once closed.
         for id in node.conn_ids() {
-            let paired = pairs.values().any(|p| p.id == id);
+            let paired = pairs.values().any(|p| p.id() == id);
             if !paired && node.conn(id).is_some_and(|c| c.state() == State::Closed) {
-                node.remove(id);
+                node.remove_after_transmit(id);
             }
         }
     }

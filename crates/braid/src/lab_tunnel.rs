@@ -2,7 +2,8 @@
 //!
 //! The two daemons run as processes (`ip netns exec NS braid up -c FILE`) with configs written
 //! to a temporary directory: keys made fresh, the client's paths bound to the testbed's path
-//! addresses with the scenario's rates, the scenario's `[braid]` table as the client's `[bond]`.
+//! addresses with the scenario's rates, the scenario's `[braid]` table as the client's `[bond]`
+//! (but for `tcp_accelerate = true`, which gives both ends `[tcp] accelerate = true`).
 
 use braid_lab::testbed::{
     client_addr, server_addr, TUNNEL_CLIENT_ADDR, TUNNEL_PREFIX_LEN, TUNNEL_SERVER_ADDR,
@@ -53,8 +54,19 @@ impl TunnelLauncher for DaemonLauncher {
              [control]\nsocket = \"{}\"\n",
             dir.join("server.sock").display()
         );
-        let bond =
-            toml::to_string(&scenario.braid).map_err(|e| LabError::Traffic(e.to_string()))?;
+        // `tcp_accelerate = true` (or `--bond tcp_accelerate=true`): both ends get `[tcp]
+        // accelerate = true`, and the lab's TCP to the server's tunnel address rides pTCP.
+        let mut braid = scenario.braid.clone();
+        let accelerate = match braid.remove("tcp_accelerate") {
+            None => false,
+            Some(toml::Value::Boolean(b)) => b,
+            Some(v) => {
+                return Err(LabError::Traffic(format!(
+                    "[braid] tcp_accelerate = {v}: give true or false"
+                )))
+            }
+        };
+        let bond = toml::to_string(&braid).map_err(|e| LabError::Traffic(e.to_string()))?;
         // What each end decides for itself (its receiver's release, what it sends twice) goes
         // to the server too; the client sends it the rest in the handshake.
         let local: toml::Table = scenario
@@ -99,6 +111,10 @@ impl TunnelLauncher for DaemonLauncher {
             let qos = section("qos", toml::Value::Table(q.clone()))?;
             server.push_str(&qos);
             client.push_str(&qos);
+        }
+        if accelerate {
+            server.push_str("[tcp]\naccelerate = true\n");
+            client.push_str("[tcp]\naccelerate = true\n");
         }
         std::fs::write(dir.join("server.toml"), server).map_err(io("writing server.toml"))?;
         std::fs::write(dir.join("client.toml"), client).map_err(io("writing client.toml"))?;

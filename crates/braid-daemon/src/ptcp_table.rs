@@ -1,0 +1,476 @@
+//! The socket-free part of hosting pTCP connections over a [`braid_session::Session`]: the
+//! connection table both [`crate::ptcp_node::PtcpNode`] (`braid send/recv/forward`) and the
+//! daemon (`braid up`) drive.
+//!
+//! A [`PtcpTable`] holds the [`StripedConnection`]s of one session, told apart by a connection
+//! id: it opens them ([`PtcpTable::connect`]), accepts a peer's SYNs when it is the session's
+//! responder and accepting, remembers retired ids so a late duplicate SYN does not open one
+//! again, hands the session's arriving segments to their connections ([`PtcpTable::deliver`]),
+//! and seals what the connections send with [`Session::seal_ptcp`] on the micro-flow's path
+//! ([`PtcpTable::transmit`]). The caller owns the sockets and the clock.
+//!
+//! # Polling
+//! After feeding datagrams to the session call [`PtcpTable::deliver`]; when
+//! [`PtcpTable::poll_timeout`] has passed, [`PtcpTable::handle_timeout`]; after the application
+//! read or wrote, [`PtcpTable::transmit`]. Time never goes backwards.
+
+use braid_proto::time::{Duration, Instant};
+use braid_proto::PathId;
+use braid_ptcp::wire::{Flags, Segment};
+use braid_ptcp::{CongestionAlgorithm, StripedConnection};
+use braid_session::{Role, Session};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Connections a table holds at most; SYNs for more are dropped and counted.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// Ids of removed connections a table remembers, so that a late duplicate SYN of one does not
+/// open it again.
+const RETIRED_IDS: usize = 4096;
+
+/// SACK blocks a data segment carries at most: none. ACK-only segments carry up to four, and a
+/// data segment that leaves blocks out is followed by a pure ACK with them
+/// (`braid_ptcp::Config::sack_blocks_with_data`). (Blocks that do ride with data take room from
+/// the data, not from the MTU, so the MSS below holds either way.)
+pub const SACK_BLOCKS_WITH_DATA: usize = 0;
+
+/// Bytes a pTCP segment's payload gives up to headers on a path of a given MTU: outer IP and
+/// UDP, the session's transport header, tag and inner pTCP header, and the 12-byte header of a
+/// pTCP data segment (`braid_ptcp::wire::DATA_HEADER_LEN`; a data segment that acknowledges too
+/// is bound less data): 80 bytes over IPv4, 100 over IPv6.
+pub fn ptcp_overhead(ipv6: bool) -> usize {
+    let ip = if ipv6 { 40 } else { 20 };
+    ip + 8 + Session::PTCP_OVERHEAD + braid_ptcp::wire::DATA_HEADER_LEN
+}
+
+/// The MSS of every micro-flow on paths of MTU `mtu` (at least 256 bytes).
+pub fn mss_for(mtu: u16, ipv6: bool) -> u64 {
+    usize::from(mtu)
+        .saturating_sub(ptcp_overhead(ipv6))
+        .max(256) as u64
+}
+
+/// The MSS of every micro-flow for a config: from its paths' smallest MTU (1500 for a server,
+/// which has none), over IPv6 if any path or the listening address is.
+pub fn mss_of(cfg: &crate::config::Config) -> u64 {
+    let ipv6 =
+        cfg.paths.iter().any(|p| p.remote.is_ipv6()) || cfg.listen.is_some_and(|l| l.is_ipv6());
+    let mtu = cfg.paths.iter().map(|p| p.mtu).min().unwrap_or(1500);
+    mss_for(mtu, ipv6)
+}
+
+/// How a table runs its connections.
+#[derive(Clone, Debug)]
+pub struct TableOptions {
+    /// Congestion control of every micro-flow (pTCP paper section 3.2: TCP-v's alone).
+    pub congestion: CongestionAlgorithm,
+    /// Receive buffer of each connection, bytes; `None`: from the paths (see
+    /// [`PtcpTable::connection_config`]).
+    pub receive_buffer_bytes: Option<u64>,
+    /// The MSS of every micro-flow, from the paths' MTUs ([`mss_for`]).
+    pub mss: u64,
+    /// Responder: open a connection for a peer's SYN. A table that does not accept drops
+    /// and counts every segment for a connection it does not hold.
+    pub accept: bool,
+}
+
+/// The pTCP connections of one session. See the module docs.
+pub struct PtcpTable {
+    role: Role,
+    options: TableOptions,
+    conns: BTreeMap<u32, StripedConnection>,
+    accepted: VecDeque<u32>,
+    /// Recently removed connection ids (at most [`RETIRED_IDS`]).
+    retired: VecDeque<u32>,
+    next_conn: u32,
+    /// Connections to forget once their last segments went out ([`PtcpTable::transmit`]).
+    leaving: Vec<u32>,
+    unknown_conn: u64,
+    /// Segments the session would not seal (no keys, a path it lacks): pTCP resends them.
+    unsealed: u64,
+}
+
+impl PtcpTable {
+    /// An empty table for the session end `role`.
+    pub fn new(role: Role, options: TableOptions) -> PtcpTable {
+        PtcpTable {
+            role,
+            options,
+            conns: BTreeMap::new(),
+            accepted: VecDeque::new(),
+            retired: VecDeque::new(),
+            next_conn: 1,
+            leaving: Vec::new(),
+            unknown_conn: 0,
+            unsealed: 0,
+        }
+    }
+
+    /// Segments for a connection this table does not have (and that were no SYN it could
+    /// accept), dropped.
+    pub fn unknown_conn(&self) -> u64 {
+        self.unknown_conn
+    }
+
+    /// Connections held.
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether no connection is held.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// The pTCP config of a new connection: every flow's congestion control and MSS, and the
+    /// buffers. The receive buffer follows the paper's rule (section 2: the sum of the paths'
+    /// rates times the largest RTT), fed the configured rates and four times the largest RTT
+    /// the probes measured (at least 250 ms): a flow that fills a drop-tail queue of one
+    /// bandwidth-delay product doubles its RTT, the rule needs the RTT under load (`docs/ptcp.md`,
+    /// Figure 4), and twice that keeps the window open while a hole on the slowest path is
+    /// repaired. With twice the probed RTT the BAG scenario (2 Mbit/s at 250 ms beside 8 at
+    /// 10 ms) was window-limited: 8.27 Mbit/s and 17,585 packets resent, against 12.18 with
+    /// 4 MiB (`docs/benchmarks.md`). At least 2 MiB, at most 64 MiB.
+    pub fn connection_config(&self, session: &Session) -> braid_ptcp::Config {
+        let mut c = braid_ptcp::Config::default();
+        c.flow.congestion.algorithm = self.options.congestion;
+        c.flow.congestion.mss = self.options.mss;
+        c.sack_blocks_with_data = SACK_BLOCKS_WITH_DATA;
+        let rates: Vec<u64> = session
+            .params()
+            .map(|p| p.rates_bps.clone())
+            .unwrap_or_default();
+        let rtt_max = session
+            .status()
+            .paths
+            .iter()
+            .filter_map(|p| p.rtt_ms)
+            .fold(0.0f64, f64::max);
+        let loaded = Duration::from_nanos((rtt_max * 4e6) as u64).max(Duration::from_millis(250));
+        let paths: Vec<(u64, Duration)> = rates.iter().map(|&r| (r, loaded)).collect();
+        let rule = braid_ptcp::Config::receive_buffer_for(&paths);
+        c.receive_buffer_bytes = self
+            .options
+            .receive_buffer_bytes
+            .unwrap_or(rule.clamp(2 << 20, 64 << 20));
+        c.send_buffer_bytes = c.receive_buffer_bytes.max(4 << 20);
+        c
+    }
+
+    /// Initiator: opens a pTCP connection with one micro-flow on each path of the session and
+    /// returns its id. `None` before the session has its paths, on a responder, or when the
+    /// table is full.
+    pub fn connect(&mut self, session: &Session, now: Instant) -> Option<u32> {
+        let n = session.paths();
+        if n == 0 || self.role != Role::Initiator || self.conns.len() >= MAX_CONNECTIONS {
+            return None;
+        }
+        let paths: Vec<PathId> = (0..n.min(braid_ptcp::MAX_FLOWS))
+            .map(|i| PathId(i as u8))
+            .collect();
+        let mut id = self.next_conn;
+        while self.conns.contains_key(&id) {
+            id = id.wrapping_add(1).max(1);
+        }
+        self.next_conn = id.wrapping_add(1).max(1);
+        let conn = StripedConnection::connect(self.connection_config(session), now, &paths);
+        self.conns.insert(id, conn);
+        Some(id)
+    }
+
+    /// Responder: the next connection the peer opened, if any.
+    pub fn accept(&mut self) -> Option<u32> {
+        self.accepted.pop_front()
+    }
+
+    /// A connection.
+    pub fn conn(&self, id: u32) -> Option<&StripedConnection> {
+        self.conns.get(&id)
+    }
+
+    /// A connection, to read, write or close.
+    pub fn conn_mut(&mut self, id: u32) -> Option<&mut StripedConnection> {
+        self.conns.get_mut(&id)
+    }
+
+    /// The ids of the connections held.
+    pub fn conn_ids(&self) -> Vec<u32> {
+        self.conns.keys().copied().collect()
+    }
+
+    /// Forget a connection (closed, or given up on).
+    pub fn remove(&mut self, id: u32) -> Option<StripedConnection> {
+        let c = self.conns.remove(&id);
+        if c.is_some() {
+            if self.retired.len() >= RETIRED_IDS {
+                self.retired.pop_front();
+            }
+            self.retired.push_back(id);
+        }
+        self.accepted.retain(|&a| a != id);
+        c
+    }
+
+    /// Forget a connection after the next [`PtcpTable::transmit`] sent what it has left (the
+    /// ACK of the peer's FIN that closed it): a connection removed at once leaves its peer
+    /// resending that FIN to an id nobody holds.
+    pub fn remove_after_transmit(&mut self, id: u32) {
+        if self.conns.contains_key(&id) && !self.leaving.contains(&id) {
+            self.leaving.push(id);
+        }
+    }
+
+    /// Hands the session's pTCP segments to their connections; a responder that accepts opens
+    /// a connection for a SYN naming a new id.
+    pub fn deliver(&mut self, session: &mut Session, now: Instant) {
+        while let Some(seg) = session.poll_ptcp() {
+            if !self.conns.contains_key(&seg.conn) {
+                let syn = Segment::parse_bytes(&seg.segment)
+                    .is_ok_and(|s| s.flags.contains(Flags::SYN) && !s.flags.contains(Flags::ACK));
+                let refused = self.role != Role::Responder
+                    || !self.options.accept
+                    || !syn
+                    || self.conns.len() >= MAX_CONNECTIONS
+                    || self.retired.contains(&seg.conn);
+                if refused {
+                    self.unknown_conn += 1;
+                    continue;
+                }
+                let c = StripedConnection::accept(self.connection_config(session));
+                self.conns.insert(seg.conn, c);
+                self.accepted.push_back(seg.conn);
+            }
+            if let Some(c) = self.conns.get_mut(&seg.conn) {
+                c.handle_datagram(now, seg.path, &seg.segment);
+            }
+        }
+    }
+
+    /// The earliest timer of the connections.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.conns
+            .values()
+            .filter_map(StripedConnection::poll_timeout)
+            .min()
+    }
+
+    /// Runs the connections' timers that are due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for c in self.conns.values_mut() {
+            if c.poll_timeout().is_some_and(|t| t <= now) {
+                c.handle_timeout(now);
+            }
+        }
+    }
+
+    /// Seals every segment the connections have now into `out` and hands each datagram to
+    /// `send` with the index of the path it must go out on.
+    pub fn transmit(
+        &mut self,
+        session: &mut Session,
+        now: Instant,
+        out: &mut [u8],
+        mut send: impl FnMut(usize, &[u8]),
+    ) {
+        for (&id, c) in self.conns.iter_mut() {
+            while let Some((path, seg)) = c.poll_transmit(now) {
+                match session.seal_ptcp(now, path, id, &seg, out) {
+                    Some(n) => send(path.index(), &out[..n]),
+                    None => self.unsealed += 1,
+                }
+            }
+        }
+        for id in std::mem::take(&mut self.leaving) {
+            self.remove(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use braid_session::PrivateKey;
+
+    /// Two sessions and their tables over two in-memory paths of 1 ms, time jumping to the
+    /// next event (quinn's `Pair`).
+    struct Pair {
+        ends: [(Session, PtcpTable); 2],
+        now: Instant,
+        /// (arrival, path, to end, datagram).
+        wire: Vec<(Instant, u8, usize, Vec<u8>)>,
+    }
+
+    impl Pair {
+        fn new() -> Pair {
+            let (ck, sk) = (
+                PrivateKey::from_random([1; 32]),
+                PrivateKey::from_random([2; 32]),
+            );
+            // The daemon's own configs, as `braid up` would read them.
+            let client = format!(
+                "role = \"client\"\nprivate_key = \"{}\"\npeer_public_key = \"{}\"\n\
+                 [interface]\naddress = [\"10.77.0.2/30\"]\n\
+                 [[path]]\nremote = \"192.0.2.1:7000\"\nrate_mbit = 10\n\
+                 [[path]]\nremote = \"192.0.2.1:7000\"\nrate_mbit = 20\n",
+                ck.to_base64(),
+                sk.public_key().to_base64()
+            );
+            let server = format!(
+                "role = \"server\"\nprivate_key = \"{}\"\npeer_public_key = \"{}\"\n\
+                 listen = \"0.0.0.0:7000\"\n[interface]\naddress = [\"10.77.0.1/30\"]\n",
+                sk.to_base64(),
+                ck.public_key().to_base64()
+            );
+            let session_config = |text: &str| {
+                let cfg =
+                    crate::config::Config::parse(text, std::path::Path::new("t.toml")).unwrap();
+                cfg.session_config(&cfg.peers[0])
+            };
+            let (c, s) = (session_config(&client), session_config(&server));
+            let wall = 1_700_000_000_000_000_000;
+            let options = |accept| TableOptions {
+                congestion: CongestionAlgorithm::Bbr,
+                receive_buffer_bytes: Some(1 << 20),
+                mss: 1300,
+                accept,
+            };
+            Pair {
+                ends: [
+                    (
+                        Session::new(c, Instant::ZERO, [3; 32], wall),
+                        PtcpTable::new(Role::Initiator, options(false)),
+                    ),
+                    (
+                        Session::new(s, Instant::ZERO, [4; 32], wall),
+                        PtcpTable::new(Role::Responder, options(true)),
+                    ),
+                ],
+                now: Instant::ZERO,
+                wire: Vec::new(),
+            }
+        }
+
+        /// Sends what both ends have, then runs to the next arrival or timer.
+        fn step(&mut self) {
+            let now = self.now;
+            let mut out = vec![0u8; 4096];
+            for (e, (session, table)) in self.ends.iter_mut().enumerate() {
+                let wire = &mut self.wire;
+                table.transmit(session, now, &mut out, |path, d| {
+                    wire.push((
+                        now + Duration::from_millis(1),
+                        path as u8,
+                        1 - e,
+                        d.to_vec(),
+                    ))
+                });
+                for p in 0..session.paths() {
+                    while let Some(n) = session.poll_transmit(now, PathId(p as u8), &mut out) {
+                        let d = out[..n].to_vec();
+                        wire.push((now + Duration::from_millis(1), p as u8, 1 - e, d));
+                    }
+                }
+            }
+            let next =
+                self.wire
+                    .iter()
+                    .map(|w| w.0)
+                    .chain(self.ends.iter().flat_map(|(s, t)| {
+                        [s.poll_timeout(), t.poll_timeout()].into_iter().flatten()
+                    }))
+                    .min()
+                    .unwrap_or(now + Duration::from_millis(10))
+                    .max(now);
+            self.now = next;
+            let (due, keep): (Vec<_>, Vec<_>) = self.wire.drain(..).partition(|w| w.0 <= self.now);
+            self.wire = keep;
+            for (_, path, to, d) in due {
+                let (session, table) = &mut self.ends[to];
+                let arrived_on = (to == 0).then_some(PathId(path));
+                let _ = session.handle_datagram(self.now, arrived_on, &d);
+                table.deliver(session, self.now);
+            }
+            for (session, table) in &mut self.ends {
+                session.handle_timeout(self.now);
+                table.handle_timeout(self.now);
+            }
+        }
+    }
+
+    #[test]
+    fn a_connection_carries_its_bytes_and_leaves_both_tables() {
+        let mut n = Pair::new();
+        while !(n.ends[0].0.is_established() && n.ends[1].0.is_established()) {
+            n.step();
+            assert!(
+                n.now < Instant::ZERO + Duration::from_secs(5),
+                "no handshake"
+            );
+        }
+        // A responder does not open connections; an initiator does not accept them.
+        let now = n.now;
+        let (s1, t1) = &mut n.ends[1];
+        assert_eq!(t1.connect(s1, now), None);
+        let (s0, t0) = &mut n.ends[0];
+        let id = t0.connect(s0, now).unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let mut sent = 0;
+        let mut got = Vec::new();
+        let mut server_id = None;
+        let mut buf = vec![0u8; 65_536];
+        for _ in 0..200_000 {
+            let now = n.now;
+            let c = n.ends[0].1.conn_mut(id);
+            if let Some(c) = c {
+                if sent < data.len() {
+                    sent += c.write(&data[sent..]);
+                    if sent == data.len() {
+                        c.close(now);
+                    }
+                }
+                if c.state() == braid_ptcp::State::Closed {
+                    n.ends[0].1.remove_after_transmit(id);
+                }
+            }
+            let t1 = &mut n.ends[1].1;
+            if let Some(a) = t1.accept() {
+                server_id = Some(a);
+            }
+            if let Some(c) = server_id.and_then(|a| t1.conn_mut(a)) {
+                let k = c.read(&mut buf);
+                got.extend_from_slice(&buf[..k]);
+                if c.is_finished() && c.state() == braid_ptcp::State::Open {
+                    c.close(now);
+                }
+                if c.state() == braid_ptcp::State::Closed {
+                    let a = server_id.unwrap();
+                    t1.remove_after_transmit(a);
+                }
+            }
+            if n.ends.iter().all(|(_, t)| t.is_empty()) && got.len() == data.len() {
+                break;
+            }
+            n.step();
+        }
+        assert_eq!(got, data);
+        assert_eq!(server_id, Some(id));
+        // Both ends closed and forgot the connection, and nothing arrived for a forgotten id.
+        assert!(n.ends[0].1.is_empty() && n.ends[1].1.is_empty());
+        assert_eq!(n.ends[0].1.unknown_conn() + n.ends[1].1.unknown_conn(), 0);
+    }
+
+    #[test]
+    fn mss_on_a_1500_byte_path() {
+        // 20 + 8 + 16 (session header) + 16 (tag) + 8 (kind 9) + 12 (pTCP data header).
+        assert_eq!(1500 - ptcp_overhead(false), 1420);
+        assert_eq!(1500 - ptcp_overhead(true), 1400);
+        assert_eq!(mss_for(1500, false), 1420);
+        assert_eq!(mss_for(100, false), 256);
+        // A data segment of that MSS fills the MTU exactly.
+        let seg = Segment {
+            payload: &[0; 1420],
+            ..Segment::new(braid_ptcp::FlowId(0), Flags::VPKT)
+        };
+        assert_eq!(20 + 8 + Session::PTCP_OVERHEAD + seg.buffer_len(), 1500);
+    }
+}

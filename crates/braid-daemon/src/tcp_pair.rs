@@ -1,0 +1,122 @@
+//! Copying between a TCP socket and the pTCP connection it rides: `braid forward`'s and the
+//! daemon's TCP acceleration's one piece of byte shovelling.
+
+use braid_ptcp::{State, StripedConnection};
+use mio::net::TcpStream;
+use std::io::{ErrorKind, Read, Write};
+use std::net::Shutdown;
+
+/// Bytes copied per read.
+const CHUNK: usize = 64 * 1024;
+
+/// One forwarded connection: a TCP socket and the pTCP connection it rides.
+pub struct Pair {
+    tcp: TcpStream,
+    id: u32,
+    /// Read from TCP, not yet taken by the pTCP connection.
+    up: Vec<u8>,
+    /// Read from pTCP, not yet written to TCP.
+    down: Vec<u8>,
+    tcp_eof: bool,
+    ptcp_closed: bool,
+    tcp_shut: bool,
+    /// The TCP socket failed (reset, refused): stop using it.
+    tcp_dead: bool,
+}
+
+impl Pair {
+    /// A pair whose first bytes towards TCP are `down` (read from pTCP before the pair was
+    /// made, e.g. behind an acceleration header).
+    pub fn with_down(tcp: TcpStream, id: u32, down: Vec<u8>) -> Pair {
+        Pair {
+            down,
+            ..Pair::new(tcp, id)
+        }
+    }
+
+    /// The pTCP connection's id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The TCP socket (to register or deregister it).
+    pub fn tcp_mut(&mut self) -> &mut TcpStream {
+        &mut self.tcp
+    }
+
+    /// A pair of a TCP socket and pTCP connection `id`.
+    pub fn new(tcp: TcpStream, id: u32) -> Pair {
+        Pair {
+            tcp,
+            id,
+            up: Vec::new(),
+            down: Vec::new(),
+            tcp_eof: false,
+            ptcp_closed: false,
+            tcp_shut: false,
+            tcp_dead: false,
+        }
+    }
+
+    /// Copies what it can both ways. Returns `true` once the pair is done.
+    pub fn pump(&mut self, c: &mut StripedConnection, now: braid_proto::time::Instant) -> bool {
+        let mut buf = [0u8; CHUNK];
+        // TCP -> pTCP.
+        while !self.tcp_dead {
+            if !self.up.is_empty() {
+                let n = c.write(&self.up);
+                self.up.drain(..n);
+                if !self.up.is_empty() {
+                    break;
+                }
+            }
+            if self.tcp_eof {
+                break;
+            }
+            match self.tcp.read(&mut buf) {
+                Ok(0) => self.tcp_eof = true,
+                Ok(n) => self.up.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::NotConnected => break,
+                Err(_) => self.tcp_dead = true,
+            }
+        }
+        if (self.tcp_eof && self.up.is_empty() || self.tcp_dead) && !self.ptcp_closed {
+            c.close(now);
+            self.ptcp_closed = true;
+        }
+        // pTCP -> TCP.
+        while !self.tcp_dead {
+            if !self.down.is_empty() {
+                match self.tcp.write(&self.down) {
+                    Ok(n) => {
+                        self.down.drain(..n);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == ErrorKind::NotConnected => break,
+                    Err(_) => self.tcp_dead = true,
+                }
+                continue;
+            }
+            let n = c.read(&mut buf);
+            if n == 0 {
+                break;
+            }
+            self.down.extend_from_slice(&buf[..n]);
+        }
+        let peer_done = c.is_finished() || c.state() == State::Closed;
+        if peer_done && self.down.is_empty() && !self.tcp_shut && !self.tcp_dead {
+            let _ = self.tcp.shutdown(Shutdown::Write);
+            self.tcp_shut = true;
+        }
+        let tcp_done = self.tcp_dead || (self.tcp_eof && self.tcp_shut);
+        if c.state() == State::Closed && !tcp_done {
+            // The peer gave up: end the TCP side too.
+            let _ = self.tcp.shutdown(Shutdown::Both);
+            return true;
+        }
+        tcp_done && c.state() == State::Closed
+    }
+}
