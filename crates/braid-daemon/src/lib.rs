@@ -360,6 +360,17 @@ impl Daemon {
             _ => (1428, "1428 until the client's handshake sets it".to_owned()),
         };
         let tun = net::open_tun(&cfg, mtu)?;
+        if cfg.tcp.is_none() {
+            // A daemon of this interface killed with [tcp] accelerate on leaves its nftables
+            // table behind, and it would redirect TCP for the tunnel to a port nobody listens
+            // on. Without acceleration nothing of ours should be there: remove it.
+            let table = accel::nft_table(&cfg.ifname);
+            if nft(&format!("delete table inet {table}\n")).is_ok() {
+                eprintln!(
+                    "braid: removed the nftables table inet {table} a daemon with [tcp] accelerate left behind"
+                );
+            }
+        }
         let (mut sockets, addrs, names) = net::open_sockets(&cfg)?;
         let gso = sockets
             .iter()

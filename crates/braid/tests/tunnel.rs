@@ -459,6 +459,35 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
         !table(&bed),
         "the client removed its nftables table on exit"
     );
+    // A table left by a client killed with acceleration on is removed by the next daemon of
+    // that interface that runs without it (it would redirect TCP to a port nobody listens on).
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &bed.ns("c"),
+        "nft",
+        "add",
+        "table",
+        "inet",
+        "braid_braid0",
+    ]);
+    assert!(table(&bed), "the leftover table is in place");
+    let path = bed.dir.join("c.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("[tcp]\naccelerate = true\n", "")).unwrap();
+    let child = start_daemon(&bed.ns("c"), &bed.dir, "c");
+    bed.children.push(child);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && bed.status("c").is_none() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(bed.status("c").is_some(), "logs: {}", bed.logs());
+    assert!(
+        !table(&bed),
+        "a daemon without acceleration removed the leftover table; logs: {}",
+        bed.logs()
+    );
 }
 
 #[test]
