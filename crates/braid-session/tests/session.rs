@@ -127,26 +127,39 @@ impl Net {
                 {
                     lost = true;
                 }
-                if !self.dead[p] && !lost {
-                    let mut left = self.now;
-                    if let Some(r) = self.rate_bps[p] {
-                        let air = Duration::from_nanos(len as u64 * 8 * 1_000_000_000 / r);
-                        left = self.now.max(self.free_at[p]) + air;
-                        self.free_at[p] = left;
-                    }
-                    self.wires
-                        .push_back((left + self.delay[p], p, true, buf[..len].to_vec()));
-                }
+                self.client_wire(p, &buf[..len], lost);
             }
             while let Some(len) = self
                 .server
                 .poll_transmit(self.now, PathId(p as u8), &mut buf)
             {
-                if !self.dead[p] {
-                    self.wires
-                        .push_back((self.now + self.delay[p], p, false, buf[..len].to_vec()));
-                }
+                self.server_wire(p, &buf[..len]);
             }
+        }
+    }
+
+    /// Puts a datagram of the client on path `p`'s wire, unless the path is dead or the
+    /// datagram `lost`: it leaves once the path's rate (if any) lets it and arrives `delay[p]`
+    /// later.
+    fn client_wire(&mut self, p: usize, datagram: &[u8], lost: bool) {
+        if self.dead[p] || lost {
+            return;
+        }
+        let mut left = self.now;
+        if let Some(r) = self.rate_bps[p] {
+            let air = Duration::from_nanos(datagram.len() as u64 * 8 * 1_000_000_000 / r);
+            left = self.now.max(self.free_at[p]) + air;
+            self.free_at[p] = left;
+        }
+        self.wires
+            .push_back((left + self.delay[p], p, true, datagram.to_vec()));
+    }
+
+    /// Puts a datagram of the server on path `p`'s wire (no rate), unless the path is dead.
+    fn server_wire(&mut self, p: usize, datagram: &[u8]) {
+        if !self.dead[p] {
+            self.wires
+                .push_back((self.now + self.delay[p], p, false, datagram.to_vec()));
         }
     }
 
@@ -1126,16 +1139,7 @@ fn ptcp_step(
         let p = path.index();
         net.sent_large[p] += 1;
         let lost = net.drop_every[p].is_some_and(|k| net.sent_large[p] % k == 0);
-        if !net.dead[p] && !lost {
-            let mut left = net.now;
-            if let Some(r) = net.rate_bps[p] {
-                let air = Duration::from_nanos(n as u64 * 8 * 1_000_000_000 / r);
-                left = net.now.max(net.free_at[p]) + air;
-                net.free_at[p] = left;
-            }
-            net.wires
-                .push_back((left + net.delay[p], p, true, out[..n].to_vec()));
-        }
+        net.client_wire(p, &out[..n], lost);
     }
     if let Some(s) = server.as_mut() {
         while let Some((path, seg)) = s.poll_transmit(net.now) {
@@ -1143,11 +1147,7 @@ fn ptcp_step(
                 .server
                 .seal_ptcp(net.now, path, conn, &seg, &mut out)
                 .expect("sealed");
-            if !net.dead[path.index()] {
-                let at = net.now + net.delay[path.index()];
-                net.wires
-                    .push_back((at, path.index(), false, out[..n].to_vec()));
-            }
+            net.server_wire(path.index(), &out[..n]);
         }
     }
     net.step(Duration::from_millis(1));
