@@ -6,7 +6,7 @@
 //! test uses its own namespace names and cleans up, even on panic.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -170,6 +170,26 @@ impl Bed {
     }
 
     /// Waits for child `k`; panics with the logs if it fails or takes longer than `limit`.
+    /// Waits (at most 20 s) until `out` holds at least `bytes`.
+    fn wait_received(&self, out: &Path, bytes: u64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::fs::metadata(out).map_or(0, |m| m.len()) < bytes {
+            assert!(Instant::now() < deadline, "no progress: {}", self.log("c"));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits for [`Bed::send_file`]'s sender `tx` and receiver `rx` to exit successfully and
+    /// compares what arrived in `out` with `file`.
+    fn finish_transfer(&mut self, tx: usize, rx: usize, file: &Path, out: &Path) {
+        self.wait(tx, Duration::from_secs(25));
+        self.wait(rx, Duration::from_secs(5));
+        assert!(
+            std::fs::read(out).unwrap() == std::fs::read(file).unwrap(),
+            "the received file differs"
+        );
+    }
+
     fn wait(&mut self, k: usize, limit: Duration) {
         let deadline = Instant::now() + limit;
         loop {
@@ -221,12 +241,7 @@ fn a_file_arrives_byte_identical_over_two_paths_with_loss_on_one() {
         })
         .dropped;
     let (file, out, rx, tx) = bed.send_file(8 << 20);
-    bed.wait(tx, Duration::from_secs(25));
-    bed.wait(rx, Duration::from_secs(5));
-    assert!(
-        std::fs::read(&out).unwrap() == std::fs::read(&file).unwrap(),
-        "the received file differs"
-    );
+    bed.finish_transfer(tx, rx, &file, &out);
     assert!(
         dropped.load(Ordering::Relaxed) > 0,
         "the relay dropped some"
@@ -249,20 +264,11 @@ fn a_path_blacked_out_mid_transfer_loses_nothing() {
     let len = 16 << 20;
     let (file, out, rx, tx) = bed.send_file(len);
     // Black path two out for 2 s once a quarter of the file is written.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::fs::metadata(&out).map_or(0, |m| m.len()) < (len / 4) as u64 {
-        assert!(Instant::now() < deadline, "no progress: {}", bed.log("c"));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    bed.wait_received(&out, (len / 4) as u64);
     blackout.store(true, Ordering::Relaxed);
     std::thread::sleep(Duration::from_secs(2));
     blackout.store(false, Ordering::Relaxed);
-    bed.wait(tx, Duration::from_secs(25));
-    bed.wait(rx, Duration::from_secs(5));
-    assert!(
-        std::fs::read(&out).unwrap() == std::fs::read(&file).unwrap(),
-        "the received file differs"
-    );
+    bed.finish_transfer(tx, rx, &file, &out);
     eprintln!("{}", bed.log("c"));
 }
 
@@ -410,19 +416,10 @@ fn a_path_that_moves_to_a_new_address_keeps_carrying_the_transfer() {
     // Path two's source address (as the server sees it) changes at a quarter and at half of
     // the file: the server follows it from the authenticated packets.
     for part in [4, 2] {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::fs::metadata(&out).map_or(0, |m| m.len()) < (len / part) as u64 {
-            assert!(Instant::now() < deadline, "no progress: {}", bed.log("c"));
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        bed.wait_received(&out, (len / part) as u64);
         rebind.store(true, Ordering::Relaxed);
     }
-    bed.wait(tx, Duration::from_secs(25));
-    bed.wait(rx, Duration::from_secs(5));
-    assert!(
-        std::fs::read(&out).unwrap() == std::fs::read(&file).unwrap(),
-        "the received file differs"
-    );
+    bed.finish_transfer(tx, rx, &file, &out);
     // Path two is unshaped and path one held to 20 Mbit/s: had the server not followed path
     // two's new address, its acknowledgements would have gone to the old one, path two would
     // have stalled after the first move and carried at most about a quarter.
