@@ -2,8 +2,8 @@
 //! comparison, and refuses what it cannot use with a message. No figure is compared with a
 //! threshold here (that is the experiment's unit tests' job, in braid-sim).
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 const BRAID: &str = env!("CARGO_BIN_EXE_braid");
 
@@ -11,6 +11,16 @@ fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("braid-tcp-check-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
+}
+
+/// `braid sim tcp-check --scenario SCENARIO [--lab LAB] --out OUT`.
+fn tcp_check(scenario: &Path, lab: Option<&Path>, out: &Path) -> Output {
+    let mut c = Command::new(BRAID);
+    c.args(["sim", "tcp-check", "--scenario"]).arg(scenario);
+    if let Some(lab) = lab {
+        c.arg("--lab").arg(lab);
+    }
+    c.arg("--out").arg(out).output().expect("braid runs")
 }
 
 fn workspace_file(rel: &str) -> PathBuf {
@@ -35,15 +45,11 @@ fn tcp_check_compares_path_by_path() {
     });
     std::fs::write(&lab, report.to_string()).expect("write lab report");
     let out = dir.join("out");
-    let run = Command::new(BRAID)
-        .args(["sim", "tcp-check", "--scenario"])
-        .arg(workspace_file("examples/lab/two-path.toml"))
-        .arg("--lab")
-        .arg(&lab)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("braid runs");
+    let run = tcp_check(
+        &workspace_file("examples/lab/two-path.toml"),
+        Some(&lab),
+        &out,
+    );
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success(),
@@ -84,13 +90,7 @@ fn tcp_check_refuses_what_it_cannot_use() {
     let dir = scratch("bad");
     let direct = dir.join("direct.toml");
     std::fs::write(&direct, "mode = \"direct\"\n[[path]]\n").expect("write scenario");
-    let run = Command::new(BRAID)
-        .args(["sim", "tcp-check", "--scenario"])
-        .arg(&direct)
-        .arg("--out")
-        .arg(dir.join("out"))
-        .output()
-        .expect("braid runs");
+    let run = tcp_check(&direct, None, &dir.join("out"));
     assert!(!run.status.success());
     assert!(
         String::from_utf8_lossy(&run.stderr).contains("no emulated links to simulate"),
@@ -100,15 +100,11 @@ fn tcp_check_refuses_what_it_cannot_use() {
 
     let lab = dir.join("lab.json");
     std::fs::write(&lab, r#"{"duration_s": 20, "variants": {"mptcp": {}}}"#).expect("write");
-    let run = Command::new(BRAID)
-        .args(["sim", "tcp-check", "--scenario"])
-        .arg(workspace_file("examples/lab/two-path.toml"))
-        .arg("--lab")
-        .arg(&lab)
-        .arg("--out")
-        .arg(dir.join("out"))
-        .output()
-        .expect("braid runs");
+    let run = tcp_check(
+        &workspace_file("examples/lab/two-path.toml"),
+        Some(&lab),
+        &dir.join("out"),
+    );
     assert!(!run.status.success());
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("--variants sum,best_single"), "{stderr}");
