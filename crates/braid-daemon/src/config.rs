@@ -216,6 +216,7 @@ struct RawTcp {
     #[serde(default)]
     accelerate: bool,
     listen_port: Option<u16>,
+    congestion: Option<String>,
 }
 
 /// The port a client's redirected TCP lands on unless `[tcp] listen_port` says otherwise.
@@ -228,6 +229,9 @@ pub const DEFAULT_TCP_LISTEN_PORT: u16 = 7199;
 pub struct TcpConfig {
     /// Client: the local port the nftables `redirect` targets.
     pub listen_port: u16,
+    /// The congestion control of this end's micro-flows: what it sends (`[tcp] congestion`,
+    /// default BBR).
+    pub congestion: braid_ptcp::CongestionAlgorithm,
 }
 
 /// A client's `[[policy]]` table: which paths a class may use, and how it is striped.
@@ -806,8 +810,22 @@ impl Config {
                         "[tcp] listen_port without accelerate = true: add accelerate = true, or remove the [tcp] table".into(),
                     ));
                 }
+                if !t.accelerate && t.congestion.is_some() {
+                    return Err(invalid(
+                        "[tcp] congestion without accelerate = true: add accelerate = true, or remove the [tcp] table".into(),
+                    ));
+                }
+                let congestion = match &t.congestion {
+                    None => braid_ptcp::CongestionAlgorithm::Bbr,
+                    Some(name) => name.parse().map_err(|_| {
+                        invalid(format!(
+                            "[tcp] congestion = {name:?}: give \"bbr\" (the default), \"cubic\" or \"newreno\""
+                        ))
+                    })?,
+                };
                 t.accelerate.then(|| TcpConfig {
                     listen_port: t.listen_port.unwrap_or(DEFAULT_TCP_LISTEN_PORT),
+                    congestion,
                 })
             }
             None => None,
@@ -1086,9 +1104,22 @@ rate_mbit = 5
         assert_eq!(
             c.tcp,
             Some(TcpConfig {
-                listen_port: DEFAULT_TCP_LISTEN_PORT
+                listen_port: DEFAULT_TCP_LISTEN_PORT,
+                congestion: braid_ptcp::CongestionAlgorithm::Bbr,
             })
         );
+        let c = parse(&client("[tcp]\naccelerate = true\ncongestion = \"cubic\"")).unwrap();
+        assert_eq!(
+            c.tcp.unwrap().congestion,
+            braid_ptcp::CongestionAlgorithm::Cubic
+        );
+        let e = parse(&client("[tcp]\naccelerate = true\ncongestion = \"vegas\"")).unwrap_err();
+        assert!(
+            e.contains("congestion = \"vegas\"") && e.contains("cubic"),
+            "{e}"
+        );
+        let e = parse(&client("[tcp]\ncongestion = \"cubic\"")).unwrap_err();
+        assert!(e.contains("accelerate = true"), "{e}");
         let c = parse(&client("[tcp]\naccelerate = true\nlisten_port = 9000")).unwrap();
         assert_eq!(c.tcp.unwrap().listen_port, 9000);
         let e = parse(&client("[tcp]\naccelerate = true\nlisten_port = 0")).unwrap_err();

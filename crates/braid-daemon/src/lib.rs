@@ -164,6 +164,10 @@ pub struct TcpStatus {
     /// not up; too many). Server: headers that were malformed or named a destination the
     /// tunnel would not carry, and onward connects that failed at once.
     pub refused: u64,
+    /// Client: the server said in its handshake that it takes accelerated TCP; until it does
+    /// (or when it does not), nothing is redirected and TCP rides the striped tunnel.
+    /// Server: always true.
+    pub server_accepts: bool,
 }
 
 /// One peer in `status`.
@@ -241,6 +245,9 @@ struct Accel {
     nft_rules: String,
     /// Client: the handed addresses the ruleset was made with (`None`: not made yet).
     nft_handed: Option<Vec<(IpAddr, u8)>>,
+    /// Client: whether the server's last handshake response said it takes accelerated TCP
+    /// (`None`: no session yet).
+    server_accepts: Option<bool>,
     stats: TcpStatus,
 }
 
@@ -431,10 +438,14 @@ impl Daemon {
             scfg.duplicate_dscp = cfg.duplicate_dscp;
             scfg.release_pacing_pct = cfg.release_pacing_pct;
             scfg.handed_addresses = p.addresses.iter().map(|c| (c.addr, c.prefix)).collect();
+            scfg.accepts_tcp = cfg.role == Role::Responder && cfg.tcp.is_some();
             let table = PtcpTable::new(
                 cfg.role,
                 TableOptions {
-                    congestion: braid_ptcp::CongestionAlgorithm::Bbr,
+                    congestion: cfg
+                        .tcp
+                        .as_ref()
+                        .map_or(braid_ptcp::CongestionAlgorithm::Bbr, |t| t.congestion),
                     receive_buffer_bytes: None,
                     mss: ptcp_table::mss_of(&cfg),
                     // A server takes a client's pTCP connections only to accelerate TCP.
@@ -1138,9 +1149,31 @@ impl Daemon {
     /// Client with `[tcp] accelerate`: (re)install the nftables rules that redirect TCP for
     /// the tunnel's prefixes to the listener, whenever those prefixes change.
     fn install_tcp_rules(&mut self) {
-        let (Role::Initiator, Some(t)) = (self.cfg.role, &self.cfg.tcp) else {
+        let (Role::Initiator, Some(listen_port)) =
+            (self.cfg.role, self.cfg.tcp.as_ref().map(|t| t.listen_port))
+        else {
             return;
         };
+        // Redirect only to a server that said in its handshake response that it takes
+        // accelerated TCP: one without `[tcp] accelerate` would drop the pTCP segments, and
+        // every redirected connection would stall.
+        let established = self.peers.iter().any(|p| p.session.is_established());
+        let accepts = self.peers.iter().any(|p| p.session.peer_accepts_tcp());
+        if established && self.accel.server_accepts != Some(accepts) {
+            self.accel.server_accepts = Some(accepts);
+            self.accel.stats.server_accepts = accepts;
+            if !accepts {
+                eprintln!(
+                    "braid: the server does not take accelerated TCP (no [tcp] accelerate = true in its config): TCP rides the striped tunnel until it does"
+                );
+                self.remove_tcp_rules();
+                self.accel.nft_rules.clear();
+                self.accel.nft_handed = None;
+            }
+        }
+        if self.accel.server_accepts != Some(true) {
+            return;
+        }
         // Only the handed addresses change at run time: nothing to do unless they did.
         let handed: Vec<(IpAddr, u8)> = self
             .peers
@@ -1165,15 +1198,14 @@ impl Daemon {
             prefixes.retain(|p| p.addr.is_ipv4());
         }
         let table = accel::nft_table(&self.cfg.ifname);
-        let rules = accel::nft_ruleset(&table, &prefixes, &own, t.listen_port);
+        let rules = accel::nft_ruleset(&table, &prefixes, &own, listen_port);
         if rules == self.accel.nft_rules {
             return;
         }
         match nft(&rules) {
             Ok(()) => {
                 eprintln!(
-                    "braid: TCP to the tunnel's prefixes is redirected to port {} and carried over pTCP (nftables table inet {table})",
-                    t.listen_port
+                    "braid: TCP to the tunnel's prefixes is redirected to port {listen_port} and carried over pTCP (nftables table inet {table})"
                 );
                 self.accel.nft_table = Some(table);
             }
@@ -1444,6 +1476,7 @@ impl Daemon {
             udp_send_errors: self.send_errors,
             tcp: self.cfg.tcp.as_ref().map(|_| TcpStatus {
                 active: self.accel.pairs.len() as u64,
+                server_accepts: self.cfg.role == Role::Responder || self.accel.stats.server_accepts,
                 ..self.accel.stats.clone()
             }),
             uptime_s: self.clock.elapsed().as_secs_f64(),

@@ -122,6 +122,10 @@ pub struct SessionConfig {
     /// Responder: the tunnel addresses (address, prefix length) this peer is handed in the
     /// handshake response (the BAG paper's fixed IP: the proxy role); empty: none.
     pub handed_addresses: Vec<(IpAddr, u8)>,
+    /// Responder: this end takes the initiator's pTCP connections for accelerated TCP
+    /// (`[tcp] accelerate`), and says so in its handshake response so that an initiator does
+    /// not redirect TCP to a peer that would drop it.
+    pub accepts_tcp: bool,
 }
 
 impl SessionConfig {
@@ -146,6 +150,7 @@ impl SessionConfig {
             duplicate_dscp: 0,
             release_pacing_pct: 0,
             handed_addresses: Vec::new(),
+            accepts_tcp: false,
         }
     }
 }
@@ -457,6 +462,8 @@ pub struct Session {
     last_now: Instant,
     /// Initiator: the tunnel addresses the responder handed over in its last response.
     handed: Vec<(IpAddr, u8)>,
+    /// Initiator: whether the responder's last response said it takes accelerated TCP.
+    peer_accepts_tcp: bool,
     /// pTCP segments received, for [`Session::poll_ptcp`] (at most [`PTCP_RX_QUEUE`]).
     ptcp_rx: VecDeque<PtcpSegment>,
     ptcp: PtcpCounters,
@@ -501,6 +508,7 @@ impl Session {
             qos_wake: None,
             last_now: now,
             handed: Vec::new(),
+            peer_accepts_tcp: false,
             ptcp_rx: VecDeque::new(),
             ptcp: PtcpCounters::default(),
             cfg,
@@ -740,7 +748,10 @@ impl Session {
         }
         let local_index = self.random_index();
         let mut msg = vec![0u8; 1024];
-        let handed = encode_addresses(&self.cfg.handed_addresses);
+        let handed = encode_response(&Response {
+            addresses: self.cfg.handed_addresses.clone(),
+            accepts_tcp: self.cfg.accepts_tcp,
+        });
         let Ok(m) = state.write_message(&handed, &mut msg) else {
             return Err(self.drop(DropReason::BadHandshake));
         };
@@ -785,10 +796,11 @@ impl Session {
             self.pending = Some(pending);
             return Err(self.drop(DropReason::BadHandshake));
         };
-        let Some(handed) = decode_addresses(&payload[..n]) else {
+        let Some(response) = decode_response(&payload[..n]) else {
             return Err(self.drop(DropReason::BadParams));
         };
-        self.handed = handed;
+        self.handed = response.addresses;
+        self.peer_accepts_tcp = response.accepts_tcp;
         let Ok(transport) = pending.state.into_stateless_transport_mode() else {
             return Err(self.drop(DropReason::BadHandshake));
         };
@@ -982,6 +994,12 @@ impl Session {
     /// its last handshake response; empty if it handed none.
     pub fn handed_addresses(&self) -> &[(IpAddr, u8)] {
         &self.handed
+    }
+
+    /// Initiator: whether the responder said in its last handshake response that it takes
+    /// accelerated TCP (its `[tcp] accelerate`); `false` before the first response.
+    pub fn peer_accepts_tcp(&self) -> bool {
+        self.peer_accepts_tcp
     }
 
     fn handle_transport(
@@ -1685,11 +1703,25 @@ pub fn initiator_key(private_key: &PrivateKey, datagram: &[u8]) -> Option<Public
     Some(PublicKey(key))
 }
 
-/// Encode handed addresses for the handshake response: per address its IP version (4 or 6),
-/// its 4 or 16 bytes and its prefix length. Nothing at all: no addresses.
-fn encode_addresses(addresses: &[(IpAddr, u8)]) -> Vec<u8> {
+/// What a handshake response carries: the tunnel addresses handed to the initiator and what
+/// the responder offers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Response {
+    addresses: Vec<(IpAddr, u8)>,
+    accepts_tcp: bool,
+}
+
+/// Record tag of the responder's feature flags (after the addresses; absent: no features).
+const FEATURES: u8 = 0x80;
+/// Feature flag: the responder takes accelerated TCP.
+const FEATURE_ACCEPTS_TCP: u8 = 0x01;
+
+/// Encode a handshake response: per handed address its IP version (4 or 6), its 4 or 16 bytes
+/// and its prefix length; then, if the responder offers anything, [`FEATURES`] and a flags
+/// byte. Nothing at all: no addresses, no features.
+fn encode_response(r: &Response) -> Vec<u8> {
     let mut out = Vec::new();
-    for (a, prefix) in addresses {
+    for (a, prefix) in &r.addresses {
         match a {
             IpAddr::V4(v4) => {
                 out.push(4);
@@ -1702,13 +1734,17 @@ fn encode_addresses(addresses: &[(IpAddr, u8)]) -> Vec<u8> {
         }
         out.push(*prefix);
     }
+    if r.accepts_tcp {
+        out.extend([FEATURES, FEATURE_ACCEPTS_TCP]);
+    }
     out
 }
 
-/// The inverse of [`encode_addresses`]; `None` for anything malformed (a wrong version byte,
-/// a truncated address, a prefix longer than the address).
-fn decode_addresses(mut bytes: &[u8]) -> Option<Vec<(IpAddr, u8)>> {
-    let mut out = Vec::new();
+/// The inverse of [`encode_response`]; `None` for anything malformed (a wrong record tag, a
+/// truncated address, a prefix longer than the address, unknown feature bits, anything after
+/// the features).
+fn decode_response(mut bytes: &[u8]) -> Option<Response> {
+    let mut out = Response::default();
     while let Some((&version, rest)) = bytes.split_first() {
         let (addr, bits, rest): (IpAddr, u8, &[u8]) = match version {
             4 => {
@@ -1719,6 +1755,14 @@ fn decode_addresses(mut bytes: &[u8]) -> Option<Vec<(IpAddr, u8)>> {
                 let (a, r) = rest.split_first_chunk::<16>()?;
                 ((*a).into(), 128, r)
             }
+            FEATURES => {
+                let [flags] = rest else { return None };
+                if flags & !FEATURE_ACCEPTS_TCP != 0 {
+                    return None;
+                }
+                out.accepts_tcp = flags & FEATURE_ACCEPTS_TCP != 0;
+                return Some(out);
+            }
             _ => return None,
         };
         let (&prefix, rest) = rest.split_first()?;
@@ -1728,10 +1772,10 @@ fn decode_addresses(mut bytes: &[u8]) -> Option<Vec<(IpAddr, u8)>> {
         } else {
             MIN_HANDED_PREFIX_V6
         };
-        if prefix > bits || prefix < shortest || out.len() >= MAX_HANDED_ADDRESSES {
+        if prefix > bits || prefix < shortest || out.addresses.len() >= MAX_HANDED_ADDRESSES {
             return None;
         }
-        out.push((addr, prefix));
+        out.addresses.push((addr, prefix));
         bytes = rest;
     }
     Some(out)
@@ -1773,26 +1817,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn handed_addresses_round_trip_and_garbage_is_refused() {
+    fn handshake_responses_round_trip_and_garbage_is_refused() {
         let a = vec![
             ("10.77.0.2".parse().unwrap(), 24),
             ("fd77::2".parse().unwrap(), 128),
         ];
-        assert_eq!(decode_addresses(&encode_addresses(&a)), Some(a));
-        assert_eq!(decode_addresses(&[]), Some(Vec::new()));
+        for accepts_tcp in [false, true] {
+            let r = Response {
+                addresses: a.clone(),
+                accepts_tcp,
+            };
+            assert_eq!(decode_response(&encode_response(&r)), Some(r));
+        }
+        assert_eq!(decode_response(&[]), Some(Response::default()));
+        let tcp_only = decode_response(&[FEATURES, FEATURE_ACCEPTS_TCP]).unwrap();
+        assert!(tcp_only.accepts_tcp && tcp_only.addresses.is_empty());
         for bad in [
             &[5u8, 1, 2, 3, 4, 24][..],
             &[4, 10, 77, 0, 2][..],
             &[4, 10, 77, 0, 2, 33][..],
             &[4, 10, 77, 0, 2, 0][..],
             &[6, 0, 0][..],
+            // Features: missing flags, unknown bits, anything after them.
+            &[FEATURES][..],
+            &[FEATURES, 0x02][..],
+            &[FEATURES, FEATURE_ACCEPTS_TCP, 4, 10, 0, 0, 1, 32][..],
         ] {
-            assert_eq!(decode_addresses(bad), None, "{bad:?}");
+            assert_eq!(decode_response(bad), None, "{bad:?}");
         }
         let many: Vec<u8> = (0..=MAX_HANDED_ADDRESSES)
             .flat_map(|_| [4, 10, 0, 0, 1, 32])
             .collect();
-        assert_eq!(decode_addresses(&many), None);
+        assert_eq!(decode_response(&many), None);
     }
 
     #[test]

@@ -1245,3 +1245,16 @@ fn ptcp_rides_the_session_on_its_flows_paths_and_loses_nothing() {
     );
     assert_eq!(net.client.ptcp_counters().unsent, 1);
 }
+
+#[test]
+fn the_client_learns_from_the_handshake_whether_the_server_takes_accelerated_tcp() {
+    for accepts in [false, true] {
+        let mut cfg = server_config();
+        cfg.accepts_tcp = accepts;
+        let mut net = Net::new(2, ResequenceMode::Sequence);
+        net.server = session(cfg, 4);
+        assert!(!net.client.peer_accepts_tcp(), "nothing heard yet");
+        net.established();
+        assert_eq!(net.client.peer_accepts_tcp(), accepts);
+    }
+}

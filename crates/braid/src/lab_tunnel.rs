@@ -113,8 +113,16 @@ impl TunnelLauncher for DaemonLauncher {
             client.push_str(&qos);
         }
         if accelerate {
-            server.push_str("[tcp]\naccelerate = true\n");
-            client.push_str("[tcp]\naccelerate = true\n");
+            // The micro-flows run the scenario's congestion control where pTCP has it (cubic,
+            // reno, bbr), as the lab's `ptcp` variant does; otherwise the daemon's default, BBR.
+            let cc = scenario
+                .congestion_control
+                .as_deref()
+                .and_then(|c| c.parse::<braid_ptcp::CongestionAlgorithm>().ok())
+                .map(|c| format!("congestion = \"{}\"\n", format!("{c:?}").to_lowercase()))
+                .unwrap_or_default();
+            server.push_str(&format!("[tcp]\naccelerate = true\n{cc}"));
+            client.push_str(&format!("[tcp]\naccelerate = true\n{cc}"));
         }
         std::fs::write(dir.join("server.toml"), server).map_err(io("writing server.toml"))?;
         std::fs::write(dir.join("client.toml"), client).map_err(io("writing client.toml"))?;

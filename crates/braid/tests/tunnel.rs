@@ -29,6 +29,8 @@ struct Bed {
     extra_paths: String,
     /// `[tcp] accelerate = true` on both ends.
     tcp: bool,
+    /// With `tcp`: the server runs without `[tcp] accelerate` (only the client has it).
+    tcp_client_only: bool,
 }
 
 impl Bed {
@@ -51,6 +53,7 @@ impl Bed {
             bond: None,
             extra_paths: String::new(),
             tcp: false,
+            tcp_client_only: false,
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -82,7 +85,11 @@ impl Bed {
         } else {
             ""
         };
-        let server = format!("{server}{tcp}");
+        let server = if self.tcp_client_only {
+            server
+        } else {
+            format!("{server}{tcp}")
+        };
         let remote2 = remote2.map_or("10.62.2.2:7000".to_owned(), |a| a.to_string());
         let bond = self.bond.clone().unwrap_or_default();
         let pet = bond.contains("\"pet\"");
@@ -393,6 +400,7 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
         String::from_utf8_lossy(&ruleset.stdout)
     );
     assert_eq!(c["tcp"]["refused"], 0, "client: {c}");
+    assert_eq!(c["tcp"]["server_accepts"], true, "client: {c}");
     assert_eq!(s["tcp"]["connections"], 2, "server: {s}");
     assert_eq!(s["tcp"]["refused"], 0, "server: {s}");
     // Four megabytes went as pTCP segments of about 1.4 kB each.
@@ -486,6 +494,49 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     assert!(
         !table(&bed),
         "a daemon without acceleration removed the leftover table; logs: {}",
+        bed.logs()
+    );
+}
+
+#[test]
+fn a_client_accelerating_toward_a_server_that_does_not_leaves_tcp_on_the_striped_tunnel() {
+    need_root!();
+    if Command::new("nft").arg("--version").output().is_err() {
+        eprintln!("skipping: needs nft (the nftables package) for the client's redirect");
+        return;
+    }
+    let mut bed = Bed::new(9);
+    bed.tcp = true;
+    bed.tcp_client_only = true;
+    bed.up(None);
+    // The client says so once it has read the server's handshake response.
+    let said = "the server does not take accelerated TCP";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && !bed.logs().contains(said) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Without the handshake's word the client would redirect this to pTCP, which the server
+    // drops: the transfer would stall. It rides the striped tunnel instead.
+    both_ways(&bed, 2 << 20, 1 << 20);
+    let c = bed.status("c").unwrap();
+    assert_eq!(c["tcp"]["server_accepts"], false, "client: {c}");
+    assert_eq!(c["tcp"]["connections"], 0, "client: {c}");
+    let ptcp_sent = &c["peers"][0]["session"]["ptcp"]["sent"];
+    assert!(ptcp_sent.is_null() || ptcp_sent == 0, "client: {c}");
+    let s = bed.status("s").unwrap();
+    assert_eq!(s["peers"][0]["ptcp_unknown_conn"], 0, "server: {s}");
+    let tables = Command::new("ip")
+        .args(["netns", "exec", &bed.ns("c"), "nft", "list", "tables"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&tables.stdout).contains("braid_braid0"),
+        "no redirect toward a server that does not accelerate; logs: {}",
+        bed.logs()
+    );
+    assert!(
+        bed.logs().contains(said),
+        "the client says why; logs: {}",
         bed.logs()
     );
 }
