@@ -28,7 +28,7 @@ use mio::net::UdpSocket;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -236,6 +236,11 @@ struct Accel {
     listeners: Vec<mio::net::TcpListener>,
     /// By token.
     pairs: BTreeMap<usize, Accelerated>,
+    /// The pairs' tokens by peer and pTCP connection id.
+    tokens: BTreeMap<(usize, u32), usize>,
+    /// Pairs to pump this turn: their socket had an event, their pTCP connection took a
+    /// segment or ran a timer, or they are new. An idle pair costs nothing.
+    ready: BTreeSet<usize>,
     /// Server: accepted pTCP connections whose header has not arrived in full, by peer and id.
     pending: BTreeMap<(usize, u32), Vec<u8>>,
     next_token: usize,
@@ -590,8 +595,10 @@ impl Daemon {
             for ev in events.iter() {
                 match ev.token() {
                     TUN => self.tun_readable = true,
-                    // Accelerated TCP: every pair is pumped each turn.
-                    Token(t) if t >= TCP_BASE => {}
+                    // Accelerated TCP: the pair is pumped this turn.
+                    Token(t) if t >= TCP_BASE => {
+                        self.accel.ready.insert(t);
+                    }
                     Token(t) if t >= UDP_BASE => self.read_udp(t - UDP_BASE),
                     _ => {}
                 }
@@ -1235,11 +1242,7 @@ impl Daemon {
         // once closed, after this turn's flush sent their last segments.
         for (k, p) in self.peers.iter_mut().enumerate() {
             for id in p.ptcp.conn_ids() {
-                let paired = self
-                    .accel
-                    .pairs
-                    .values()
-                    .any(|a| a.peer == k && a.pair.id() == id);
+                let paired = self.accel.tokens.contains_key(&(k, id));
                 let closed = p
                     .ptcp
                     .conn(id)
@@ -1248,11 +1251,23 @@ impl Daemon {
                     p.ptcp.remove_after_transmit(id);
                 }
             }
+            for id in p.ptcp.take_touched() {
+                if let Some(&token) = self.accel.tokens.get(&(k, id)) {
+                    self.accel.ready.insert(token);
+                }
+            }
         }
         self.accept_tcp(now);
         self.connect_onward(now);
+        // Only the pairs something happened to: a pair waits on its socket's edge-triggered
+        // events (bytes to read, room to write) and on its connection's segments and timers
+        // (bytes that arrived, send-buffer room an acknowledgement made, a state change), and
+        // each of those puts it in `ready`.
         let mut done = Vec::new();
-        for (&token, a) in self.accel.pairs.iter_mut() {
+        for token in std::mem::take(&mut self.accel.ready) {
+            let Some(a) = self.accel.pairs.get_mut(&token) else {
+                continue;
+            };
             let Some(c) = self.peers[a.peer].ptcp.conn_mut(a.pair.id()) else {
                 done.push(token);
                 continue;
@@ -1263,6 +1278,7 @@ impl Daemon {
         }
         for token in done {
             if let Some(mut a) = self.accel.pairs.remove(&token) {
+                self.accel.tokens.remove(&(a.peer, a.pair.id()));
                 // The connection leaves the table next turn, after a flush sent its last
                 // segments (the ACK of the peer's FIN).
                 let _ = self.poll.registry().deregister(a.pair.tcp_mut());
@@ -1292,6 +1308,10 @@ impl Daemon {
             return;
         }
         self.accel.stats.connections += 1;
+        self.accel.tokens.insert((peer, id), token);
+        // Pumped this turn: `down` may hold bytes already, and the socket's first events may
+        // have come before it was registered.
+        self.accel.ready.insert(token);
         self.accel.pairs.insert(
             token,
             Accelerated {

@@ -19,7 +19,7 @@ use braid_proto::PathId;
 use braid_ptcp::wire::{Flags, Segment};
 use braid_ptcp::{CongestionAlgorithm, StripedConnection};
 use braid_session::{Role, Session};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Connections a table holds at most; SYNs for more are dropped and counted.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -88,6 +88,8 @@ pub struct PtcpTable {
     unknown_conn: u64,
     /// Segments the session would not seal (no keys, a path it lacks): pTCP resends them.
     unsealed: u64,
+    /// Connections that took a segment or ran a timer since [`PtcpTable::take_touched`].
+    touched: BTreeSet<u32>,
 }
 
 impl PtcpTable {
@@ -103,6 +105,7 @@ impl PtcpTable {
             leaving: Vec::new(),
             unknown_conn: 0,
             unsealed: 0,
+            touched: BTreeSet::new(),
         }
     }
 
@@ -208,6 +211,7 @@ impl PtcpTable {
             self.retired.push_back(id);
         }
         self.accepted.retain(|&a| a != id);
+        self.touched.remove(&id);
         c
     }
 
@@ -242,6 +246,7 @@ impl PtcpTable {
             }
             if let Some(c) = self.conns.get_mut(&seg.conn) {
                 c.handle_datagram(now, seg.path, &seg.segment);
+                self.touched.insert(seg.conn);
             }
         }
     }
@@ -256,11 +261,20 @@ impl PtcpTable {
 
     /// Runs the connections' timers that are due.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for c in self.conns.values_mut() {
+        for (&id, c) in self.conns.iter_mut() {
             if c.poll_timeout().is_some_and(|t| t <= now) {
                 c.handle_timeout(now);
+                self.touched.insert(id);
             }
         }
+    }
+
+    /// The connections that took a segment or ran a timer since the last call: the only ones
+    /// whose readable bytes, send-buffer room or state can have changed without the
+    /// application's doing. A driver that copies between sockets and connections (the
+    /// daemon's TCP acceleration) visits these and the ones whose sockets had events, not all.
+    pub fn take_touched(&mut self) -> BTreeSet<u32> {
+        std::mem::take(&mut self.touched)
     }
 
     /// Seals every segment the connections have now into `out` and hands each datagram to

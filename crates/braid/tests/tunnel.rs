@@ -340,6 +340,9 @@ fn transfer_both_ways_with_loss_on_a_path() {
     assert_tun(&bed);
 }
 
+/// Accelerated connections the acceleration test runs at once.
+const CONCURRENT: usize = 12;
+
 #[test]
 fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     need_root!();
@@ -375,12 +378,27 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
         "[fd77::1]:5003".parse().unwrap(),
         1 << 20,
     );
+    // Many at once, each pumped only when its socket or its pTCP connection has news: none
+    // may be forgotten (a missed wake-up stalls its transfer past the reader's 20 s timeout).
+    let many: Vec<_> = (0..CONCURRENT)
+        .map(|i| {
+            let (c, s) = (bed.ns("c"), bed.ns("s"));
+            std::thread::spawn(move || {
+                let to = SocketAddr::from(([10, 77, 0, 1], 5100 + i as u16));
+                transfer(c, s, to, 512 << 10)
+            })
+        })
+        .collect();
+    for t in many {
+        t.join().expect("every concurrent transfer arrives whole");
+    }
+    let total = 2 + CONCURRENT as u64;
     // The status is a snapshot refreshed every 100 ms: wait for the last connection's end.
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
         let done = |side: &str| {
             bed.status(side)
-                .is_some_and(|st| st["tcp"]["connections"] == 2 && st["tcp"]["active"] == 0)
+                .is_some_and(|st| st["tcp"]["connections"] == total && st["tcp"]["active"] == 0)
         };
         if done("c") && done("s") {
             break;
@@ -394,14 +412,14 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
         .unwrap();
     assert_eq!(
         c["tcp"]["connections"],
-        2,
+        total,
         "client: {c}; logs: {}; ruleset: {}",
         bed.logs(),
         String::from_utf8_lossy(&ruleset.stdout)
     );
     assert_eq!(c["tcp"]["refused"], 0, "client: {c}");
     assert_eq!(c["tcp"]["server_accepts"], true, "client: {c}");
-    assert_eq!(s["tcp"]["connections"], 2, "server: {s}");
+    assert_eq!(s["tcp"]["connections"], total, "server: {s}");
     assert_eq!(s["tcp"]["refused"], 0, "server: {s}");
     // Four megabytes went as pTCP segments of about 1.4 kB each.
     let sent = c["peers"][0]["session"]["ptcp"]["sent"].as_u64().unwrap();
@@ -429,7 +447,7 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     }
     let s = bed.status("s").unwrap();
     assert_eq!(s["tcp"]["refused"], 1, "server: {s}");
-    assert_eq!(s["tcp"]["connections"], 2, "server: {s}");
+    assert_eq!(s["tcp"]["connections"], total, "server: {s}");
     // Every connection ends at both ends, in the copying and in the pTCP table.
     let idle = |st: &serde_json::Value| {
         st["tcp"]["active"] == 0 && st["peers"][0]["ptcp_connections"] == 0
