@@ -5,7 +5,9 @@
 # adaptive SRR with CUBIC under loss. About 20 minutes. Run as root on a quiet machine from the
 # repository root after `cargo build --release`:
 #   sudo examples/lab/campaign.sh out/campaign [PART...]
-# PARTs (default all): bbr cubic bag measured. One JSON per run in the output directory; a line
+# PARTs (default all but the accelerated ones): bbr cubic bag measured; accel and accel-cubic
+# run braid with `[tcp] accelerate` (TCP over pTCP inside the session) beside MPTCP on every
+# scenario (BBR, or CUBIC for both and the micro-flows). One JSON per run in the output directory; a line
 # per run on stdout (goodput Mbit/s, in brackets over the sum, and the longest stall in ms).
 set -euo pipefail
 B=${BRAID:-./target/release/braid}
@@ -36,9 +38,15 @@ for part in $PARTS; do
         run "$s-$part" "$s" --variants braid,ptcp,mptcp,sum ${cc[@]+"${cc[@]}"}
       done ;;
     bag) run bag-bbr bag --variants braid,ptcp,mptcp,sum ;;
+    accel | accel-cubic)
+      cc=()
+      [ "$part" = accel-cubic ] && cc=(--congestion-control cubic)
+      for s in two-path three-path three-path-lossy outage bag; do
+        run "$s-$part" "$s" --variants braid,mptcp,sum --bond tcp_accelerate=true ${cc[@]+"${cc[@]}"}
+      done ;;
     measured)
       run lossy-cubic-pet three-path-lossy --variants braid --congestion-control cubic --scheduler pet
       run lossy-cubic-adaptive three-path-lossy --variants braid --congestion-control cubic --bond adaptive=true ;;
-    *) echo "unknown part $part (bbr, cubic, bag, measured)" >&2; exit 2 ;;
+    *) echo "unknown part $part (bbr, cubic, bag, measured, accel, accel-cubic)" >&2; exit 2 ;;
   esac
 done

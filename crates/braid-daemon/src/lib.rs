@@ -308,6 +308,13 @@ pub(crate) fn random_seed() -> Result<[u8; 32], DaemonError> {
     Ok(seed)
 }
 
+/// A random pTCP connection id to start a table from ([`PtcpTable::with_first_id`]).
+pub(crate) fn random_id() -> Result<u32, DaemonError> {
+    let mut b = [0u8; 4];
+    getrandom::fill(&mut b).map_err(|e| DaemonError::Io(io::Error::other(e.to_string())))?;
+    Ok(u32::from_le_bytes(b))
+}
+
 pub(crate) fn wall_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -456,7 +463,8 @@ impl Daemon {
                     // A server takes a client's pTCP connections only to accelerate TCP.
                     accept: cfg.role == Role::Responder && cfg.tcp.is_some(),
                 },
-            );
+            )
+            .with_first_id(random_id()?);
             peers.push(Peer {
                 ptcp: table,
                 cfg: p.clone(),
@@ -1116,7 +1124,7 @@ impl Daemon {
         let role = self.cfg.role;
         let (sockets, gso, send_errors) = (&self.sockets, &self.gso, &mut self.send_errors);
         for peer in &mut self.peers {
-            if peer.ptcp.is_empty() {
+            if peer.ptcp.is_empty() && !peer.ptcp.owes_resets() {
                 continue;
             }
             let addrs = &peer.addrs;

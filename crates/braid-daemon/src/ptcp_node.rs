@@ -19,7 +19,7 @@
 
 use crate::config::Config;
 use crate::ptcp_table::{mss_of, PtcpTable, TableOptions};
-use crate::{net, random_seed, wall_ns, DaemonError};
+use crate::{net, random_id, random_seed, wall_ns, DaemonError};
 use braid_proto::time::Instant;
 use braid_proto::PathId;
 use braid_ptcp::{CongestionAlgorithm, StripedConnection};
@@ -124,7 +124,8 @@ impl PtcpNode {
                 mss: mss_of(cfg),
                 accept: true,
             },
-        );
+        )
+        .with_first_id(random_id()?);
         Ok(PtcpNode {
             role: cfg.role,
             session,

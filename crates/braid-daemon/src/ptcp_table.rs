@@ -24,6 +24,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// Connections a table holds at most; SYNs for more are dropped and counted.
 pub const MAX_CONNECTIONS: usize = 256;
 
+/// Resets a table sends at most per [`PtcpTable::transmit`].
+const MAX_RESETS: usize = 64;
+
 /// Ids of removed connections a table remembers, so that a late duplicate SYN of one does not
 /// open it again.
 const RETIRED_IDS: usize = 4096;
@@ -90,6 +93,10 @@ pub struct PtcpTable {
     unsealed: u64,
     /// Connections that took a segment or ran a timer since [`PtcpTable::take_touched`].
     touched: BTreeSet<u32>,
+    /// Resets owed to the peer for segments of connections this end does not hold: (id,
+    /// the path the segment came on). At most [`MAX_RESETS`].
+    resets: Vec<(u32, PathId)>,
+    resets_sent: u64,
 }
 
 impl PtcpTable {
@@ -106,6 +113,8 @@ impl PtcpTable {
             unknown_conn: 0,
             unsealed: 0,
             touched: BTreeSet::new(),
+            resets: Vec::new(),
+            resets_sent: 0,
         }
     }
 
@@ -113,6 +122,26 @@ impl PtcpTable {
     /// accept), dropped.
     pub fn unknown_conn(&self) -> u64 {
         self.unknown_conn
+    }
+
+    /// Resets sent: answers to segments of connections this end does not hold.
+    pub fn resets_sent(&self) -> u64 {
+        self.resets_sent
+    }
+
+    /// Whether the table has resets to send ([`PtcpTable::transmit`] sends them) though it may
+    /// hold no connection.
+    pub fn owes_resets(&self) -> bool {
+        !self.resets.is_empty()
+    }
+
+    /// The table with its first connection id `id` (not 0). A daemon starts from a random id,
+    /// as TCP from a random sequence number, so that a restarted end does not reuse the ids
+    /// of connections its peer still holds.
+    #[must_use]
+    pub fn with_first_id(mut self, id: u32) -> PtcpTable {
+        self.next_conn = id.max(1);
+        self
     }
 
     /// Connections held.
@@ -238,6 +267,20 @@ impl PtcpTable {
                     || self.retired.contains(&seg.conn);
                 if refused {
                     self.unknown_conn += 1;
+                    // Tell the peer this end holds no such connection, so that it aborts
+                    // instead of resending into the void (this end restarted, or never had
+                    // it). Not for a reset (never answer one with one), nor for an id this end
+                    // retired (a straggler of a connection that closed cleanly), and once per
+                    // id in a turn.
+                    let reset = Segment::parse_bytes(&seg.segment)
+                        .is_ok_and(|s| s.flags.contains(Flags::RST));
+                    if !reset
+                        && !self.retired.contains(&seg.conn)
+                        && self.resets.len() < MAX_RESETS
+                        && !self.resets.iter().any(|&(id, _)| id == seg.conn)
+                    {
+                        self.resets.push((seg.conn, seg.path));
+                    }
                     continue;
                 }
                 let c = StripedConnection::accept(self.connection_config(session));
@@ -286,6 +329,15 @@ impl PtcpTable {
         out: &mut [u8],
         mut send: impl FnMut(usize, &[u8]),
     ) {
+        for (id, path) in std::mem::take(&mut self.resets) {
+            match session.seal_ptcp(now, path, id, &Segment::RESET, out) {
+                Some(n) => {
+                    self.resets_sent += 1;
+                    send(path.index(), &out[..n]);
+                }
+                None => self.unsealed += 1,
+            }
+        }
         for (&id, c) in self.conns.iter_mut() {
             while let Some((path, seg)) = c.poll_transmit(now) {
                 match session.seal_ptcp(now, path, id, &seg, out) {
@@ -312,6 +364,16 @@ mod tests {
         now: Instant,
         /// (arrival, path, to end, datagram).
         wire: Vec<(Instant, u8, usize, Vec<u8>)>,
+    }
+
+    /// The tables' options in these tests.
+    fn options(accept: bool) -> TableOptions {
+        TableOptions {
+            congestion: CongestionAlgorithm::Bbr,
+            receive_buffer_bytes: Some(1 << 20),
+            mss: 1300,
+            accept,
+        }
     }
 
     impl Pair {
@@ -342,12 +404,6 @@ mod tests {
             };
             let (c, s) = (session_config(&client), session_config(&server));
             let wall = 1_700_000_000_000_000_000;
-            let options = |accept| TableOptions {
-                congestion: CongestionAlgorithm::Bbr,
-                receive_buffer_bytes: Some(1 << 20),
-                mss: 1300,
-                accept,
-            };
             Pair {
                 ends: [
                     (
@@ -471,6 +527,73 @@ mod tests {
         // Both ends closed and forgot the connection, and nothing arrived for a forgotten id.
         assert!(n.ends[0].1.is_empty() && n.ends[1].1.is_empty());
         assert_eq!(n.ends[0].1.unknown_conn() + n.ends[1].1.unknown_conn(), 0);
+    }
+
+    #[test]
+    fn a_peer_that_forgot_the_connection_resets_it() {
+        let mut n = Pair::new();
+        while !(n.ends[0].0.is_established() && n.ends[1].0.is_established()) {
+            n.step();
+        }
+        let now = n.now;
+        let (s0, t0) = &mut n.ends[0];
+        let id = t0.connect(s0, now).unwrap();
+        let mut buf = vec![0u8; 65_536];
+        let mut read = 0;
+        while read < 10_000 {
+            if let Some(c) = n.ends[0].1.conn_mut(id) {
+                c.write(&[7; 4096]);
+            }
+            let t1 = &mut n.ends[1].1;
+            while t1.accept().is_some() {}
+            if let Some(c) = t1.conn_mut(id) {
+                read += c.read(&mut buf);
+            }
+            n.step();
+            assert!(n.now < Instant::ZERO + Duration::from_secs(5), "no data");
+        }
+        // The server restarts (a new daemon, a new table); the session goes on. Whatever the
+        // client sends next for its connection is answered with a reset, and it aborts.
+        n.ends[1].1 = PtcpTable::new(Role::Responder, options(true));
+        let start = n.now;
+        while n.ends[0].1.conn(id).unwrap().state() != braid_ptcp::State::Closed {
+            if let Some(c) = n.ends[0].1.conn_mut(id) {
+                c.write(&[7; 4096]);
+            }
+            n.step();
+            assert!(
+                n.now < start + Duration::from_secs(5),
+                "the client's connection was not reset"
+            );
+        }
+        let c = n.ends[0].1.conn_mut(id).unwrap();
+        assert!(c.was_reset());
+        assert_eq!(c.write(&[1]), 0, "a reset connection takes nothing");
+        assert!(n.ends[1].1.resets_sent() >= 1);
+        // The reset is not answered in turn, and the aborted connection sends nothing more:
+        // once what was in flight has arrived (and drawn its own resets), they stop.
+        for _ in 0..20 {
+            n.step();
+        }
+        let sent = n.ends[1].1.resets_sent();
+        for _ in 0..100 {
+            n.step();
+        }
+        assert_eq!(n.ends[0].1.resets_sent(), 0);
+        assert_eq!(n.ends[1].1.resets_sent(), sent);
+        assert_eq!(
+            n.ends[1].1.len(),
+            0,
+            "no connection opened by the stragglers"
+        );
+    }
+
+    #[test]
+    fn connection_ids_start_where_the_table_is_told() {
+        let t = PtcpTable::new(Role::Initiator, options(false)).with_first_id(0xdead_beef);
+        assert_eq!(t.next_conn, 0xdead_beef);
+        let t = PtcpTable::new(Role::Initiator, options(false)).with_first_id(0);
+        assert_eq!(t.next_conn, 1, "0 is never an id");
     }
 
     #[test]

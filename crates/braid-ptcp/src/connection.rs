@@ -226,6 +226,8 @@ pub struct StripedConnection {
     // Receive side.
     recv: RecvBuffer,
     advertised_right_edge: u64,
+    /// The peer reset the connection ([`Flags::RST`]): it holds no such connection.
+    reset: bool,
 }
 
 impl StripedConnection {
@@ -253,6 +255,7 @@ impl StripedConnection {
             opportunistic_edge: None,
             recv: RecvBuffer::new(config.receive_buffer_bytes.min(wire::MAX_WINDOW)),
             advertised_right_edge: 0,
+            reset: false,
         }
     }
 
@@ -352,6 +355,29 @@ impl StripedConnection {
     pub fn is_finished(&self) -> bool {
         self.recv.is_finished()
     }
+    /// The peer reset the connection: it holds no such connection (it restarted, or forgot
+    /// it). The connection is [`State::Closed`]; what was unsent or unread is gone.
+    pub fn was_reset(&self) -> bool {
+        self.reset
+    }
+
+    /// The peer said it holds no such connection ([`Flags::RST`]): drop everything, send
+    /// nothing more, and close.
+    fn abort(&mut self) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.reset = true;
+        self.flows.clear();
+        self.send_buf.clear();
+        self.bindings.clear();
+        self.restripe = RangeSet::new();
+        self.redundant.clear();
+        self.persist_deadline = None;
+        self.close_requested = true;
+        self.state = State::Closed;
+        self.events.push_back(Event::Closed);
+    }
 
     /// Queues data to send; returns how many bytes the send buffer took (0 once `close` was
     /// called).
@@ -442,6 +468,10 @@ impl StripedConnection {
                 return;
             }
         };
+        if seg.flags.contains(Flags::RST) {
+            self.abort();
+            return;
+        }
         let idx = match self.flow_index(seg.flow) {
             Some(i) => i,
             None if self.role == Role::Server

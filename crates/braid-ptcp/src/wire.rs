@@ -20,7 +20,7 @@
 //!  size  field                                                      present
 //!   1    version = 2                                                always
 //!   1    flags: SYN 0x01, SYN_ACK 0x02, ACK 0x04, FIN 0x08,          always
-//!               FIN_ACK 0x10, PROBE 0x20, VPKT 0x40; bit 7 reserved (0)
+//!               FIN_ACK 0x10, PROBE 0x20, VPKT 0x40, RST 0x80
 //!   1    flow id (< 128, `MAX_FLOWS`)                               always
 //!   1    SACK block count n (<= 4; 0 without ACK)                   always
 //!   4    vseq: this virtual packet's number, low 32 bits            VPKT
@@ -33,6 +33,11 @@
 //!        low 32 bits each, start != end)
 //!   ..   payload: every remaining byte, may be empty
 //! ```
+//!
+//! A reset (RST) is the prefix alone: RST and no other flag, flow 0, no SACK blocks, no
+//! payload (4 bytes). It tells the peer that this end holds no such connection (a daemon that
+//! restarted, a connection it forgot); the peer aborts. It rides the session like every
+//! segment, authenticated, so nobody else can forge one.
 //!
 //! A bulk data segment (VPKT, nothing new to acknowledge) is [`DATA_HEADER_LEN`] = 12 bytes of
 //! header; version 1 carried every field always, 40 bytes. A pure ACK is 16 bytes plus 8 per
@@ -126,7 +131,8 @@ impl Flags {
     /// The segment is a virtual packet: `vseq` and `offset` are on the wire, and it must be
     /// acknowledged.
     pub const VPKT: Flags = Flags(0x40);
-    const DEFINED: u8 = 0x7f;
+    /// This end holds no such connection: abort it. Alone, on a bare prefix.
+    pub const RST: Flags = Flags(0x80);
 
     /// No flag.
     pub const fn empty() -> Flags {
@@ -136,13 +142,10 @@ impl Flags {
     pub const fn bits(self) -> u8 {
         self.0
     }
-    /// The flags of a raw byte, or `None` if an undefined bit is set.
+    /// The flags of a raw byte. Every bit is a flag since RST took bit 7, so this is always
+    /// `Some`; it stays an `Option` for a later version that leaves bits undefined.
     pub const fn from_bits(bits: u8) -> Option<Flags> {
-        if bits & !Self::DEFINED == 0 {
-            Some(Flags(bits))
-        } else {
-            None
-        }
+        Some(Flags(bits))
     }
     /// Whether every flag of `other` is set.
     pub const fn contains(self, other: Flags) -> bool {
@@ -285,6 +288,12 @@ impl<T: AsRef<[u8]>> SegmentView<T> {
         if b.len() < header_len(flags, n) {
             return Err(Error::Truncated);
         }
+        // A reset is canonical: the flag alone, flow 0, nothing after the prefix.
+        if flags.contains(Flags::RST)
+            && (flags != Flags::RST || flow != 0 || n != 0 || b.len() != PREFIX_LEN)
+        {
+            return Err(Error::Malformed);
+        }
         for i in 0..n {
             let blk = view.sack_block(i).ok_or(Error::Truncated)?;
             if blk.start == blk.end {
@@ -391,6 +400,9 @@ const EMPTY_SACK: SackBlock = SackBlock {
 };
 
 impl<'a> Segment<'a> {
+    /// The reset segment's bytes: "this end holds no such connection".
+    pub const RESET: [u8; PREFIX_LEN] = [VERSION, Flags::RST.bits(), 0, 0];
+
     /// A segment with every field zero and no payload.
     pub fn new(flow: FlowId, flags: Flags) -> Segment<'static> {
         Segment {
@@ -532,6 +544,21 @@ mod tests {
     }
 
     #[test]
+    fn a_reset_is_the_bare_prefix_and_nothing_else() {
+        let r = Segment::parse_bytes(&Segment::RESET).unwrap();
+        assert_eq!(r.flags, Flags::RST);
+        assert_eq!(Segment::new(FlowId(0), Flags::RST).to_vec(), Segment::RESET);
+        for bad in [
+            &[VERSION, 0x80, 1, 0][..],
+            &[VERSION, 0x80 | 0x04, 0, 0][..],
+            &[VERSION, 0x80, 0, 0, 7][..],
+            &[VERSION, 0x80, 0, 1][..],
+        ] {
+            assert!(Segment::parse_bytes(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn bulk_data_segment_is_twelve_bytes_of_header() {
         let mut s = Segment::new(FlowId(3), Flags::VPKT);
         s.vseq = VirtualSeq(9);
@@ -635,8 +662,9 @@ mod tests {
             );
         }
         let mut b = good.clone();
+        // RST is a flag of its own: with any other it is malformed.
         b[1] = 0x80 | 0x44;
-        assert_eq!(Segment::parse_bytes(&b), Err(Error::Reserved));
+        assert_eq!(Segment::parse_bytes(&b), Err(Error::Malformed));
         let mut b = good.clone();
         b[2] = 128;
         assert_eq!(Segment::parse_bytes(&b), Err(Error::BadFlow(128)));

@@ -517,6 +517,72 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
 }
 
 #[test]
+fn an_accelerated_connection_is_reset_when_the_server_restarts() {
+    need_root!();
+    if Command::new("nft").arg("--version").output().is_err() {
+        eprintln!("skipping: needs nft (the nftables package) for the client's redirect");
+        return;
+    }
+    let mut bed = Bed::new(10);
+    bed.tcp = true;
+    bed.up(None);
+    // A connection that stays open: the server's application reads, the client's writes a
+    // little now and then.
+    let server = in_ns(&bed.ns("s"), || {
+        let l = TcpListener::bind("10.77.0.1:5200").unwrap();
+        let (mut c, _) = l.accept().unwrap();
+        let mut b = [0u8; 4096];
+        while matches!(c.read(&mut b), Ok(n) if n > 0) {}
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let client = in_ns(&bed.ns("c"), move || {
+        let mut c =
+            TcpStream::connect_timeout(&"10.77.0.1:5200".parse().unwrap(), Duration::from_secs(5))
+                .unwrap();
+        let _ = tx.send(());
+        // Until the write fails: the daemon reset the connection.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            if c.write_all(&[1; 1000]).is_err() {
+                return Some(start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    });
+    rx.recv().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && bed.status("s").is_none_or(|st| st["tcp"]["active"] != 1) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The server daemon dies and comes back with an empty connection table.
+    let mut old = bed.children.remove(0);
+    let _ = old.kill();
+    let _ = old.wait();
+    bed.children.push(start_daemon(&bed.ns("s"), &bed.dir, "s"));
+    let ended = client.join().unwrap();
+    assert!(
+        ended.is_some(),
+        "the client's connection was never reset; logs: {}",
+        bed.logs()
+    );
+    let s = bed.status("s").unwrap();
+    assert!(
+        s["peers"][0]["ptcp_unknown_conn"].as_u64().unwrap() > 0,
+        "server: {s}"
+    );
+    let _ = server.join();
+    // A new connection through the restarted server is carried as before.
+    transfer(
+        bed.ns("c"),
+        bed.ns("s"),
+        "10.77.0.1:5201".parse().unwrap(),
+        1 << 20,
+    );
+}
+
+#[test]
 fn a_client_accelerating_toward_a_server_that_does_not_leaves_tcp_on_the_striped_tunnel() {
     need_root!();
     if Command::new("nft").arg("--version").output().is_err() {
