@@ -69,6 +69,20 @@ impl Bed {
         bed
     }
 
+    /// A bed whose daemons are up with `[tcp] accelerate = true` (on the client only with
+    /// `client_only`); `None`, after saying why, without `nft`.
+    fn accelerating(tag: u8, client_only: bool) -> Option<Bed> {
+        if Command::new("nft").arg("--version").output().is_err() {
+            eprintln!("skipping: needs nft (the nftables package) for the client's redirect");
+            return None;
+        }
+        let mut bed = Bed::new(tag);
+        bed.tcp = true;
+        bed.tcp_client_only = client_only;
+        bed.up(None);
+        Some(bed)
+    }
+
     /// Write configs and start both daemons; `remote2` overrides path 2's remote (a relay).
     fn up(&mut self, remote2: Option<SocketAddr>) {
         let (ck, cp) = key();
@@ -346,13 +360,9 @@ const CONCURRENT: usize = 12;
 #[test]
 fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     need_root!();
-    if Command::new("nft").arg("--version").output().is_err() {
-        eprintln!("skipping: needs nft (the nftables package) for the client's redirect");
+    let Some(mut bed) = Bed::accelerating(8, false) else {
         return;
-    }
-    let mut bed = Bed::new(8);
-    bed.tcp = true;
-    bed.up(None);
+    };
     // Client to the server's tunnel address: redirected to the client's listener, carried
     // over pTCP, connected onward by the server.
     // Then server to client: not redirected (only the client accelerates), the striped
@@ -519,13 +529,9 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
 #[test]
 fn an_accelerated_connection_is_reset_when_the_server_restarts() {
     need_root!();
-    if Command::new("nft").arg("--version").output().is_err() {
-        eprintln!("skipping: needs nft (the nftables package) for the client's redirect");
+    let Some(mut bed) = Bed::accelerating(10, false) else {
         return;
-    }
-    let mut bed = Bed::new(10);
-    bed.tcp = true;
-    bed.up(None);
+    };
     // A connection that stays open: the server's application reads, the client's writes a
     // little now and then.
     let server = in_ns(&bed.ns("s"), || {
@@ -585,14 +591,9 @@ fn an_accelerated_connection_is_reset_when_the_server_restarts() {
 #[test]
 fn a_client_accelerating_toward_a_server_that_does_not_leaves_tcp_on_the_striped_tunnel() {
     need_root!();
-    if Command::new("nft").arg("--version").output().is_err() {
-        eprintln!("skipping: needs nft (the nftables package) for the client's redirect");
+    let Some(bed) = Bed::accelerating(9, true) else {
         return;
-    }
-    let mut bed = Bed::new(9);
-    bed.tcp = true;
-    bed.tcp_client_only = true;
-    bed.up(None);
+    };
     // The client says so once it has read the server's handshake response.
     let said = "the server does not take accelerated TCP";
     let deadline = Instant::now() + Duration::from_secs(5);
