@@ -573,11 +573,14 @@ fn an_accelerated_connection_is_reset_when_the_server_restarts() {
         "the client's connection was never reset; logs: {}",
         bed.logs()
     );
+    // The server's status is a snapshot refreshed every 100 ms.
+    let reset = |st: &serde_json::Value| st["peers"][0]["ptcp_unknown_conn"].as_u64() > Some(0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && !bed.status("s").is_some_and(|st| reset(&st)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let s = bed.status("s").unwrap();
-    assert!(
-        s["peers"][0]["ptcp_unknown_conn"].as_u64().unwrap() > 0,
-        "server: {s}"
-    );
+    assert!(reset(&s), "server: {s}");
     let _ = server.join();
     // A new connection through the restarted server is carried as before.
     transfer(
