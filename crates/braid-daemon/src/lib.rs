@@ -237,12 +237,12 @@ struct Accel {
     /// By token.
     pairs: BTreeMap<usize, Accelerated>,
     /// The pairs' tokens by peer and pTCP connection id.
-    tokens: BTreeMap<(usize, u32), usize>,
+    tokens: BTreeMap<(usize, u16), usize>,
     /// Pairs to pump this turn: their socket had an event, their pTCP connection took a
     /// segment or ran a timer, or they are new. An idle pair costs nothing.
     ready: BTreeSet<usize>,
     /// Server: accepted pTCP connections whose header has not arrived in full, by peer and id.
-    pending: BTreeMap<(usize, u32), Vec<u8>>,
+    pending: BTreeMap<(usize, u16), Vec<u8>>,
     next_token: usize,
     /// Client: the nftables table installed.
     nft_table: Option<String>,
@@ -309,10 +309,10 @@ pub(crate) fn random_seed() -> Result<[u8; 32], DaemonError> {
 }
 
 /// A random pTCP connection id to start a table from ([`PtcpTable::with_first_id`]).
-pub(crate) fn random_id() -> Result<u32, DaemonError> {
-    let mut b = [0u8; 4];
+pub(crate) fn random_id() -> Result<u16, DaemonError> {
+    let mut b = [0u8; 2];
     getrandom::fill(&mut b).map_err(|e| DaemonError::Io(io::Error::other(e.to_string())))?;
-    Ok(u32::from_le_bytes(b))
+    Ok(u16::from_le_bytes(b))
 }
 
 pub(crate) fn wall_ns() -> u64 {
@@ -1295,7 +1295,7 @@ impl Daemon {
     }
 
     /// Registers `tcp` and pairs it with pTCP connection `id` of peer `peer`.
-    fn adopt_tcp(&mut self, peer: usize, mut tcp: mio::net::TcpStream, id: u32, down: Vec<u8>) {
+    fn adopt_tcp(&mut self, peer: usize, mut tcp: mio::net::TcpStream, id: u16, down: Vec<u8>) {
         let token = self.accel.next_token;
         self.accel.next_token += 1;
         if self
@@ -1398,7 +1398,7 @@ impl Daemon {
                 self.accel.pending.insert((k, id), Vec::new());
             }
         }
-        let keys: Vec<(usize, u32)> = self.accel.pending.keys().copied().collect();
+        let keys: Vec<(usize, u16)> = self.accel.pending.keys().copied().collect();
         for (k, id) in keys {
             let Some(c) = self.peers[k].ptcp.conn_mut(id) else {
                 self.accel.pending.remove(&(k, id));

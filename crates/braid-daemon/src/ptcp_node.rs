@@ -185,39 +185,39 @@ impl PtcpNode {
 
     /// Client: opens a pTCP connection with one micro-flow on each path of the session and
     /// returns its id. `None` before the session has its paths.
-    pub fn connect(&mut self) -> Option<u32> {
+    pub fn connect(&mut self) -> Option<u16> {
         let now = self.now();
         self.table.connect(&self.session, now)
     }
 
     /// Server: the next connection a client opened, if any.
-    pub fn accept(&mut self) -> Option<u32> {
+    pub fn accept(&mut self) -> Option<u16> {
         self.table.accept()
     }
 
     /// A connection.
-    pub fn conn(&self, id: u32) -> Option<&StripedConnection> {
+    pub fn conn(&self, id: u16) -> Option<&StripedConnection> {
         self.table.conn(id)
     }
 
     /// A connection, to read, write or close.
-    pub fn conn_mut(&mut self, id: u32) -> Option<&mut StripedConnection> {
+    pub fn conn_mut(&mut self, id: u16) -> Option<&mut StripedConnection> {
         self.table.conn_mut(id)
     }
 
     /// The ids of the connections the node holds.
-    pub fn conn_ids(&self) -> Vec<u32> {
+    pub fn conn_ids(&self) -> Vec<u16> {
         self.table.conn_ids()
     }
 
     /// Forget a connection (closed, or given up on).
-    pub fn remove(&mut self, id: u32) -> Option<StripedConnection> {
+    pub fn remove(&mut self, id: u16) -> Option<StripedConnection> {
         self.table.remove(id)
     }
 
     /// Forget a connection once the next flush sent what it has left (the ACK of the peer's
     /// FIN that closed it): [`PtcpTable::remove_after_transmit`].
-    pub fn remove_after_transmit(&mut self, id: u32) {
+    pub fn remove_after_transmit(&mut self, id: u16) {
         self.table.remove_after_transmit(id)
     }
 

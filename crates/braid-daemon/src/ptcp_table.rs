@@ -40,7 +40,7 @@ pub const SACK_BLOCKS_WITH_DATA: usize = 0;
 /// Bytes a pTCP segment's payload gives up to headers on a path of a given MTU: outer IP and
 /// UDP, the session's transport header, tag and inner pTCP header, and the 12-byte header of a
 /// pTCP data segment (`braid_ptcp::wire::DATA_HEADER_LEN`; a data segment that acknowledges too
-/// is bound less data): 80 bytes over IPv4, 100 over IPv6.
+/// is bound less data): 76 bytes over IPv4, 96 over IPv6.
 pub fn ptcp_overhead(ipv6: bool) -> usize {
     let ip = if ipv6 { 40 } else { 20 };
     ip + 8 + Session::PTCP_OVERHEAD + braid_ptcp::wire::DATA_HEADER_LEN
@@ -81,21 +81,21 @@ pub struct TableOptions {
 pub struct PtcpTable {
     role: Role,
     options: TableOptions,
-    conns: BTreeMap<u32, StripedConnection>,
-    accepted: VecDeque<u32>,
+    conns: BTreeMap<u16, StripedConnection>,
+    accepted: VecDeque<u16>,
     /// Recently removed connection ids (at most [`RETIRED_IDS`]).
-    retired: VecDeque<u32>,
-    next_conn: u32,
+    retired: VecDeque<u16>,
+    next_conn: u16,
     /// Connections to forget once their last segments went out ([`PtcpTable::transmit`]).
-    leaving: Vec<u32>,
+    leaving: Vec<u16>,
     unknown_conn: u64,
     /// Segments the session would not seal (no keys, a path it lacks): pTCP resends them.
     unsealed: u64,
     /// Connections that took a segment or ran a timer since [`PtcpTable::take_touched`].
-    touched: BTreeSet<u32>,
+    touched: BTreeSet<u16>,
     /// Resets owed to the peer for segments of connections this end does not hold: (id,
     /// the path the segment came on). At most [`MAX_RESETS`].
-    resets: Vec<(u32, PathId)>,
+    resets: Vec<(u16, PathId)>,
     resets_sent: u64,
 }
 
@@ -139,7 +139,7 @@ impl PtcpTable {
     /// as TCP from a random sequence number, so that a restarted end does not reuse the ids
     /// of connections its peer still holds.
     #[must_use]
-    pub fn with_first_id(mut self, id: u32) -> PtcpTable {
+    pub fn with_first_id(mut self, id: u16) -> PtcpTable {
         self.next_conn = id.max(1);
         self
     }
@@ -192,7 +192,7 @@ impl PtcpTable {
     /// Initiator: opens a pTCP connection with one micro-flow on each path of the session and
     /// returns its id. `None` before the session has its paths, on a responder, or when the
     /// table is full.
-    pub fn connect(&mut self, session: &Session, now: Instant) -> Option<u32> {
+    pub fn connect(&mut self, session: &Session, now: Instant) -> Option<u16> {
         let n = session.paths();
         if n == 0 || self.role != Role::Initiator || self.conns.len() >= MAX_CONNECTIONS {
             return None;
@@ -211,27 +211,27 @@ impl PtcpTable {
     }
 
     /// Responder: the next connection the peer opened, if any.
-    pub fn accept(&mut self) -> Option<u32> {
+    pub fn accept(&mut self) -> Option<u16> {
         self.accepted.pop_front()
     }
 
     /// A connection.
-    pub fn conn(&self, id: u32) -> Option<&StripedConnection> {
+    pub fn conn(&self, id: u16) -> Option<&StripedConnection> {
         self.conns.get(&id)
     }
 
     /// A connection, to read, write or close.
-    pub fn conn_mut(&mut self, id: u32) -> Option<&mut StripedConnection> {
+    pub fn conn_mut(&mut self, id: u16) -> Option<&mut StripedConnection> {
         self.conns.get_mut(&id)
     }
 
     /// The ids of the connections held.
-    pub fn conn_ids(&self) -> Vec<u32> {
+    pub fn conn_ids(&self) -> Vec<u16> {
         self.conns.keys().copied().collect()
     }
 
     /// Forget a connection (closed, or given up on).
-    pub fn remove(&mut self, id: u32) -> Option<StripedConnection> {
+    pub fn remove(&mut self, id: u16) -> Option<StripedConnection> {
         let c = self.conns.remove(&id);
         if c.is_some() {
             if self.retired.len() >= RETIRED_IDS {
@@ -247,7 +247,7 @@ impl PtcpTable {
     /// Forget a connection after the next [`PtcpTable::transmit`] sent what it has left (the
     /// ACK of the peer's FIN that closed it): a connection removed at once leaves its peer
     /// resending that FIN to an id nobody holds.
-    pub fn remove_after_transmit(&mut self, id: u32) {
+    pub fn remove_after_transmit(&mut self, id: u16) {
         if self.conns.contains_key(&id) && !self.leaving.contains(&id) {
             self.leaving.push(id);
         }
@@ -316,7 +316,7 @@ impl PtcpTable {
     /// whose readable bytes, send-buffer room or state can have changed without the
     /// application's doing. A driver that copies between sockets and connections (the
     /// daemon's TCP acceleration) visits these and the ones whose sockets had events, not all.
-    pub fn take_touched(&mut self) -> BTreeSet<u32> {
+    pub fn take_touched(&mut self) -> BTreeSet<u16> {
         std::mem::take(&mut self.touched)
     }
 
@@ -590,22 +590,22 @@ mod tests {
 
     #[test]
     fn connection_ids_start_where_the_table_is_told() {
-        let t = PtcpTable::new(Role::Initiator, options(false)).with_first_id(0xdead_beef);
-        assert_eq!(t.next_conn, 0xdead_beef);
+        let t = PtcpTable::new(Role::Initiator, options(false)).with_first_id(0xbeef);
+        assert_eq!(t.next_conn, 0xbeef);
         let t = PtcpTable::new(Role::Initiator, options(false)).with_first_id(0);
         assert_eq!(t.next_conn, 1, "0 is never an id");
     }
 
     #[test]
     fn mss_on_a_1500_byte_path() {
-        // 20 + 8 + 16 (session header) + 16 (tag) + 8 (kind 9) + 12 (pTCP data header).
-        assert_eq!(1500 - ptcp_overhead(false), 1420);
-        assert_eq!(1500 - ptcp_overhead(true), 1400);
-        assert_eq!(mss_for(1500, false), 1420);
+        // 20 + 8 + 16 (session header) + 16 (tag) + 4 (kind 9) + 12 (pTCP data header).
+        assert_eq!(1500 - ptcp_overhead(false), 1424);
+        assert_eq!(1500 - ptcp_overhead(true), 1404);
+        assert_eq!(mss_for(1500, false), 1424);
         assert_eq!(mss_for(100, false), 256);
         // A data segment of that MSS fills the MTU exactly.
         let seg = Segment {
-            payload: &[0; 1420],
+            payload: &[0; 1424],
             ..Segment::new(braid_ptcp::FlowId(0), Flags::VPKT)
         };
         assert_eq!(20 + 8 + Session::PTCP_OVERHEAD + seg.buffer_len(), 1500);

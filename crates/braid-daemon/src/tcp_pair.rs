@@ -12,7 +12,7 @@ const CHUNK: usize = 64 * 1024;
 /// One forwarded connection: a TCP socket and the pTCP connection it rides.
 pub struct Pair {
     tcp: TcpStream,
-    id: u32,
+    id: u16,
     /// Read from TCP, not yet taken by the pTCP connection.
     up: Vec<u8>,
     /// Read from pTCP, not yet written to TCP.
@@ -27,7 +27,7 @@ pub struct Pair {
 impl Pair {
     /// A pair whose first bytes towards TCP are `down` (read from pTCP before the pair was
     /// made, e.g. behind an acceleration header).
-    pub fn with_down(tcp: TcpStream, id: u32, down: Vec<u8>) -> Pair {
+    pub fn with_down(tcp: TcpStream, id: u16, down: Vec<u8>) -> Pair {
         Pair {
             down,
             ..Pair::new(tcp, id)
@@ -35,7 +35,7 @@ impl Pair {
     }
 
     /// The pTCP connection's id.
-    pub fn id(&self) -> u32 {
+    pub fn id(&self) -> u16 {
         self.id
     }
 
@@ -45,7 +45,7 @@ impl Pair {
     }
 
     /// A pair of a TCP socket and pTCP connection `id`.
-    pub fn new(tcp: TcpStream, id: u32) -> Pair {
+    pub fn new(tcp: TcpStream, id: u16) -> Pair {
         Pair {
             tcp,
             id,

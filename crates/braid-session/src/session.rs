@@ -301,7 +301,7 @@ pub struct PtcpSegment {
     /// The path it arrived on (its micro-flow's).
     pub path: PathId,
     /// The pTCP connection it belongs to.
-    pub conn: u32,
+    pub conn: u16,
     /// The segment, for `StripedConnection::handle_datagram`.
     pub segment: Vec<u8>,
 }
@@ -1080,11 +1080,7 @@ impl Session {
                 Ok(())
             }
             Ok(Repr::Probe(_) | Repr::ProbeAck(_)) => Err(DropReason::BadInner),
-            Ok(Repr::Ptcp {
-                path: p,
-                conn,
-                segment,
-            }) if p == path => {
+            Ok(Repr::Ptcp { conn, segment }) => {
                 if self.ptcp_rx.len() >= PTCP_RX_QUEUE {
                     self.ptcp.dropped += 1;
                 } else {
@@ -1097,7 +1093,6 @@ impl Session {
                 }
                 Ok(())
             }
-            Ok(Repr::Ptcp { .. }) => Err(DropReason::BadInner),
             Ok(Repr::Nack(n)) => {
                 self.on_nack(now, n);
                 Ok(())
@@ -1152,22 +1147,14 @@ impl Session {
         &mut self,
         now: Instant,
         path: PathId,
-        conn: u32,
+        conn: u16,
         segment: &[u8],
         out: &mut [u8],
     ) -> Option<usize> {
         self.last_now = now;
         let i = path.index();
         let sealed = if i < self.paths.len() {
-            self.seal_repr(
-                i,
-                Repr::Ptcp {
-                    path,
-                    conn,
-                    segment,
-                },
-                out,
-            )
+            self.seal_repr(i, Repr::Ptcp { conn, segment }, out)
         } else {
             None
         };

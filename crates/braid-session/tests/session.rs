@@ -1128,7 +1128,7 @@ fn ptcp_step(
     net: &mut Net,
     client: &mut braid_ptcp::StripedConnection,
     server: &mut Option<braid_ptcp::StripedConnection>,
-    conn: u32,
+    conn: u16,
 ) {
     let mut out = vec![0u8; 2048];
     while let Some((path, seg)) = client.poll_transmit(net.now) {

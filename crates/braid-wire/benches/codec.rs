@@ -80,11 +80,7 @@ fn digest(repr: Result<Repr<'_>, braid_wire::Error>) -> u64 {
         Ok(Repr::SigAck(entries)) => entries.iter().fold(0, |acc, e| {
             acc ^ u64::from(e.path.0) ^ e.seq ^ e.arrival.as_nanos()
         }),
-        Ok(Repr::Ptcp {
-            path,
-            conn,
-            segment,
-        }) => u64::from(path.0) ^ u64::from(conn) ^ segment.len() as u64,
+        Ok(Repr::Ptcp { conn, segment }) => u64::from(conn) ^ segment.len() as u64,
         Err(_) => u64::MAX,
     }
 }

@@ -69,8 +69,10 @@
 //!
 //! pTCP (kind 9) carries one segment of a pTCP connection (`braid-ptcp`'s wire format, opaque
 //! here) on the path of the micro-flow it belongs to, outside the striper and the resequencer:
-//! version, kind, path (< 64, the path it travels on), flags = 0, the connection id (u32) at
-//! offset 4, and the segment: every byte from offset 8, at least one.
+//! version, kind, the connection id (u16) at offset 2, and the segment: every byte from offset
+//! 4, at least one. Its path is the one the session's transport header names, so unlike the
+//! other kinds it carries no path byte (and no flags): 4 bytes of header on every pTCP data
+//! packet.
 //!
 //! Flag bits and reserved bytes that this version does not define must be zero; a parser
 //! rejects anything else with [`Error::Reserved`] so that a later version can give them a meaning
@@ -125,9 +127,10 @@ pub const PROBE_LEN: usize = 20;
 /// Length of a NACK or an abandon.
 pub const NACK_LEN: usize = 16;
 
-/// Length of a pTCP packet's header (version, kind, path, flags, connection id) in front of
-/// its segment.
-pub const PTCP_HEADER_LEN: usize = 8;
+/// Length of a pTCP packet's header (version, kind, 16-bit connection id) in front of its
+/// segment. The path is the one the session's transport header names (the session drops a
+/// packet that arrives on another), so it does not travel twice.
+pub const PTCP_HEADER_LEN: usize = 4;
 
 /// Data flag: a sequence number of [`SEQ_LEN`] bytes follows the data header.
 pub const FLAG_HAS_SEQ: u8 = 0x01;
@@ -162,8 +165,8 @@ mod field {
     pub const PROBE_TIMESTAMP: usize = 8;
     pub const PROBE_RATE: usize = 16;
     /// pTCP.
-    pub const CONN: usize = 4;
-    pub const SEGMENT: usize = 8;
+    pub const CONN: usize = 2;
+    pub const SEGMENT: usize = 4;
     /// Offsets inside one feedback entry.
     pub const ENTRY_PATH: usize = 0;
     pub const ENTRY_RESERVED: usize = 1;
@@ -431,11 +434,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     /// pTCP: the connection id.
-    pub fn conn(&self) -> Result<u32, Error> {
-        read(self.buffer.as_ref(), field::CONN).map(u32::from_be_bytes)
+    pub fn conn(&self) -> Result<u16, Error> {
+        read(self.buffer.as_ref(), field::CONN).map(u16::from_be_bytes)
     }
 
-    /// pTCP: the segment, every byte from offset 8.
+    /// pTCP: the segment, every byte from offset 4.
     pub fn segment(&self) -> Result<&[u8], Error> {
         self.buffer
             .as_ref()
@@ -543,7 +546,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 
     /// Sets a pTCP packet's connection id.
-    pub fn set_conn(&mut self, conn: u32) -> Result<(), Error> {
+    pub fn set_conn(&mut self, conn: u16) -> Result<(), Error> {
         write(self.buffer.as_mut(), field::CONN, conn.to_be_bytes())
     }
 
@@ -784,13 +787,11 @@ pub enum Repr<'a> {
     /// its loss at once. Same layout as a NACK: the count where a probe has its id, the first
     /// sequence number where it has its timestamp.
     Abandon(Abandon),
-    /// A segment of pTCP connection `conn` on `path` (the path its micro-flow runs on),
-    /// outside the striper and the resequencer.
+    /// A segment of pTCP connection `conn`, outside the striper and the resequencer. It
+    /// travels on its micro-flow's path, which the session's transport header names.
     Ptcp {
-        /// The path the packet travels on.
-        path: PathId,
         /// Which pTCP connection of the session.
-        conn: u32,
+        conn: u16,
         /// The pTCP segment (never empty).
         segment: &'a [u8],
     },
@@ -913,14 +914,8 @@ impl<'a> Repr<'a> {
                 Ok(Repr::SigAck(SigAcks::from_wire(entries)))
             }
             Kind::Ptcp => {
-                if packet.flags()? != 0 {
-                    return Err(Error::Reserved);
-                }
-                let path = packet.path()?;
-                check_path(path)?;
                 let segment = bytes.get(field::SEGMENT..).ok_or(Error::Truncated)?;
                 Ok(Repr::Ptcp {
-                    path,
                     conn: packet.conn()?,
                     segment,
                 })
@@ -979,8 +974,7 @@ impl<'a> Repr<'a> {
     /// byte ([`Error::BadLength`]).
     pub fn check(&self) -> Result<(), Error> {
         match self {
-            Repr::Ptcp { path, segment, .. } => {
-                check_path(*path)?;
+            Repr::Ptcp { segment, .. } => {
                 if segment.is_empty() {
                     return Err(Error::BadLength);
                 }
@@ -1053,13 +1047,7 @@ impl<'a> Repr<'a> {
                 packet.set_probe_id(count)?;
                 packet.set_probe_timestamp(first)?;
             }
-            Repr::Ptcp {
-                path,
-                conn,
-                segment,
-            } => {
-                packet.set_path(path)?;
-                packet.set_flags(0)?;
+            Repr::Ptcp { conn, segment } => {
                 packet.set_conn(conn)?;
                 packet
                     .payload_mut_from(field::SEGMENT)
@@ -1524,8 +1512,7 @@ mod tests {
         Nack(Nack),
         Abandon(Abandon),
         Ptcp {
-            path: PathId,
-            conn: u32,
+            conn: u16,
             segment: Vec<u8>,
         },
     }
@@ -1544,12 +1531,7 @@ mod tests {
                 Owned::ProbeAck(p) => Repr::ProbeAck(*p),
                 Owned::Nack(n) => Repr::Nack(*n),
                 Owned::Abandon(a) => Repr::Abandon(*a),
-                Owned::Ptcp {
-                    path,
-                    conn,
-                    segment,
-                } => Repr::Ptcp {
-                    path: *path,
+                Owned::Ptcp { conn, segment } => Repr::Ptcp {
                     conn: *conn,
                     segment,
                 },
@@ -1604,13 +1586,8 @@ mod tests {
             (arb_path(), any::<u64>(), any::<u32>()).prop_map(|(path, first, count)| {
                 Owned::Abandon(Abandon { path, first, count })
             }),
-            (arb_path(), any::<u32>(), vec(any::<u8>(), 1..1500)).prop_map(
-                |(path, conn, segment)| Owned::Ptcp {
-                    path,
-                    conn,
-                    segment
-                }
-            ),
+            (any::<u16>(), vec(any::<u8>(), 1..1500))
+                .prop_map(|(conn, segment)| Owned::Ptcp { conn, segment }),
         ]
     }
 
@@ -1687,41 +1664,32 @@ mod tests {
 
     #[test]
     fn ptcp_vectors() {
-        let bytes = [1, 9, 2, 0, 0xde, 0xad, 0xbe, 0xef, 0x01, 0x02];
+        let bytes = [1, 9, 0xbe, 0xef, 0x01, 0x02];
         pinned(
             &bytes,
             Repr::Ptcp {
-                path: PathId(2),
-                conn: 0xdead_beef,
+                conn: 0xbeef,
                 segment: &[1, 2],
             },
         );
         let packet = Packet::new_checked(&bytes[..]).unwrap();
-        assert_eq!(packet.conn(), Ok(0xdead_beef));
+        assert_eq!(packet.conn(), Ok(0xbeef));
         assert_eq!(packet.segment(), Ok(&[1u8, 2][..]));
-        // No segment: truncated; flags: reserved; path out of range.
-        assert_eq!(parse(&bytes[..8]), Err(Error::Truncated));
-        assert_eq!(parse(&bytes[..5]), Err(Error::Truncated));
-        let mut flagged = bytes;
-        flagged[3] = 1;
-        assert_eq!(parse(&flagged), Err(Error::Reserved));
-        let mut far = bytes;
-        far[2] = 64;
-        assert_eq!(parse(&far), Err(Error::BadPath(64)));
+        // No segment, or not even the connection id: truncated.
+        assert_eq!(parse(&bytes[..4]), Err(Error::Truncated));
+        assert_eq!(parse(&bytes[..3]), Err(Error::Truncated));
         let empty = Repr::Ptcp {
-            path: PathId(0),
             conn: 1,
             segment: &[],
         };
         assert_eq!(empty.emit_to_vec(), Err(Error::BadLength));
-        let mut short = [0u8; 9];
+        let mut short = [0u8; 5];
         let repr = Repr::Ptcp {
-            path: PathId(0),
             conn: 1,
             segment: &[1, 2],
         };
         assert_eq!(repr.emit_into(&mut short), Err(Error::BufferTooSmall));
-        assert_eq!(short, [0; 9], "nothing written on failure");
+        assert_eq!(short, [0; 5], "nothing written on failure");
     }
 
     proptest! {

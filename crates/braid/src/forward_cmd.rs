@@ -66,7 +66,7 @@ fn adopt(
     pairs: &mut BTreeMap<usize, Pair>,
     next_token: &mut usize,
     mut tcp: TcpStream,
-    id: u32,
+    id: u16,
 ) -> std::io::Result<()> {
     let token = Token(*next_token);
     *next_token += 1;
