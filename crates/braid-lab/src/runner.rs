@@ -315,7 +315,14 @@ pub fn run(
         }
         let before = testbed.counters();
         let mut r = match variant {
-            Variant::Braid => braid_variant(scenario, options, &testbed, observer),
+            Variant::Braid => braid_variant("braid", scenario, options, &testbed, observer),
+            Variant::BraidAccel => {
+                let mut accelerated = scenario.clone();
+                accelerated
+                    .braid
+                    .insert("tcp_accelerate".into(), toml::Value::Boolean(true));
+                braid_variant("braid_accel", &accelerated, options, &testbed, observer)
+            }
             Variant::Mptcp => mptcp_variant(scenario, &testbed, observer),
             Variant::BestSingle => best_single_variant(scenario, &testbed, settle, observer),
             Variant::Sum => sum_variant(scenario, &testbed, observer),
@@ -682,6 +689,7 @@ fn mptcp_variant(
 }
 
 fn braid_variant(
+    name: &str,
     scenario: &Scenario,
     options: &RunOptions,
     testbed: &Testbed,
@@ -709,7 +717,7 @@ fn braid_variant(
             dscp,
         })
         .collect();
-    let result = transfer("braid", scenario, testbed, &flows, observer);
+    let result = transfer(name, scenario, testbed, &flows, observer);
     let status = tunnel.status();
     let stopped = tunnel.stop();
     let r = result?;

@@ -26,6 +26,9 @@ pub const DEFAULT_QUEUE_KB: f64 = 64.0;
 pub enum Variant {
     /// Through a braid tunnel between the client and server namespaces.
     Braid,
+    /// The same tunnel with `[tcp] accelerate = true` at both ends: the TCP flow is carried
+    /// over pTCP inside the session (the scenario's `[braid]` table otherwise as for `braid`).
+    BraidAccel,
     /// Kernel MPTCP, one subflow per path.
     Mptcp,
     /// Plain TCP over each path alone, one after the other; the best is reported.
@@ -39,8 +42,9 @@ pub enum Variant {
 
 impl Variant {
     /// All variants, in report order.
-    pub const ALL: [Variant; 5] = [
+    pub const ALL: [Variant; 6] = [
         Variant::Braid,
+        Variant::BraidAccel,
         Variant::Ptcp,
         Variant::Mptcp,
         Variant::BestSingle,
@@ -51,6 +55,7 @@ impl Variant {
     pub fn name(self) -> &'static str {
         match self {
             Variant::Braid => "braid",
+            Variant::BraidAccel => "braid_accel",
             Variant::Mptcp => "mptcp",
             Variant::BestSingle => "best_single",
             Variant::Sum => "sum",
@@ -72,7 +77,9 @@ impl FromStr for Variant {
             .into_iter()
             .find(|v| v.name() == s)
             .ok_or_else(|| {
-                format!("unknown variant {s:?}: choose from braid, ptcp, mptcp, best_single, sum")
+                format!(
+                    "unknown variant {s:?}: choose from braid, braid_accel, ptcp, mptcp, best_single, sum"
+                )
             })
     }
 }

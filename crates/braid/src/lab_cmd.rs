@@ -44,8 +44,8 @@ struct RunArgs {
     /// Write a plot of goodput over time per variant here (SVG).
     #[arg(long, value_name = "OUT.svg")]
     plot: Option<PathBuf>,
-    /// Run these variants instead of the scenario's (comma-separated: braid, ptcp, mptcp,
-    /// best_single, sum).
+    /// Run these variants instead of the scenario's (comma-separated: braid, braid_accel,
+    /// ptcp, mptcp, best_single, sum).
     #[arg(long, value_delimiter = ',')]
     variants: Option<Vec<String>>,
     /// Run each transfer this many seconds instead of the scenario's duration_s.
@@ -148,7 +148,9 @@ fn parse_variants(list: &[String]) -> Result<Vec<Variant>> {
         }
     }
     if out.is_empty() {
-        bail!("--variants is empty: give some of braid, ptcp, mptcp, best_single, sum");
+        bail!(
+            "--variants is empty: give some of braid, braid_accel, ptcp, mptcp, best_single, sum"
+        );
     }
     Ok(out)
 }

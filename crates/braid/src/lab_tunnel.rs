@@ -66,6 +66,19 @@ impl TunnelLauncher for DaemonLauncher {
                 )))
             }
         };
+        if accelerate
+            && std::process::Command::new("nft")
+                .arg("--version")
+                .output()
+                .is_err()
+        {
+            // Without nft the client cannot redirect TCP, and the flow would ride the striped
+            // tunnel under the accelerated variant's name.
+            return Err(LabError::Traffic(
+                "tcp_accelerate needs nft, the nftables command: install it (apt-get install nftables)"
+                    .into(),
+            ));
+        }
         let bond = toml::to_string(&braid).map_err(|e| LabError::Traffic(e.to_string()))?;
         // What each end decides for itself (its receiver's release, what it sends twice) goes
         // to the server too; the client sends it the rest in the handshake.
