@@ -6,8 +6,9 @@
 # repository root after `cargo build --release`:
 #   sudo examples/lab/campaign.sh out/campaign [PART...]
 # PARTs (default all but the accelerated ones): bbr cubic bag measured; accel and accel-cubic
-# run braid with `[tcp] accelerate` (TCP over pTCP inside the session) beside MPTCP on every
-# scenario (BBR, or CUBIC for both and the micro-flows). One JSON per run in the output directory; a line
+# run braid plain and with `[tcp] accelerate` (TCP over pTCP inside the session, the
+# braid_accel variant) beside MPTCP on every scenario (BBR, or CUBIC for all of them and the
+# micro-flows). One JSON per run in the output directory; a line
 # per run on stdout (goodput Mbit/s, in brackets over the sum, and the longest stall in ms).
 set -euo pipefail
 B=${BRAID:-./target/release/braid}
@@ -42,7 +43,7 @@ for part in $PARTS; do
       cc=()
       [ "$part" = accel-cubic ] && cc=(--congestion-control cubic)
       for s in two-path three-path three-path-lossy outage bag; do
-        run "$s-$part" "$s" --variants braid,mptcp,sum --bond tcp_accelerate=true ${cc[@]+"${cc[@]}"}
+        run "$s-$part" "$s" --variants braid,braid_accel,mptcp,sum ${cc[@]+"${cc[@]}"}
       done ;;
     measured)
       run lossy-cubic-pet three-path-lossy --variants braid --congestion-control cubic --scheduler pet
