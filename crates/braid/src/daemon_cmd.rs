@@ -169,13 +169,19 @@ pub fn status(args: &StatusArgs) -> Result<()> {
         print_peer(peer, peers.len() > 1);
     }
     if let Some(t) = v["tcp"].as_object() {
-        let port = t["listen_port"]
-            .as_u64()
-            .map_or(String::new(), |p| format!("redirected to port {p}, "));
-        println!(
-            "TCP accelerated over pTCP: {port}connections {}  active {}  refused {}",
-            t["connections"], t["active"], t["refused"]
-        );
+        if t["server_accepts"] == false {
+            println!(
+                "TCP acceleration: off, the server does not take accelerated TCP (no [tcp] accelerate = true there, or no handshake yet); TCP rides the striped tunnel"
+            );
+        } else {
+            let port = t["listen_port"]
+                .as_u64()
+                .map_or(String::new(), |p| format!("redirected to port {p}, "));
+            println!(
+                "TCP accelerated over pTCP: {port}connections {}  active {}  refused {}",
+                t["connections"], t["active"], t["refused"]
+            );
+        }
     }
     if v["unrouted_packets"].as_u64().unwrap_or(0) + v["unclaimed_datagrams"].as_u64().unwrap_or(0)
         > 0
