@@ -21,7 +21,8 @@ use braid_ptcp::{CongestionAlgorithm, StripedConnection};
 use braid_session::{Role, Session};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-/// Connections a table holds at most; SYNs for more are dropped and counted.
+/// Connections a table holds at most; SYNs for more are dropped (not reset: the peer tries
+/// again) and counted.
 pub const MAX_CONNECTIONS: usize = 256;
 
 /// Resets a table sends at most per [`PtcpTable::transmit`].
@@ -260,22 +261,25 @@ impl PtcpTable {
             if !self.conns.contains_key(&seg.conn) {
                 let syn = Segment::parse_bytes(&seg.segment)
                     .is_ok_and(|s| s.flags.contains(Flags::SYN) && !s.flags.contains(Flags::ACK));
-                let refused = self.role != Role::Responder
-                    || !self.options.accept
-                    || !syn
-                    || self.conns.len() >= MAX_CONNECTIONS
-                    || self.retired.contains(&seg.conn);
+                let retired = self.retired.contains(&seg.conn);
+                let full = self.conns.len() >= MAX_CONNECTIONS;
+                let refused =
+                    self.role != Role::Responder || !self.options.accept || !syn || full || retired;
                 if refused {
                     self.unknown_conn += 1;
                     // Tell the peer this end holds no such connection, so that it aborts
                     // instead of resending into the void (this end restarted, or never had
-                    // it). Not for a reset (never answer one with one), nor for an id this end
-                    // retired (a straggler of a connection that closed cleanly), and once per
-                    // id in a turn.
+                    // it), once per id in a turn. Never for a reset (never answer one with
+                    // one); not for a straggler of a connection this end retired (its peer
+                    // retired it too), but for a SYN naming a retired id all the same: a
+                    // restarted peer whose ids run into ones this end retired would otherwise
+                    // wait forever (a late duplicate SYN's reset finds nothing to abort). A
+                    // SYN refused because the table is full is dropped, as TCP drops a SYN on
+                    // a full backlog: the peer tries again.
                     let reset = Segment::parse_bytes(&seg.segment)
                         .is_ok_and(|s| s.flags.contains(Flags::RST));
-                    if !reset
-                        && !self.retired.contains(&seg.conn)
+                    let answer = !reset && (if syn { !full } else { !retired });
+                    if answer
                         && self.resets.len() < MAX_RESETS
                         && !self.resets.iter().any(|&(id, _)| id == seg.conn)
                     {
@@ -420,6 +424,26 @@ mod tests {
             }
         }
 
+        /// A pair whose sessions completed their handshake.
+        fn established() -> Pair {
+            let mut n = Pair::new();
+            while !(n.ends[0].0.is_established() && n.ends[1].0.is_established()) {
+                n.step();
+                assert!(
+                    n.now < Instant::ZERO + Duration::from_secs(5),
+                    "no handshake"
+                );
+            }
+            n
+        }
+
+        /// The client opens a connection.
+        fn connect(&mut self) -> Option<u16> {
+            let now = self.now;
+            let (s0, t0) = &mut self.ends[0];
+            t0.connect(s0, now)
+        }
+
         /// Sends what both ends have, then runs to the next arrival or timer.
         fn step(&mut self) {
             let now = self.now;
@@ -469,14 +493,7 @@ mod tests {
 
     #[test]
     fn a_connection_carries_its_bytes_and_leaves_both_tables() {
-        let mut n = Pair::new();
-        while !(n.ends[0].0.is_established() && n.ends[1].0.is_established()) {
-            n.step();
-            assert!(
-                n.now < Instant::ZERO + Duration::from_secs(5),
-                "no handshake"
-            );
-        }
+        let mut n = Pair::established();
         // A responder does not open connections; an initiator does not accept them.
         let now = n.now;
         let (s1, t1) = &mut n.ends[1];
@@ -531,13 +548,8 @@ mod tests {
 
     #[test]
     fn a_peer_that_forgot_the_connection_resets_it() {
-        let mut n = Pair::new();
-        while !(n.ends[0].0.is_established() && n.ends[1].0.is_established()) {
-            n.step();
-        }
-        let now = n.now;
-        let (s0, t0) = &mut n.ends[0];
-        let id = t0.connect(s0, now).unwrap();
+        let mut n = Pair::established();
+        let id = n.connect().unwrap();
         let mut buf = vec![0u8; 65_536];
         let mut read = 0;
         while read < 10_000 {
@@ -586,6 +598,83 @@ mod tests {
             0,
             "no connection opened by the stragglers"
         );
+    }
+
+    #[test]
+    fn an_idle_connection_learns_by_keepalive_that_the_peer_forgot_it() {
+        let mut n = Pair::established();
+        let id = n.connect().unwrap();
+        while n.ends[1].1.accept().is_none() {
+            n.step();
+        }
+        // Open and idle: nothing to send either way. The server forgets it.
+        for _ in 0..20 {
+            n.step();
+        }
+        n.ends[1].1 = PtcpTable::new(Role::Responder, options(true));
+        let start = n.now;
+        while n.ends[0].1.conn(id).unwrap().state() != braid_ptcp::State::Closed {
+            n.step();
+            assert!(
+                n.now < start + braid_ptcp::DEFAULT_KEEPALIVE * 2,
+                "the idle connection never learned"
+            );
+        }
+        let c = n.ends[0].1.conn_mut(id).unwrap();
+        assert!(c.was_reset());
+        assert!(c.stats().keepalives > 0);
+    }
+
+    #[test]
+    fn a_restarted_peer_that_reuses_a_retired_id_is_reset_not_ignored() {
+        let mut n = Pair::established();
+        // The server retired id 7 (a connection it removed).
+        n.ends[1].1.retired.push_back(7);
+        // The client restarts and its ids start at 7.
+        n.ends[0].1 = PtcpTable::new(Role::Initiator, options(false)).with_first_id(7);
+        let id = n.connect().unwrap();
+        assert_eq!(id, 7);
+        let start = n.now;
+        while n.ends[0].1.conn(id).unwrap().state() != braid_ptcp::State::Closed {
+            n.step();
+            assert!(
+                n.now < start + Duration::from_secs(5),
+                "the SYN for a retired id went unanswered"
+            );
+        }
+        assert!(n.ends[0].1.conn_mut(id).unwrap().was_reset());
+        assert_eq!(n.ends[1].1.len(), 0);
+        // The next id opens as usual.
+        let now = n.now;
+        let (s0, t0) = &mut n.ends[0];
+        let next = t0.connect(s0, now).unwrap();
+        assert_eq!(next, 8);
+        let start = n.now;
+        while n.ends[1].1.conn(next).is_none() {
+            n.step();
+            assert!(n.now < start + Duration::from_secs(5), "id 8 not accepted");
+        }
+    }
+
+    #[test]
+    fn a_full_table_drops_a_syn_without_a_reset() {
+        let mut n = Pair::established();
+        // Fill the server's table.
+        for id in 1000..1000 + MAX_CONNECTIONS as u16 {
+            let c = StripedConnection::accept(n.ends[1].1.connection_config(&n.ends[1].0));
+            n.ends[1].1.conns.insert(id, c);
+        }
+        let id = n.connect().unwrap();
+        for _ in 0..50 {
+            n.step();
+        }
+        assert!(n.ends[1].1.unknown_conn() > 0, "the SYN was refused");
+        assert_eq!(
+            n.ends[1].1.resets_sent(),
+            0,
+            "and not reset: the client retries"
+        );
+        assert!(!n.ends[0].1.conn_mut(id).unwrap().was_reset());
     }
 
     #[test]

@@ -60,6 +60,13 @@ impl Pair {
 
     /// Copies what it can both ways. Returns `true` once the pair is done.
     pub fn pump(&mut self, c: &mut StripedConnection, now: braid_proto::time::Instant) -> bool {
+        if c.was_reset() {
+            // The peer holds no such connection (it restarted): the application gets a reset
+            // when the socket is dropped, as from a TCP peer that forgot it, and nothing else
+            // first (a FIN before it would read as a clean end of a truncated stream).
+            let _ = socket2::SockRef::from(&self.tcp).set_linger(Some(std::time::Duration::ZERO));
+            return true;
+        }
         let mut buf = [0u8; CHUNK];
         // TCP -> pTCP.
         while !self.tcp_dead {
@@ -112,12 +119,6 @@ impl Pair {
             self.tcp_shut = true;
         }
         let tcp_done = self.tcp_dead || (self.tcp_eof && self.tcp_shut);
-        if c.was_reset() && !self.tcp_dead {
-            // The peer holds no such connection (it restarted): the application gets a reset
-            // when the socket is dropped, as from a TCP peer that forgot it.
-            let _ = socket2::SockRef::from(&self.tcp).set_linger(Some(std::time::Duration::ZERO));
-            return true;
-        }
         if c.state() == State::Closed && !tcp_done {
             // The peer gave up: end the TCP side too.
             let _ = self.tcp.shutdown(Shutdown::Both);

@@ -726,6 +726,27 @@ fn braid_variant(
     for (f, dscp) in report.flows.iter_mut().zip(&marks) {
         f.dscp = *dscp;
     }
+    // An accelerated run whose client carried no connection measured the striped tunnel:
+    // say so rather than let its figures pass under the accelerated name.
+    let accelerated = scenario
+        .braid
+        .get("tcp_accelerate")
+        .and_then(|v| v.as_bool())
+        == Some(true);
+    if accelerated {
+        let carried = status
+            .as_ref()
+            .and_then(|s| s["client"]["tcp"]["connections"].as_u64())
+            .unwrap_or(0);
+        if carried == 0 {
+            report.notes.push(
+                "NOT ACCELERATED: the client carried no connection over pTCP (its nftables \
+                 redirect failed, or the server did not take accelerated TCP), so these are \
+                 the striped tunnel's figures; see the daemons' logs"
+                    .into(),
+            );
+        }
+    }
     report.tunnel_status = status;
     Ok(report)
 }

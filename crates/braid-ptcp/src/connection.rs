@@ -78,6 +78,11 @@ pub struct Config {
     /// its queue, its data arrives late and holds the one receive buffer (Figure 4(c), see
     /// `docs/ptcp.md`).
     pub opportunistic_retransmission: bool,
+    /// After this long without a segment from the peer, ask every established flow for an
+    /// acknowledgement (a PROBE), and again each time it passes; `None`: never. Beyond the
+    /// paper: a peer that lost the connection (its daemon restarted) answers with a reset
+    /// ([`Flags::RST`]), so an idle connection learns of it too, not only one that sends.
+    pub keepalive: Option<Duration>,
 }
 
 impl Default for Config {
@@ -90,9 +95,13 @@ impl Default for Config {
             copy_head_of_line: true,
             sack_blocks_with_data: crate::wire::MAX_SACK_BLOCKS,
             opportunistic_retransmission: true,
+            keepalive: Some(DEFAULT_KEEPALIVE),
         }
     }
 }
+
+/// [`Config::keepalive`]'s default: 10 s.
+pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
 
 impl Config {
     /// The paper's receive-buffer rule (section 2): `(sum of b_i) x max(d_i)` for paths of
@@ -180,6 +189,9 @@ pub struct Stats {
     pub freezes: u64,
     /// Window probes sent.
     pub probes: u64,
+    /// Keepalive probes sent (one per established flow each time [`Config::keepalive`]
+    /// passed without a segment from the peer).
+    pub keepalives: u64,
     /// A peer's FIN with a final length that contradicts what was received.
     pub bad_fin: u64,
     /// Bytes at the window's left edge sent again on a faster flow
@@ -221,6 +233,8 @@ pub struct StripedConnection {
     established: bool,
     persist_deadline: Option<Instant>,
     persist_backoff: u32,
+    /// When to probe an idle connection ([`Config::keepalive`]).
+    keepalive_at: Option<Instant>,
     /// The left edge last sent again by opportunistic retransmission.
     opportunistic_edge: Option<u64>,
     // Receive side.
@@ -252,6 +266,7 @@ impl StripedConnection {
             established: false,
             persist_deadline: None,
             persist_backoff: 0,
+            keepalive_at: None,
             opportunistic_edge: None,
             recv: RecvBuffer::new(config.receive_buffer_bytes.min(wire::MAX_WINDOW)),
             advertised_right_edge: 0,
@@ -374,6 +389,8 @@ impl StripedConnection {
         self.restripe = RangeSet::new();
         self.redundant.clear();
         self.persist_deadline = None;
+        self.keepalive_at = None;
+        self.recv = RecvBuffer::new(0);
         self.close_requested = true;
         self.state = State::Closed;
         self.events.push_back(Event::Closed);
@@ -432,6 +449,7 @@ impl StripedConnection {
             .iter()
             .filter_map(MicroFlow::poll_timeout)
             .chain(self.persist_deadline)
+            .chain(self.keepalive_at)
             .min()
     }
 
@@ -450,6 +468,17 @@ impl StripedConnection {
             for f in self.flows.iter_mut().filter(|f| f.is_established()) {
                 f.request_probe();
                 self.stats.probes += 1;
+            }
+        }
+        if self.keepalive_at.is_some_and(|t| t <= now) {
+            self.keepalive_at = self
+                .config
+                .keepalive
+                .filter(|_| self.state != State::Closed)
+                .map(|k| now + k);
+            for f in self.flows.iter_mut().filter(|f| f.is_established()) {
+                f.request_probe();
+                self.stats.keepalives += 1;
             }
         }
     }
@@ -472,6 +501,11 @@ impl StripedConnection {
             self.abort();
             return;
         }
+        self.keepalive_at = self
+            .config
+            .keepalive
+            .filter(|_| self.state != State::Closed)
+            .map(|k| now + k);
         let idx = match self.flow_index(seg.flow) {
             Some(i) => i,
             None if self.role == Role::Server

@@ -30,7 +30,7 @@ pub mod rtt;
 pub mod wire;
 
 pub use congestion::{CongestionAlgorithm, CongestionConfig};
-pub use connection::{Config, Event, State, Stats, StripedConnection};
+pub use connection::{Config, Event, State, Stats, StripedConnection, DEFAULT_KEEPALIVE};
 
 pub use micro_flow::MicroFlow;
 

@@ -128,8 +128,8 @@ pub const PROBE_LEN: usize = 20;
 pub const NACK_LEN: usize = 16;
 
 /// Length of a pTCP packet's header (version, kind, 16-bit connection id) in front of its
-/// segment. The path is the one the session's transport header names (the session drops a
-/// packet that arrives on another), so it does not travel twice.
+/// segment. The path is the one the session's authenticated transport header names (it is
+/// part of the AEAD nonce), so it does not travel twice.
 pub const PTCP_HEADER_LEN: usize = 4;
 
 /// Data flag: a sequence number of [`SEQ_LEN`] bytes follows the data header.

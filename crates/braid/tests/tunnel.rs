@@ -526,6 +526,13 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     );
 }
 
+/// Connects to `to` and says so on `connected`.
+fn connect_and_tell(to: &str, connected: &std::sync::mpsc::Sender<()>) -> TcpStream {
+    let c = TcpStream::connect_timeout(&to.parse().unwrap(), Duration::from_secs(5)).unwrap();
+    let _ = connected.send(());
+    c
+}
+
 #[test]
 fn an_accelerated_connection_is_reset_when_the_server_restarts() {
     need_root!();
@@ -543,10 +550,7 @@ fn an_accelerated_connection_is_reset_when_the_server_restarts() {
     std::thread::sleep(Duration::from_millis(300));
     let (tx, rx) = std::sync::mpsc::channel();
     let client = in_ns(&bed.ns("c"), move || {
-        let mut c =
-            TcpStream::connect_timeout(&"10.77.0.1:5200".parse().unwrap(), Duration::from_secs(5))
-                .unwrap();
-        let _ = tx.send(());
+        let mut c = connect_and_tell("10.77.0.1:5200", &tx);
         // Until the write fails: the daemon reset the connection.
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(30) {
@@ -558,8 +562,33 @@ fn an_accelerated_connection_is_reset_when_the_server_restarts() {
         None
     });
     rx.recv().unwrap();
+    // And one the other way: the server's application writes, the client's reads.
+    let writer = in_ns(&bed.ns("s"), || {
+        let l = TcpListener::bind("10.77.0.1:5202").unwrap();
+        let (mut c, _) = l.accept().unwrap();
+        while c.write_all(&[2; 1000]).is_ok() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = in_ns(&bed.ns("c"), move || {
+        let mut c = connect_and_tell("10.77.0.1:5202", &tx);
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut b = [0u8; 4096];
+        // How the stream ends: an error (a reset), not a clean end of file.
+        loop {
+            match c.read(&mut b) {
+                Ok(0) => return "end of file",
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return "reset",
+                Err(_) => return "another error",
+            }
+        }
+    });
+    rx.recv().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && bed.status("s").is_none_or(|st| st["tcp"]["active"] != 1) {
+    while Instant::now() < deadline && bed.status("s").is_none_or(|st| st["tcp"]["active"] != 2) {
         std::thread::sleep(Duration::from_millis(50));
     }
     // The server daemon dies and comes back with an empty connection table.
@@ -573,6 +602,13 @@ fn an_accelerated_connection_is_reset_when_the_server_restarts() {
         "the client's connection was never reset; logs: {}",
         bed.logs()
     );
+    assert_eq!(
+        reader.join().unwrap(),
+        "reset",
+        "a reading application is told its stream broke; logs: {}",
+        bed.logs()
+    );
+    let _ = writer.join();
     // The server's status is a snapshot refreshed every 100 ms.
     let reset = |st: &serde_json::Value| st["peers"][0]["ptcp_unknown_conn"].as_u64() > Some(0);
     let deadline = Instant::now() + Duration::from_secs(5);
