@@ -319,9 +319,14 @@ pub fn send(args: &SendArgs) -> Result<()> {
             break;
         }
         if state == State::Closed {
+            let why = if conn.was_reset() {
+                "reset the connection (it no longer held it: restarted?)"
+            } else {
+                "closed the connection"
+            };
             bail!(
-                "the receiver closed the connection without confirming the file ({} of {len} \
-                 bytes acknowledged)",
+                "the receiver {why} without confirming the file ({} of {len} bytes \
+                 acknowledged)",
                 acked.saturating_sub(18 + name.len() as u64).min(len)
             );
         }
@@ -511,6 +516,12 @@ pub fn recv(args: &RecvArgs) -> Result<()> {
                 };
                 break;
             }
+        }
+        if conn.was_reset() {
+            bail!(
+                "the sender reset the connection (it no longer held it: restarted?) after \
+                 {got} bytes of the file: the partial file is left as it is"
+            );
         }
         if conn.is_finished() || conn.state() == State::Closed {
             bail!(
