@@ -60,10 +60,11 @@ impl Pair {
 
     /// Copies what it can both ways. Returns `true` once the pair is done.
     pub fn pump(&mut self, c: &mut StripedConnection, now: braid_proto::time::Instant) -> bool {
-        if c.was_reset() {
-            // The peer holds no such connection (it restarted): the application gets a reset
-            // when the socket is dropped, as from a TCP peer that forgot it, and nothing else
-            // first (a FIN before it would read as a clean end of a truncated stream).
+        if c.was_aborted() {
+            // The peer holds no such connection (it restarted), or never answered for the
+            // user timeout: the application gets a reset when the socket is dropped, as from
+            // a TCP peer that forgot it, and nothing else first (a FIN before it would read as
+            // a clean end of a truncated stream).
             let _ = socket2::SockRef::from(&self.tcp).set_linger(Some(std::time::Duration::ZERO));
             return true;
         }

@@ -83,6 +83,11 @@ pub struct Config {
     /// paper: a peer that lost the connection (its daemon restarted) answers with a reset
     /// ([`Flags::RST`]), so an idle connection learns of it too, not only one that sends.
     pub keepalive: Option<Duration>,
+    /// Abort the connection after this long without a segment from the peer (its flows'
+    /// retransmissions and keepalives unanswered); `None`: never. As TCP gives up after
+    /// `tcp_retries2` (about 15 minutes); an idle connection whose peer is alive hears its
+    /// answers to the keepalive, so only a peer gone for good ends it.
+    pub user_timeout: Option<Duration>,
 }
 
 impl Default for Config {
@@ -96,12 +101,15 @@ impl Default for Config {
             sack_blocks_with_data: crate::wire::MAX_SACK_BLOCKS,
             opportunistic_retransmission: true,
             keepalive: Some(DEFAULT_KEEPALIVE),
+            user_timeout: Some(DEFAULT_USER_TIMEOUT),
         }
     }
 }
 
 /// [`Config::keepalive`]'s default: 10 s.
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
+/// [`Config::user_timeout`]'s default: 15 minutes.
+pub const DEFAULT_USER_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 impl Config {
     /// The paper's receive-buffer rule (section 2): `(sum of b_i) x max(d_i)` for paths of
@@ -242,6 +250,10 @@ pub struct StripedConnection {
     advertised_right_edge: u64,
     /// The peer reset the connection ([`Flags::RST`]): it holds no such connection.
     reset: bool,
+    /// Nothing came from the peer for [`Config::user_timeout`]: the connection gave up.
+    timed_out: bool,
+    /// When the peer was last heard from (or the connection opened).
+    last_heard: Option<Instant>,
 }
 
 impl StripedConnection {
@@ -271,6 +283,8 @@ impl StripedConnection {
             recv: RecvBuffer::new(config.receive_buffer_bytes.min(wire::MAX_WINDOW)),
             advertised_right_edge: 0,
             reset: false,
+            timed_out: false,
+            last_heard: None,
         }
     }
 
@@ -290,6 +304,7 @@ impl StripedConnection {
             f.start(now);
             c.flows.push(f);
         }
+        c.last_heard = Some(now);
         c
     }
 
@@ -376,13 +391,31 @@ impl StripedConnection {
         self.reset
     }
 
-    /// The peer said it holds no such connection ([`Flags::RST`]): drop everything, send
-    /// nothing more, and close.
+    /// The connection gave up after [`Config::user_timeout`] without a word from the peer.
+    /// It is [`State::Closed`]; what was unsent or unread is gone.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
+    /// Reset by the peer or timed out: the connection ended without a close.
+    pub fn was_aborted(&self) -> bool {
+        self.reset || self.timed_out
+    }
+
+    fn user_deadline(&self) -> Option<Instant> {
+        match (self.state, self.config.user_timeout, self.last_heard) {
+            (State::Closed, _, _) => None,
+            (_, Some(t), Some(at)) => Some(at + t),
+            _ => None,
+        }
+    }
+
+    /// The peer said it holds no such connection ([`Flags::RST`]), or never answered: drop
+    /// everything, send nothing more, and close.
     fn abort(&mut self) {
         if self.state == State::Closed {
             return;
         }
-        self.reset = true;
         self.flows.clear();
         self.send_buf.clear();
         self.bindings.clear();
@@ -450,6 +483,7 @@ impl StripedConnection {
             .filter_map(MicroFlow::poll_timeout)
             .chain(self.persist_deadline)
             .chain(self.keepalive_at)
+            .chain(self.user_deadline())
             .min()
     }
 
@@ -469,6 +503,11 @@ impl StripedConnection {
                 f.request_probe();
                 self.stats.probes += 1;
             }
+        }
+        if self.user_deadline().is_some_and(|t| t <= now) {
+            self.timed_out = true;
+            self.abort();
+            return;
         }
         if self.keepalive_at.is_some_and(|t| t <= now) {
             self.keepalive_at = self
@@ -498,9 +537,13 @@ impl StripedConnection {
             }
         };
         if seg.flags.contains(Flags::RST) {
+            if self.state != State::Closed {
+                self.reset = true;
+            }
             self.abort();
             return;
         }
+        self.last_heard = Some(now);
         self.keepalive_at = self
             .config
             .keepalive
@@ -1448,6 +1491,41 @@ mod tests {
             3
         );
         assert_eq!(c.write(b"more"), 0);
+    }
+
+    #[test]
+    fn a_peer_silent_for_the_user_timeout_ends_the_connection() {
+        let cfg = Config {
+            user_timeout: Some(Duration::from_secs(60)),
+            ..Config::default()
+        };
+        let ids = [PathId(0), PathId(1)];
+        let mut c = StripedConnection::connect(cfg, ms(0), &ids);
+        let mut s = StripedConnection::accept(Config::default());
+        exchange(&mut c, &mut s, ms(0), |_, _| true);
+        c.write(&[5u8; 10_000]);
+        // The peer is gone: nothing the client sends is answered. Its timers run (resends,
+        // keepalives) until the user timeout.
+        let mut now = ms(0);
+        while c.state() != State::Closed {
+            now = c.poll_timeout().expect("a timer while open");
+            assert!(now <= ms(60_000), "still open past the user timeout");
+            c.handle_timeout(now);
+            while c.poll_transmit(now).is_some() {}
+        }
+        assert_eq!(now, ms(60_000));
+        assert!(c.timed_out() && c.was_aborted() && !c.was_reset());
+        assert_eq!(c.poll_timeout(), None, "no timer once closed");
+        // A connection that hears its peer's answers to the keepalive stays open.
+        let (mut c, mut s) = open_pair(1);
+        for k in 1..=100 {
+            let now = ms(k * 10_000);
+            c.handle_timeout(now);
+            s.handle_timeout(now);
+            exchange(&mut c, &mut s, now, |_, _| true);
+        }
+        assert_eq!(c.state(), State::Open, "idle 1000 s and alive");
+        assert!(c.stats().keepalives > 0);
     }
 
     #[test]

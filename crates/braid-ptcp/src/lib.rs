@@ -30,7 +30,9 @@ pub mod rtt;
 pub mod wire;
 
 pub use congestion::{CongestionAlgorithm, CongestionConfig};
-pub use connection::{Config, Event, State, Stats, StripedConnection, DEFAULT_KEEPALIVE};
+pub use connection::{
+    Config, Event, State, Stats, StripedConnection, DEFAULT_KEEPALIVE, DEFAULT_USER_TIMEOUT,
+};
 
 pub use micro_flow::MicroFlow;
 
