@@ -298,7 +298,18 @@ struct Daemon {
     out: Vec<u8>,
     /// Sealed pTCP segments, one at a time.
     ptcp_out: Vec<u8>,
+    /// Per path: sealed pTCP datagrams waiting to go out in one GSO send.
+    ptcp_batches: Vec<PtcpBatch>,
     accel: Accel,
+}
+
+/// Sealed pTCP datagrams of one path, back to back, for one GSO send.
+#[derive(Default)]
+struct PtcpBatch {
+    buf: Vec<u8>,
+    /// The size of every datagram but a shorter last one.
+    segment: usize,
+    count: usize,
 }
 
 /// 32 bytes from the OS for a session's randomness (ephemeral keys, indices).
@@ -557,6 +568,7 @@ impl Daemon {
             rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
             out: vec![0u8; (MAX_BATCH + 1) * DATAGRAM_ROOM],
             ptcp_out: vec![0u8; RX_BUFFER_BYTES],
+            ptcp_batches: Vec::new(),
             accel,
         })
     }
@@ -1119,45 +1131,83 @@ impl Daemon {
         }
     }
 
-    /// Seals the pTCP segments of every peer's connections and sends each on its path.
+    /// Seals the pTCP segments of every peer's connections and sends them on their paths,
+    /// batched per path for one GSO send each (the connections alternate paths segment by
+    /// segment, so a batch per path, not one for all).
     fn transmit_ptcp(&mut self, now: Instant) {
         let role = self.cfg.role;
         let (sockets, gso, send_errors) = (&self.sockets, &self.gso, &mut self.send_errors);
+        let batches = &mut self.ptcp_batches;
         for peer in &mut self.peers {
             if peer.ptcp.is_empty() && !peer.ptcp.owes_resets() {
                 continue;
             }
             let addrs = &peer.addrs;
+            let sock_index = |path: usize| match role {
+                Role::Initiator => path,
+                Role::Responder => 0,
+            };
+            let mut send = |path: usize, b: &mut PtcpBatch| {
+                if b.count == 0 {
+                    return;
+                }
+                let i = sock_index(path);
+                let sent = match (
+                    sockets.get(i),
+                    gso.get(i),
+                    addrs.get(path).copied().flatten(),
+                ) {
+                    (Some(Some(sock)), Some(Some(state)), Some(to)) => {
+                        let t = quinn_udp::Transmit {
+                            destination: to,
+                            ecn: None,
+                            contents: &b.buf,
+                            segment_size: (b.count > 1).then_some(b.segment),
+                            src_ip: None,
+                        };
+                        state
+                            .try_send(quinn_udp::UdpSockRef::from(sock), &t)
+                            .is_ok()
+                    }
+                    _ => false,
+                };
+                if !sent {
+                    // pTCP resends what it loses.
+                    *send_errors += b.count as u64;
+                }
+                b.buf.clear();
+                b.count = 0;
+            };
             peer.ptcp
                 .transmit(&mut peer.session, now, &mut self.ptcp_out, |path, d| {
-                    let sock_index = match role {
-                        Role::Initiator => path,
-                        Role::Responder => 0,
-                    };
-                    let sent = match (
-                        sockets.get(sock_index),
-                        gso.get(sock_index),
-                        addrs.get(path).copied().flatten(),
-                    ) {
-                        (Some(Some(sock)), Some(Some(state)), Some(to)) => {
-                            let t = quinn_udp::Transmit {
-                                destination: to,
-                                ecn: None,
-                                contents: d,
-                                segment_size: None,
-                                src_ip: None,
-                            };
-                            state
-                                .try_send(quinn_udp::UdpSockRef::from(sock), &t)
-                                .is_ok()
-                        }
-                        _ => false,
-                    };
-                    if !sent {
-                        // pTCP resends what it loses.
-                        *send_errors += 1;
+                    if batches.len() <= path {
+                        batches.resize_with(path + 1, PtcpBatch::default);
+                    }
+                    let max = gso
+                        .get(sock_index(path))
+                        .and_then(Option::as_ref)
+                        .map_or(1, |g| g.max_gso_segments())
+                        .clamp(1, MAX_BATCH)
+                        .min(MAX_BATCH_BYTES / d.len().max(1))
+                        .max(1);
+                    let b = &mut batches[path];
+                    // All segments the size of the first, but a shorter last one (the
+                    // kernel's rule for UDP_SEGMENT).
+                    if b.count > 0 && (d.len() > b.segment || b.count >= max) {
+                        send(path, b);
+                    }
+                    if b.count == 0 {
+                        b.segment = d.len();
+                    }
+                    b.buf.extend_from_slice(d);
+                    b.count += 1;
+                    if d.len() < b.segment {
+                        send(path, b);
                     }
                 });
+            for (path, b) in batches.iter_mut().enumerate() {
+                send(path, b);
+            }
         }
     }
 
