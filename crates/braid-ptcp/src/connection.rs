@@ -241,8 +241,8 @@ pub struct StripedConnection {
     established: bool,
     persist_deadline: Option<Instant>,
     persist_backoff: u32,
-    /// When to probe an idle connection ([`Config::keepalive`]).
-    keepalive_at: Option<Instant>,
+    /// When the last keepalive went out ([`Config::keepalive`]).
+    last_keepalive: Option<Instant>,
     /// The left edge last sent again by opportunistic retransmission.
     opportunistic_edge: Option<u64>,
     // Receive side.
@@ -278,7 +278,7 @@ impl StripedConnection {
             established: false,
             persist_deadline: None,
             persist_backoff: 0,
-            keepalive_at: None,
+            last_keepalive: None,
             opportunistic_edge: None,
             recv: RecvBuffer::new(config.receive_buffer_bytes.min(wire::MAX_WINDOW)),
             advertised_right_edge: 0,
@@ -402,6 +402,14 @@ impl StripedConnection {
         self.reset || self.timed_out
     }
 
+    /// When to probe an idle connection: [`Config::keepalive`] after the peer was last heard
+    /// from or the last keepalive, whichever is later.
+    fn keepalive_deadline(&self) -> Option<Instant> {
+        let k = self.config.keepalive?;
+        let since = self.last_heard.max(self.last_keepalive)?;
+        (self.state != State::Closed).then(|| since + k)
+    }
+
     fn user_deadline(&self) -> Option<Instant> {
         match (self.state, self.config.user_timeout, self.last_heard) {
             (State::Closed, _, _) => None,
@@ -422,7 +430,6 @@ impl StripedConnection {
         self.restripe = RangeSet::new();
         self.redundant.clear();
         self.persist_deadline = None;
-        self.keepalive_at = None;
         self.recv = RecvBuffer::new(0);
         self.close_requested = true;
         self.state = State::Closed;
@@ -482,7 +489,7 @@ impl StripedConnection {
             .iter()
             .filter_map(MicroFlow::poll_timeout)
             .chain(self.persist_deadline)
-            .chain(self.keepalive_at)
+            .chain(self.keepalive_deadline())
             .chain(self.user_deadline())
             .min()
     }
@@ -509,12 +516,8 @@ impl StripedConnection {
             self.abort();
             return;
         }
-        if self.keepalive_at.is_some_and(|t| t <= now) {
-            self.keepalive_at = self
-                .config
-                .keepalive
-                .filter(|_| self.state != State::Closed)
-                .map(|k| now + k);
+        if self.keepalive_deadline().is_some_and(|t| t <= now) {
+            self.last_keepalive = Some(now);
             for f in self.flows.iter_mut().filter(|f| f.is_established()) {
                 f.request_probe();
                 self.stats.keepalives += 1;
@@ -544,11 +547,6 @@ impl StripedConnection {
             return;
         }
         self.last_heard = Some(now);
-        self.keepalive_at = self
-            .config
-            .keepalive
-            .filter(|_| self.state != State::Closed)
-            .map(|k| now + k);
         let idx = match self.flow_index(seg.flow) {
             Some(i) => i,
             None if self.role == Role::Server
