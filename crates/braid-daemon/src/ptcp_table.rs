@@ -259,8 +259,8 @@ impl PtcpTable {
     pub fn deliver(&mut self, session: &mut Session, now: Instant) {
         while let Some(seg) = session.poll_ptcp() {
             if !self.conns.contains_key(&seg.conn) {
-                let syn = Segment::parse_bytes(&seg.segment)
-                    .is_ok_and(|s| s.flags.contains(Flags::SYN) && !s.flags.contains(Flags::ACK));
+                let flags = Segment::parse_bytes(&seg.segment).map(|s| s.flags).ok();
+                let syn = flags.is_some_and(|f| f.contains(Flags::SYN) && !f.contains(Flags::ACK));
                 let retired = self.retired.contains(&seg.conn);
                 let full = self.conns.len() >= MAX_CONNECTIONS;
                 let refused =
@@ -276,8 +276,7 @@ impl PtcpTable {
                     // wait forever (a late duplicate SYN's reset finds nothing to abort). A
                     // SYN refused because the table is full is dropped, as TCP drops a SYN on
                     // a full backlog: the peer tries again.
-                    let reset = Segment::parse_bytes(&seg.segment)
-                        .is_ok_and(|s| s.flags.contains(Flags::RST));
+                    let reset = flags.is_some_and(|f| f.contains(Flags::RST));
                     let answer = !reset && (if syn { !full } else { !retired });
                     if answer
                         && self.resets.len() < MAX_RESETS
