@@ -1226,7 +1226,6 @@ impl Daemon {
         let accepts = self.peers.iter().any(|p| p.session.peer_accepts_tcp());
         if established && self.accel.server_accepts != Some(accepts) {
             self.accel.server_accepts = Some(accepts);
-            self.accel.stats.server_accepts = accepts;
             if !accepts {
                 eprintln!(
                     "braid: the server does not take accelerated TCP (no [tcp] accelerate = true in its config): TCP rides the striped tunnel until it does"
@@ -1554,7 +1553,8 @@ impl Daemon {
             udp_send_errors: self.send_errors,
             tcp: self.cfg.tcp.as_ref().map(|_| TcpStatus {
                 active: self.accel.pairs.len() as u64,
-                server_accepts: self.cfg.role == Role::Responder || self.accel.stats.server_accepts,
+                server_accepts: self.cfg.role == Role::Responder
+                    || self.accel.server_accepts == Some(true),
                 ..self.accel.stats.clone()
             }),
             uptime_s: self.clock.elapsed().as_secs_f64(),
