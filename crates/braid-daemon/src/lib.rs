@@ -312,6 +312,49 @@ struct PtcpBatch {
     count: usize,
 }
 
+/// The UDP socket a path's datagrams go out on: a client's own per path, a server's one.
+fn sock_index(role: Role, path: usize) -> usize {
+    match role {
+        Role::Initiator => path,
+        Role::Responder => 0,
+    }
+}
+
+/// Datagrams one GSO send on socket `i` may carry (1 without GSO), at most [`MAX_BATCH`].
+fn gso_segments(gso: &[Option<quinn_udp::UdpSocketState>], i: usize) -> usize {
+    gso.get(i)
+        .and_then(Option::as_ref)
+        .map_or(1, |g| g.max_gso_segments())
+        .clamp(1, MAX_BATCH)
+}
+
+/// Sends `contents`, `count` datagrams of `segment` bytes (the last may be shorter), to `to`
+/// on socket `i` in one GSO send. `Err(None)`: no such socket or no address to send to;
+/// `Err(Some(e))`: the kernel refused.
+fn gso_send(
+    sockets: &[Option<UdpSocket>],
+    gso: &[Option<quinn_udp::UdpSocketState>],
+    i: usize,
+    to: Option<SocketAddr>,
+    contents: &[u8],
+    segment: usize,
+    count: usize,
+) -> Result<(), Option<io::Error>> {
+    let (Some(Some(sock)), Some(Some(state)), Some(to)) = (sockets.get(i), gso.get(i), to) else {
+        return Err(None);
+    };
+    let transmit = quinn_udp::Transmit {
+        destination: to,
+        ecn: None,
+        contents,
+        segment_size: (count > 1).then_some(segment),
+        src_ip: None,
+    };
+    state
+        .try_send(quinn_udp::UdpSockRef::from(sock), &transmit)
+        .map_err(Some)
+}
+
 /// 32 bytes from the OS for a session's randomness (ephemeral keys, indices).
 pub(crate) fn random_seed() -> Result<[u8; 32], DaemonError> {
     let mut seed = [0u8; 32];
@@ -1055,19 +1098,11 @@ impl Daemon {
         for k in 0..self.peers.len() {
             for p in 0..self.peers[k].session.paths() {
                 let path = PathId(p as u8);
-                let sock_index = match self.cfg.role {
-                    Role::Initiator => p,
-                    Role::Responder => 0,
-                };
+                let sock_index = sock_index(self.cfg.role, p);
                 let peer = self.peers[k].addrs.get(p).copied().flatten();
                 // Batch the path's datagrams for one GSO send: all segments the size of the
                 // first, except a shorter last one (the kernel's rule for UDP_SEGMENT).
-                let max_segments = self
-                    .gso
-                    .get(sock_index)
-                    .and_then(Option::as_ref)
-                    .map_or(1, |g| g.max_gso_segments())
-                    .clamp(1, MAX_BATCH);
+                let max_segments = gso_segments(&self.gso, sock_index);
                 let mut used = 0usize;
                 let mut segment = 0usize;
                 let mut count = 0usize;
@@ -1110,22 +1145,18 @@ impl Daemon {
         segment: usize,
         count: usize,
     ) {
-        let (Some(Some(sock)), Some(Some(state)), Some(addr)) =
-            (self.sockets.get(sock_index), self.gso.get(sock_index), peer)
-        else {
+        let sent = gso_send(
+            &self.sockets,
+            &self.gso,
+            sock_index,
+            peer,
+            &self.out[..len],
+            segment,
+            count,
+        );
+        if let Err(e) = sent {
             self.send_errors += count as u64;
-            return;
-        };
-        let transmit = quinn_udp::Transmit {
-            destination: addr,
-            ecn: None,
-            contents: &self.out[..len],
-            segment_size: (count > 1).then_some(segment),
-            src_ip: None,
-        };
-        if let Err(e) = state.try_send(quinn_udp::UdpSockRef::from(sock), &transmit) {
-            self.send_errors += count as u64;
-            if self.cfg.role == Role::Initiator && net::is_absent(&e) {
+            if let Some(e) = e.filter(|e| self.cfg.role == Role::Initiator && net::is_absent(e)) {
                 self.lose_socket(sock_index, &e);
             }
         }
@@ -1143,35 +1174,13 @@ impl Daemon {
                 continue;
             }
             let addrs = &peer.addrs;
-            let sock_index = |path: usize| match role {
-                Role::Initiator => path,
-                Role::Responder => 0,
-            };
             let mut send = |path: usize, b: &mut PtcpBatch| {
                 if b.count == 0 {
                     return;
                 }
-                let i = sock_index(path);
-                let sent = match (
-                    sockets.get(i),
-                    gso.get(i),
-                    addrs.get(path).copied().flatten(),
-                ) {
-                    (Some(Some(sock)), Some(Some(state)), Some(to)) => {
-                        let t = quinn_udp::Transmit {
-                            destination: to,
-                            ecn: None,
-                            contents: &b.buf,
-                            segment_size: (b.count > 1).then_some(b.segment),
-                            src_ip: None,
-                        };
-                        state
-                            .try_send(quinn_udp::UdpSockRef::from(sock), &t)
-                            .is_ok()
-                    }
-                    _ => false,
-                };
-                if !sent {
+                let to = addrs.get(path).copied().flatten();
+                let i = sock_index(role, path);
+                if gso_send(sockets, gso, i, to, &b.buf, b.segment, b.count).is_err() {
                     // pTCP resends what it loses.
                     *send_errors += b.count as u64;
                 }
@@ -1183,11 +1192,7 @@ impl Daemon {
                     if batches.len() <= path {
                         batches.resize_with(path + 1, PtcpBatch::default);
                     }
-                    let max = gso
-                        .get(sock_index(path))
-                        .and_then(Option::as_ref)
-                        .map_or(1, |g| g.max_gso_segments())
-                        .clamp(1, MAX_BATCH)
+                    let max = gso_segments(gso, sock_index(role, path))
                         .min(MAX_BATCH_BYTES / d.len().max(1))
                         .max(1);
                     let b = &mut batches[path];
