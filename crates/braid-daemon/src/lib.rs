@@ -405,6 +405,11 @@ fn nft(script: &str) -> io::Result<()> {
     }
 }
 
+/// Deletes nftables table `inet <table>`.
+fn delete_nft_table(table: &str) -> io::Result<()> {
+    nft(&format!("delete table inet {table}\n"))
+}
+
 /// The destination (`source = false`) or source address of an IPv4 or IPv6 packet.
 fn packet_address(packet: &[u8], source: bool) -> Option<IpAddr> {
     match packet.first()? >> 4 {
@@ -438,7 +443,7 @@ impl Daemon {
             // table behind, and it would redirect TCP for the tunnel to a port nobody listens
             // on. Without acceleration nothing of ours should be there: remove it.
             let table = accel::nft_table(&cfg.ifname);
-            if nft(&format!("delete table inet {table}\n")).is_ok() {
+            if delete_nft_table(&table).is_ok() {
                 eprintln!(
                     "braid: removed the nftables table inet {table} a daemon with [tcp] accelerate left behind"
                 );
@@ -1289,7 +1294,7 @@ impl Daemon {
     /// Removes the nftables table [`Daemon::install_tcp_rules`] made, if any.
     fn remove_tcp_rules(&mut self) {
         if let Some(table) = self.accel.nft_table.take() {
-            let _ = nft(&format!("delete table inet {table}\n"));
+            let _ = delete_nft_table(&table);
         }
     }
 
