@@ -581,6 +581,17 @@ impl StripedConnection {
             self.stats.bad_fin += 1;
         }
         self.drain_signals(idx, now);
+        self.await_peer_fins(now);
+    }
+
+    /// Once this end closed and holds the peer's whole stream, flows whose FIN was
+    /// acknowledged wait only for the peer's FIN, and not for ever ([`MicroFlow::await_peer_fin`]).
+    fn await_peer_fins(&mut self, now: Instant) {
+        if self.flows_closing && self.recv.fin() == Some(self.recv.contiguous_end()) {
+            for f in &mut self.flows {
+                f.await_peer_fin(now);
+            }
+        }
     }
 
     fn handle_peer_window(&mut self, now: Instant, data_ack: u64, window: u32) {

@@ -407,6 +407,21 @@ impl MicroFlow {
         }
     }
 
+    /// The SM received the peer's whole stream: the peer has nothing left to send, so a flow
+    /// in FIN-WAIT-2 (its FIN acknowledged, the peer's not yet come) only waits for the peer's
+    /// FIN. It waits as long as the peer retries a FIN (the control timer's backoff, for
+    /// [`FlowConfig::max_control_tries`]) and then gives up, closing aborted: on a path that
+    /// died after this end's FIN got through, the peer's FIN never comes.
+    pub fn await_peer_fin(&mut self, now: Instant) {
+        if self.state == FlowState::Closing
+            && self.fin_acked
+            && !self.peer_fin
+            && self.control_deadline.is_none()
+        {
+            self.control_deadline = Some(now + self.control_timeout());
+        }
+    }
+
     /// FREEZE from the SM: it has nothing to bind; stop asking until [`MicroFlow::resume`].
     pub fn freeze(&mut self) {
         self.frozen = true;
@@ -695,10 +710,12 @@ impl MicroFlow {
             self.peer_fin = true;
             self.fin_ack_pending = true;
         }
-        if f.contains(Flags::FIN_ACK) && self.state == FlowState::Closing {
-            // Like FIN-WAIT-2: wait for the peer's FIN without a timer; the peer may still send.
+        if f.contains(Flags::FIN_ACK) && self.state == FlowState::Closing && !self.fin_acked {
+            // Like FIN-WAIT-2: wait for the peer's FIN without a timer while the peer may
+            // still send; [`MicroFlow::await_peer_fin`] starts one once it cannot.
             self.fin_acked = true;
             self.control_deadline = None;
+            self.control_tries = 0;
         }
         if self.state == FlowState::Closing && self.fin_acked && self.peer_fin {
             self.set_closed(false);
@@ -877,7 +894,7 @@ impl MicroFlow {
             match self.state {
                 FlowState::SynSent => self.syn_pending = true,
                 FlowState::SynReceived => self.syn_ack_pending = true,
-                FlowState::Closing => self.fin_pending = true,
+                FlowState::Closing => self.fin_pending = !self.fin_acked,
                 _ => {}
             }
             self.control_deadline = Some(now + self.control_timeout());

@@ -220,7 +220,11 @@ fn spec(p: &PathParams) -> LinkSpec {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // 48 cases in the suite; `PROPTEST_CASES=5000` for a soak.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48),
+        ..ProptestConfig::default()
+    })]
 
     /// Every byte delivered exactly once and in order under loss, reordering, duplication and
     /// path death (at least one path survives), with any controller and an eager or a slow reader; the receive
@@ -259,4 +263,40 @@ proptest! {
                 pair.client.stats(), pair.client.flow_stats())));
         }
     }
+}
+
+/// The case CI's proptest found (cc 625dd0dc): the first path dies at 804 ms, after the
+/// server's FIN on it was acknowledged and before the client's came; the second (500 kbit/s,
+/// 123 ms) and third (18 Mbit/s, 2 ms, 6% loss, duplication) survive. The stream finishes, and
+/// the server's flow on the dead path stops waiting for the client's FIN (it waited for the
+/// user timeout, 15 minutes after the client went quiet).
+#[test]
+fn a_path_dies_between_the_two_fins() {
+    let mk = |kbps: u64, ms: u64, loss: u32, jitter: u64, dup: u32, dies: Option<u64>| {
+        spec(&PathParams {
+            rate_kbps: kbps,
+            delay_ms: ms,
+            loss_pct: loss,
+            jitter_ms: jitter,
+            dup_pct: dup,
+            dies_at_ms: dies,
+        })
+    };
+    let specs = [
+        mk(500, 129, 4, 27, 0, Some(804)),
+        mk(500, 123, 0, 28, 0, None),
+        mk(18_378, 2, 6, 20, 1, None),
+    ];
+    let mut cfg = Config::default();
+    cfg.flow.congestion.algorithm = CongestionAlgorithm::Cubic;
+    let mut pair = Pair::new(cfg, &specs, 7665339387882448595);
+    let len = 71_989;
+    let out = transfer(&mut pair, len, secs(3600));
+    check_exact(&out, len).unwrap();
+    assert!(out.closed, "both ends close");
+    assert!(!pair.server.timed_out() && !pair.client.timed_out());
+    assert!(pair.server_events.contains(&Event::FlowClosed {
+        flow: braid_ptcp::FlowId(0),
+        aborted: true
+    }));
 }

@@ -365,7 +365,8 @@ pub fn transfer_with(pair: &mut Pair, len: u64, limit: Instant, reader: Reader) 
     pair.flush();
     Outcome {
         received,
-        finished: pair.server.is_finished(),
+        // As the application saw it: a connection that ends later (a user timeout) forgets.
+        finished: done_at.is_some(),
         closed: pair.closed(),
         duration: pair.now - Instant::ZERO,
         done_at,
