@@ -310,6 +310,7 @@ struct RawBond {
     release_pacing_pct: u32,
     backup_rtt_multiple: u8,
     adaptive: bool,
+    shape_egress: Option<bool>,
 }
 
 impl Default for RawBond {
@@ -329,6 +330,7 @@ impl Default for RawBond {
             release_pacing_pct: DEFAULT_RELEASE_PACING_PCT,
             backup_rtt_multiple: 0,
             adaptive: false,
+            shape_egress: None,
         }
     }
 }
@@ -348,7 +350,7 @@ struct RawPath {
 }
 
 /// The `[bond]` keys a server may set: what each end decides for itself.
-const SERVER_BOND_KEYS: [&str; 2] = ["duplicate_dscp", "release_pacing_pct"];
+pub const SERVER_BOND_KEYS: [&str; 3] = ["duplicate_dscp", "release_pacing_pct", "shape_egress"];
 
 /// The receiver's paced release, in percent of the bond's rate, by default (`[bond]
 /// release_pacing_pct`). Measured on the lab's three paths with CUBIC: 12.34 Mbit/s paced at
@@ -504,6 +506,9 @@ pub struct Config {
     pub release_pacing_pct: u32,
     /// `[tcp] accelerate = true`: TCP over pTCP; `None`: TCP rides the striped tunnel.
     pub tcp: Option<TcpConfig>,
+    /// `[bond] shape_egress`: shape this end's egress as one class when there is no `[qos]`;
+    /// `None`: when the bond runs `scheduler = "pet"`.
+    pub shape_egress: Option<bool>,
 }
 
 /// Bytes braid adds to an IP packet on a path: outer IP + UDP + transport header + AEAD tag +
@@ -595,6 +600,7 @@ impl Config {
             }
         }
         let mut duplicate_dscp = 0u64;
+        let shape_egress = raw.bond.as_ref().and_then(|b| b.shape_egress);
         let release_pacing_pct = raw
             .bond
             .as_ref()
@@ -642,7 +648,7 @@ impl Config {
                     .collect();
                 if !others.is_empty() {
                     return Err(invalid(format!(
-                        "[bond] on a server may set only duplicate_dscp and release_pacing_pct (what this end sends twice, how fast its receiver releases): the client chooses the striping and sends it in the handshake; remove {} here",
+                        "[bond] on a server may set only duplicate_dscp, release_pacing_pct and shape_egress (what this end sends twice, how fast its receiver releases, whether it shapes its egress): the client chooses the striping and sends it in the handshake; remove {} here",
                         others.join(", ")
                     )));
                 }
@@ -781,6 +787,11 @@ impl Config {
                 bond = Some(params);
             }
         }
+        if raw.qos.is_some() && shape_egress == Some(false) {
+            return Err(invalid(
+                "[bond] shape_egress = false with a [qos] table: [qos] always shapes the egress (that is where its classes queue); remove one of them".into(),
+            ));
+        }
         if let Some(q) = &raw.qos {
             // The client checks against its bond's rate; a server learns the rate from the
             // client's handshake, so it checks against a nominal 10 Gbit/s.
@@ -857,6 +868,7 @@ impl Config {
             duplicate_dscp,
             release_pacing_pct,
             tcp,
+            shape_egress,
         })
     }
 }
@@ -1287,12 +1299,15 @@ prometheus = "127.0.0.1:9477"
         assert_eq!(c.routes[0].to_string(), "10.1.0.0/16");
         assert!(c.prometheus.is_some());
         assert_eq!(c.release_pacing_pct, DEFAULT_RELEASE_PACING_PCT);
-        // A server decides what it sends twice and how fast its receiver releases; nothing else.
+        assert_eq!(c.shape_egress, None);
+        // A server decides what it sends twice, how fast its receiver releases and whether it
+        // shapes its egress; nothing else.
         let c = parse(&format!(
-            "{text}[bond]\nrelease_pacing_pct = 200\nduplicate_dscp = [46]\n"
+            "{text}[bond]\nrelease_pacing_pct = 200\nduplicate_dscp = [46]\nshape_egress = false\n"
         ))
         .unwrap();
         assert_eq!((c.release_pacing_pct, c.duplicate_dscp), (200, 1 << 46));
+        assert_eq!(c.shape_egress, Some(false));
         assert!(c.bond.is_none());
         let c = parse(&format!("{text}[tcp]\naccelerate = true\n")).unwrap();
         assert!(c.tcp.is_some());
@@ -1303,9 +1318,26 @@ prometheus = "127.0.0.1:9477"
         assert!(e.contains("only a client"), "{e}");
         let e = parse(&format!("{text}[bond]\nscheduler = \"pet\"\n")).unwrap_err();
         assert!(
-            e.contains("may set only duplicate_dscp and release_pacing_pct"),
+            e.contains("may set only duplicate_dscp, release_pacing_pct and shape_egress"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn shape_egress_is_on_off_or_left_to_the_scheduler_and_never_off_with_qos() {
+        assert_eq!(parse(&client("")).unwrap().shape_egress, None);
+        let c = parse(&client("[bond]\nscheduler = \"pet\"\nshape_egress = false")).unwrap();
+        assert_eq!(c.shape_egress, Some(false));
+        let c = parse(&client("[bond]\nshape_egress = true")).unwrap();
+        assert_eq!(c.shape_egress, Some(true));
+        let qos = "[qos]\n[[qos.class]]\nname = \"all\"\ndefault = true";
+        let e = parse(&client(&format!("[bond]\nshape_egress = false\n{qos}"))).unwrap_err();
+        assert!(
+            e.contains("shape_egress = false with a [qos] table") && e.contains("remove one"),
+            "{e}"
+        );
+        let e = parse(&client("[bond]\nshape_egress = \"yes\"")).unwrap_err();
+        assert!(e.contains("shape_egress"), "{e}");
     }
 
     /// A proxy server's config with the given `[[client]]` tables.

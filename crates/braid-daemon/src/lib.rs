@@ -508,6 +508,7 @@ impl Daemon {
             scfg.qos = cfg.qos.clone();
             scfg.duplicate_dscp = cfg.duplicate_dscp;
             scfg.release_pacing_pct = cfg.release_pacing_pct;
+            scfg.shape_egress = cfg.shape_egress;
             scfg.handed_addresses = p.addresses.iter().map(|c| (c.addr, c.prefix)).collect();
             scfg.accepts_tcp = cfg.role == Role::Responder && cfg.tcp.is_some();
             let table = PtcpTable::new(

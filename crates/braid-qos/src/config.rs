@@ -240,6 +240,26 @@ fn positive(key: &str, v: Option<f64>, what: &str) -> Result<(), QosConfigError>
 }
 
 impl QosConfig {
+    /// One best-effort class, `name`, taking every packet, in a shared buffer of
+    /// `buffer_packets`: a plain FIFO behind the shaper. `braid up` shapes a PET bond's egress
+    /// with it when no `[qos]` table is given.
+    pub fn one_class(name: &str, buffer_packets: u32) -> Self {
+        QosConfig {
+            rate_mbit: None,
+            buffer: BufferKind::Shared,
+            buffer_packets,
+            relaxation: RelaxationKind::default(),
+            feasibility: FeasibilityKind::default(),
+            sample_every: default_sample_every(),
+            adjust_gain: None,
+            classes: vec![ClassTable {
+                name: name.into(),
+                default: true,
+                ..ClassTable::default()
+            }],
+        }
+    }
+
     /// Check every value; the error names the key and the fix.
     pub fn validate(&self) -> Result<(), QosConfigError> {
         let n = self.classes.len();

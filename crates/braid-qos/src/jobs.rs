@@ -650,6 +650,22 @@ impl<P> Jobs<P> {
         }
     }
 
+    /// A shared buffer's limit from now on, in packets (a shaper that sizes its buffer as a
+    /// queueing time at a rate that moves). Packets over a smaller limit are dropped at the
+    /// next arrival, as on overflow. Ignored with separate buffers, and for 0.
+    pub fn set_shared_limit(&mut self, packets: u32) {
+        if self.buffer == BufferMode::Shared && packets > 0 {
+            self.limit_packets = packets;
+            let cap = usize::try_from(u64::from(packets) + 1).unwrap_or(usize::MAX);
+            self.dropped_cap = self.dropped_cap.max(cap);
+        }
+    }
+
+    /// The shared buffer's limit in packets (with separate buffers, the per-class default).
+    pub fn limit_packets(&self) -> u32 {
+        self.limit_packets
+    }
+
     /// The link rate changed (the bond's configured or estimated rate). Current service rates
     /// are scaled to the new capacity; minimum rates are recomputed on the next arrival.
     pub fn set_capacity(&mut self, now: Instant, capacity_bps: u64) {

@@ -19,6 +19,18 @@ use serde::Serialize;
 /// not in the paths' own buffers when the configured rates are a little optimistic.
 pub const SHAPE_FRACTION: f64 = 0.97;
 
+/// The least queueing time a whole-bond shaper's buffer holds at the shaping rate
+/// ([`QosShaper::whole_bond`]); the session raises it to the bond's equalised round trip
+/// ([`QosShaper::set_queue_time`]). A buffer of one round trip (one bandwidth-delay product)
+/// lets a loss-based TCP back off without leaving the bond idle, and BBR's start-up overshoot
+/// waits here rather than overflowing a path's own buffer.
+pub const WHOLE_BOND_QUEUE: Duration = Duration::from_millis(250);
+
+/// The whole-bond shaper's buffer never holds fewer packets than this, nor more than
+/// [`WHOLE_BOND_MAX_PACKETS`].
+const WHOLE_BOND_MIN_PACKETS: u32 = 64;
+const WHOLE_BOND_MAX_PACKETS: u32 = 16_384;
+
 /// The token bucket holds at most this much sending time (and never less than two packets).
 const BURST: Duration = Duration::from_millis(5);
 
@@ -32,6 +44,9 @@ pub struct QosShaper {
     /// `[qos] rate_mbit` was given: the rate is fixed, whatever the bond does.
     fixed_rate: bool,
     mtu: u32,
+    /// A whole-bond shaper ([`QosShaper::whole_bond`]): the buffer is this much time at the
+    /// shaping rate, resized when the rate moves.
+    queue_time: Option<Duration>,
     tokens: f64,
     burst: f64,
     last: Instant,
@@ -99,10 +114,45 @@ impl QosShaper {
             rate_bps: rate_bps.max(1),
             fixed_rate: config.rate_mbit.is_some(),
             mtu,
+            queue_time: None,
             tokens: burst,
             burst,
             last: now,
         })
+    }
+
+    /// The egress of a bond without `[qos]` whose rates braid measures (`scheduler = "pet"`):
+    /// one class named `bond`, a FIFO whose buffer holds [`WHOLE_BOND_QUEUE`] at the shaping
+    /// rate, drained at [`SHAPE_FRACTION`] of the bond's rate as with `[qos]`. The backlog of a
+    /// single fast flow then builds here, where PET's equalised release times assume it, and
+    /// not in the paths' own (often short) drop-tail buffers.
+    pub fn whole_bond(bond_rate_bps: u64, mtu: u32, now: Instant) -> Self {
+        let rate_bps = ((bond_rate_bps as f64 * SHAPE_FRACTION) as u64).max(1);
+        let config = QosConfig::one_class("bond", queue_packets(rate_bps, mtu, WHOLE_BOND_QUEUE));
+        let mut s = QosShaper::new(&config, bond_rate_bps, mtu, now)
+            .expect("one best-effort class with a non-empty buffer is always valid");
+        s.queue_time = Some(WHOLE_BOND_QUEUE);
+        s
+    }
+
+    /// A whole-bond shaper's buffer holds `time` (at least [`WHOLE_BOND_QUEUE`]) at the
+    /// shaping rate from now on; ignored by a `[qos]` shaper, whose buffer is configured.
+    pub fn set_queue_time(&mut self, time: Duration) {
+        if let Some(t) = self.queue_time.as_mut() {
+            *t = time.max(WHOLE_BOND_QUEUE);
+            self.jobs
+                .set_shared_limit(queue_packets(self.rate_bps, self.mtu, *t));
+        }
+    }
+
+    /// The buffer's limit in packets (shared by all classes).
+    pub fn buffer_packets(&self) -> u32 {
+        self.jobs.limit_packets()
+    }
+
+    /// The shaping rate on the wire, bit/s.
+    pub fn rate_bps(&self) -> u64 {
+        self.rate_bps
     }
 
     /// The bond's rate now (paths go down and come back, estimates move): shape at
@@ -123,6 +173,10 @@ impl QosShaper {
         self.tokens = self.tokens.min(self.burst);
         let inner = rate_bps * u64::from(self.mtu) / u64::from(self.mtu + WIRE_OVERHEAD_BYTES);
         self.jobs.set_capacity(now, inner.max(1));
+        if let Some(t) = self.queue_time {
+            self.jobs
+                .set_shared_limit(queue_packets(rate_bps, self.mtu, t));
+        }
     }
 
     /// Classify and queue an IP packet; JoBS may drop it or another packet.
@@ -190,6 +244,14 @@ impl QosShaper {
             })
             .collect()
     }
+}
+
+/// Full-size packets that take `time` to send at `rate_bps` on the wire, within the
+/// whole-bond shaper's bounds.
+fn queue_packets(rate_bps: u64, mtu: u32, time: Duration) -> u32 {
+    let bytes = rate_bps as f64 / 8.0 * time.as_secs_f64();
+    let n = (bytes / f64::from(mtu + WIRE_OVERHEAD_BYTES)).ceil();
+    (n as u32).clamp(WHOLE_BOND_MIN_PACKETS, WHOLE_BOND_MAX_PACKETS)
 }
 
 /// The token bucket's depth: [`BURST`] of sending time, at least two full packets.
@@ -263,5 +325,38 @@ mod tests {
         // Nothing leaves while the striper has no room.
         s.enqueue(now, &ipv4_with_dscp(46, 200));
         assert!(s.poll(now + Duration::from_secs(1), |_| false).is_none());
+    }
+
+    #[test]
+    fn a_whole_bond_shaper_holds_a_quarter_second_and_follows_the_rate() {
+        let mut now = Instant::ZERO;
+        // 14 Mbit/s on the wire: 0.97 x 14 Mbit/s for 250 ms is 286 packets of 1400 + 86 bytes.
+        let mut s = QosShaper::whole_bond(14_000_000, 1400, now);
+        assert_eq!(s.buffer_packets(), 286);
+        assert_eq!(s.rate_bps(), 13_580_000);
+        // Everything lands in the one class; a burst past the buffer is cut at its limit.
+        for _ in 0..400 {
+            s.enqueue(now, &ipv4_with_dscp(10, 1400));
+        }
+        let r = s.report(now);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].name, "bond");
+        assert_eq!(r[0].backlog, 286);
+        assert_eq!(r[0].drops, 114);
+        // The bond halves: so do the rate and the buffer, and the next arrival trims the queue.
+        now = now + Duration::from_millis(1);
+        s.set_bond_rate(now, 7_000_000);
+        assert_eq!(s.buffer_packets(), 143);
+        s.enqueue(now, &ipv4_with_dscp(0, 1400));
+        assert_eq!(s.report(now)[0].backlog, 143);
+        // And it drains: 1 s of 0.97 x 7 Mbit/s is 571 packets; 143 are queued.
+        let mut sent = 0;
+        for _ in 0..1000 {
+            while s.poll(now, |_| true).is_some() {
+                sent += 1;
+            }
+            now = now + Duration::from_millis(1);
+        }
+        assert_eq!(sent, 143);
     }
 }

@@ -126,6 +126,11 @@ pub struct SessionConfig {
     /// (`[tcp] accelerate`), and says so in its handshake response so that an initiator does
     /// not redirect TCP to a peer that would drop it.
     pub accepts_tcp: bool,
+    /// Without `qos`: shape this end's egress anyway, as one class
+    /// ([`QosShaper::whole_bond`]) at the bond's live rate. `None`: when the bond schedules by
+    /// PET, whose equalised release times assume the backlog waits in braid rather than in
+    /// the paths' buffers.
+    pub shape_egress: Option<bool>,
 }
 
 impl SessionConfig {
@@ -151,6 +156,7 @@ impl SessionConfig {
             release_pacing_pct: 0,
             handed_addresses: Vec::new(),
             accepts_tcp: false,
+            shape_egress: None,
         }
     }
 }
@@ -591,9 +597,16 @@ impl Session {
                 self.ring = RetransmitRing::new(n);
                 self.gaps = GapDetector::new(n);
                 // A config the daemon validated cannot fail here; if it did, no shaping.
-                self.qos = self.cfg.qos.as_ref().and_then(|q| {
-                    QosShaper::new(q, p.rates_bps.iter().sum(), p.max_packet, now).ok()
-                });
+                let bond_bps = p.rates_bps.iter().sum();
+                let whole_bond = self
+                    .cfg
+                    .shape_egress
+                    .unwrap_or(p.scheduler == braid_proto::scheduler::SchedulerKind::Pet);
+                self.qos = match &self.cfg.qos {
+                    Some(q) => QosShaper::new(q, bond_bps, p.max_packet, now).ok(),
+                    None if whole_bond => Some(QosShaper::whole_bond(bond_bps, p.max_packet, now)),
+                    None => None,
+                };
                 self.params = Some(p);
             }
             Err(_) => {
@@ -940,12 +953,31 @@ impl Session {
     }
 
     /// Keep the `[qos]` shaper at the bond's rate: paths go down and come back, and PET's
-    /// estimates move.
+    /// estimates move. A whole-bond shaper's buffer also follows the bond's equalised round
+    /// trip, the slowest path's base one-way delay plus the fastest's (the way back of a TCP
+    /// acknowledgement).
     fn update_qos_rate(&mut self, now: Instant) {
         if self.qos.is_some() {
             let rate = self.bond_rate_bps();
+            let rtts = self
+                .paths
+                .iter()
+                .filter(|p| p.up)
+                .filter_map(|p| p.min_rtt.get());
+            let (lo, hi) = rtts.fold(
+                (None, None),
+                |(lo, hi): (Option<Duration>, Option<Duration>), r| {
+                    (
+                        Some(lo.map_or(r, |l| l.min(r))),
+                        Some(hi.map_or(r, |h| h.max(r))),
+                    )
+                },
+            );
             if let Some(q) = &mut self.qos {
                 q.set_bond_rate(now, rate);
+                if let (Some(lo), Some(hi)) = (lo, hi) {
+                    q.set_queue_time((lo + hi) / 2);
+                }
             }
         }
     }

@@ -738,6 +738,70 @@ fn with_qos_the_shaper_follows_the_bond_when_a_path_dies() {
     assert!(service < 10.0, "JoBS hands out {service} Mbit/s");
 }
 
+/// 16 Mbit/s of payload offered for 3 s to PET over paths of 8, 4 and 2 Mbit/s whose rates
+/// the client was not told, with `[bond] shape_egress` as given: the client's classes and the
+/// longest queue a path's own buffer held after the first second.
+fn pet_overloaded(shape_egress: Option<bool>) -> (Vec<braid_session::qos::ClassReport>, Duration) {
+    let mut net = Net::new(3, ResequenceMode::Sequence);
+    let mut p = params(3, ResequenceMode::Sequence);
+    p.scheduler = SchedulerKind::Pet;
+    p.rates_bps = vec![10_000_000; 3];
+    p.marker_interval_rounds = 0;
+    let mut cfg = client_config(p);
+    cfg.shape_egress = shape_egress;
+    net.client = session(cfg, 3);
+    net.rate_bps = vec![Some(8_000_000), Some(4_000_000), Some(2_000_000)];
+    net.established();
+    let mut longest = Duration::ZERO;
+    for i in 0..1000u32 {
+        // Five 1200-byte packets every 3 ms: 16 Mbit/s.
+        for k in 0..5 {
+            net.client.send(net.now, &packet(i * 5 + k, 1200));
+        }
+        net.step(Duration::from_millis(3));
+        if i >= 333 {
+            for &f in &net.free_at {
+                longest = longest.max(f.saturating_duration_since(net.now));
+            }
+        }
+    }
+    (net.client.status().classes, longest)
+}
+
+#[test]
+fn a_pet_bond_queues_in_braid_not_in_the_paths_unless_told_not_to() {
+    // By default PET shapes its egress as one class at its estimates: the bond's excess waits
+    // (and is dropped) in braid, where PET's release times assume it, and the paths' own
+    // buffers stay short.
+    let (classes, longest) = pet_overloaded(None);
+    assert_eq!(classes.len(), 1, "{classes:?}");
+    assert_eq!(classes[0].name, "bond");
+    assert!(
+        classes[0].drops > 0 && classes[0].backlog > 0,
+        "{classes:?}"
+    );
+    assert!(
+        longest < Duration::from_millis(60),
+        "a path queued {longest:?}"
+    );
+    // With shape_egress = false the excess lands in the paths' buffers.
+    let (classes, longest) = pet_overloaded(Some(false));
+    assert!(classes.is_empty());
+    assert!(
+        longest > Duration::from_millis(200),
+        "a path queued only {longest:?}"
+    );
+    // SRR told the rates does not shape unless asked; asked, it does.
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.established();
+    assert!(net.client.status().classes.is_empty());
+    let mut cfg = client_config(params(2, ResequenceMode::Sequence));
+    cfg.shape_egress = Some(true);
+    net.client = session(cfg, 3);
+    net.established();
+    assert_eq!(net.client.status().classes[0].name, "bond");
+}
+
 #[test]
 fn the_receiver_paces_its_release_by_the_rates_the_sender_measured() {
     // PET told 10 Mbit/s for each of three paths of 8, 4 and 2 Mbit/s: the receiver must pace

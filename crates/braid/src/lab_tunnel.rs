@@ -80,12 +80,13 @@ impl TunnelLauncher for DaemonLauncher {
             ));
         }
         let bond = toml::to_string(&braid).map_err(|e| LabError::Traffic(e.to_string()))?;
-        // What each end decides for itself (its receiver's release, what it sends twice) goes
-        // to the server too; the client sends it the rest in the handshake.
+        // What each end decides for itself (its receiver's release, what it sends twice,
+        // whether it shapes its egress) goes to the server too; the client sends it the rest in
+        // the handshake.
         let local: toml::Table = scenario
             .braid
             .iter()
-            .filter(|(k, _)| ["release_pacing_pct", "duplicate_dscp"].contains(&k.as_str()))
+            .filter(|(k, _)| braid_daemon::config::SERVER_BOND_KEYS.contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let mut server = server;
