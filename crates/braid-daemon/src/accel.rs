@@ -10,8 +10,17 @@
 //! [`onward_allowed`] says the tunnel would have carried the packets, and copies both ways
 //! ([`crate::tcp_pair::Pair`], as `braid forward` does).
 //!
-//! This module holds the sans-IO pieces: the header's wire format, the server's check and
-//! the client's ruleset. The daemon's event loop does the I/O.
+//! **Transparent** (`[tcp] transparent`, on by default at the server): the header also names
+//! the connection's source, and the server connects onward *from* it (`IP_TRANSPARENT`), so
+//! the destination sees the client's address as it would through the striped tunnel. The
+//! onward socket carries [`SOCKET_MARK`]; [`nft_transparent_ruleset`] copies it to the
+//! connection's conntrack mark and gives the packets that come back [`REPLY_MARK`], which an
+//! `ip rule` ([`ip_rule_commands`]) routes to the local table, so they reach the socket instead
+//! of following the route to the source into the tunnel. A source the client does not own
+//! (`[[client]]` addresses and routes) is refused, as the tunnel drops such packets.
+//!
+//! This module holds the sans-IO pieces: the header's wire format, the server's checks and
+//! the rulesets. The daemon's event loop does the I/O.
 
 use crate::config::{Cidr, Config};
 use std::fmt::Write as _;
@@ -19,18 +28,33 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// The first bytes of an accelerated connection.
 pub const MAGIC: [u8; 4] = *b"BRTA";
-/// The header's version.
-pub const VERSION: u8 = 1;
+/// The header's version: 2 names the source too; 1 (the destination only) is still read.
+pub const VERSION: u8 = 2;
 
-/// What an accelerated connection carries before its bytes: where the client's TCP was going.
+/// The mark of a transparent onward socket (`SO_MARK`): the nftables rules copy it to the
+/// connection's conntrack mark.
+pub const SOCKET_MARK: u32 = 0x6272_0001;
+/// The mark of what comes back to a transparent onward socket: routed by the local table.
+pub const REPLY_MARK: u32 = 0x6272_0002;
+/// The routing table (and the `ip rule` preference) that delivers [`REPLY_MARK`] locally.
+pub const REPLY_TABLE: u32 = 25202;
+
+/// What an accelerated connection carries before its bytes: where the client's TCP was going,
+/// and where it came from.
 ///
 /// ```text
-/// magic "BRTA" (4) | version 1 (1) | family 4 or 6 (1) | port (2, big endian) | address (4 or 16)
+/// version 1: magic "BRTA" (4) | 1 (1) | family 4 or 6 (1) | dst port (2) | dst address (4 or 16)
+/// version 2: magic "BRTA" (4) | 2 (1) | family 4 or 6 (1) | dst port (2) | src port (2)
+///            | dst address (4 or 16) | src address (4 or 16)
 /// ```
+///
+/// Ports are big endian. A source of the other family than the destination is not sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
     /// The original destination.
     pub dst: SocketAddr,
+    /// The original source (version 2), for a transparent onward connection.
+    pub src: Option<SocketAddr>,
 }
 
 /// Why a header was refused.
@@ -48,23 +72,40 @@ pub enum HeaderError {
 }
 
 impl Header {
-    /// The longest header (IPv6).
-    pub const MAX_LEN: usize = 8 + 16;
+    /// The longest header (version 2, IPv6).
+    pub const MAX_LEN: usize = 10 + 2 * 16;
+
+    /// The source that goes on the wire: one of the destination's family.
+    fn wire_src(&self) -> Option<SocketAddr> {
+        self.src.filter(|s| s.is_ipv4() == self.dst.is_ipv4())
+    }
 
     /// Bytes on the wire.
     pub fn buffer_len(&self) -> usize {
-        8 + if self.dst.is_ipv4() { 4 } else { 16 }
+        let a = if self.dst.is_ipv4() { 4 } else { 16 };
+        match self.wire_src() {
+            Some(_) => 10 + 2 * a,
+            None => 8 + a,
+        }
     }
 
-    /// Appends the header to `out`.
+    /// Appends the header to `out`: version 2 with a source, else version 1.
     pub fn emit(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&MAGIC);
-        out.push(VERSION);
-        out.push(if self.dst.is_ipv4() { 4 } else { 6 });
-        out.extend_from_slice(&self.dst.port().to_be_bytes());
-        match self.dst.ip() {
+        let octets = |ip: IpAddr, out: &mut Vec<u8>| match ip {
             IpAddr::V4(a) => out.extend_from_slice(&a.octets()),
             IpAddr::V6(a) => out.extend_from_slice(&a.octets()),
+        };
+        out.extend_from_slice(&MAGIC);
+        let src = self.wire_src();
+        out.push(if src.is_some() { 2 } else { 1 });
+        out.push(if self.dst.is_ipv4() { 4 } else { 6 });
+        out.extend_from_slice(&self.dst.port().to_be_bytes());
+        if let Some(s) = src {
+            out.extend_from_slice(&s.port().to_be_bytes());
+        }
+        octets(self.dst.ip(), out);
+        if let Some(s) = src {
+            octets(s.ip(), out);
         }
     }
 
@@ -78,35 +119,37 @@ impl Header {
         let Some(&version) = b.get(4) else {
             return Ok(None);
         };
-        if version != VERSION {
+        if version != 1 && version != 2 {
             return Err(HeaderError::Version(version));
         }
         let Some(&family) = b.get(5) else {
             return Ok(None);
         };
-        let len = match family {
-            4 => 12,
-            6 => 24,
+        let a = match family {
+            4 => 4,
+            6 => 16,
             f => return Err(HeaderError::Family(f)),
         };
+        // Version 2 has the source's port after the destination's, and its address last.
+        let ports = if version == 2 { 4 } else { 2 };
+        let addrs = if version == 2 { 2 * a } else { a };
+        let len = 6 + ports + addrs;
         let Some(h) = b.get(..len) else {
             return Ok(None);
         };
-        let port = u16::from_be_bytes([h[6], h[7]]);
-        let ip = match family {
-            4 => IpAddr::from(Ipv4Addr::new(h[8], h[9], h[10], h[11])),
-            _ => {
-                let mut a = [0u8; 16];
-                a.copy_from_slice(&h[8..24]);
-                IpAddr::from(Ipv6Addr::from(a))
+        let ip = |at: usize| -> IpAddr {
+            if a == 4 {
+                IpAddr::from(Ipv4Addr::new(h[at], h[at + 1], h[at + 2], h[at + 3]))
+            } else {
+                let mut o = [0u8; 16];
+                o.copy_from_slice(&h[at..at + 16]);
+                IpAddr::from(Ipv6Addr::from(o))
             }
         };
-        Ok(Some((
-            Header {
-                dst: SocketAddr::new(ip, port),
-            },
-            len,
-        )))
+        let dst = SocketAddr::new(ip(6 + ports), u16::from_be_bytes([h[6], h[7]]));
+        let src = (version == 2)
+            .then(|| SocketAddr::new(ip(6 + ports + a), u16::from_be_bytes([h[8], h[9]])));
+        Ok(Some((Header { dst, src }, len)))
     }
 }
 
@@ -140,6 +183,66 @@ pub fn onward_allowed(cfg: &Config, dst: SocketAddr) -> bool {
         || cfg.routes.iter().any(|r| r.contains(ip))
         || cfg.peers.iter().any(|p| !p.catch_all && p.owns(ip));
     !back_into_tunnel
+}
+
+/// Server: whether an accelerated connection may be connected onward from `src`, its claimed
+/// source: only from an address the tunnel would take from this client (its `[[client]]`
+/// addresses and routes; any address from the one peer of `peer_public_key`), and never from
+/// a loopback, unspecified, multicast or IPv4-mapped address or port 0.
+pub fn transparent_source_allowed(peer: &crate::config::PeerConfig, src: SocketAddr) -> bool {
+    let ip = src.ip();
+    let odd = match ip {
+        IpAddr::V4(a) => a.is_broadcast(),
+        IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
+    };
+    src.port() != 0
+        && !odd
+        && !ip.is_loopback()
+        && !ip.is_unspecified()
+        && !ip.is_multicast()
+        && peer.owns(ip)
+}
+
+/// Server, `[tcp] transparent`: an `nft -f` script that (re)creates table `inet <table>`
+/// marking what comes back to a transparent onward socket: the socket's [`SOCKET_MARK`]
+/// becomes its connection's conntrack mark (hook `output`), and packets of such a connection
+/// in the reply direction get [`REPLY_MARK`], whether they arrive from outside (`prerouting`,
+/// after conntrack has undone any masquerade) or come from a local server (`output`, a
+/// `route` chain, so the kernel routes them again by the new mark).
+pub fn nft_transparent_ruleset(table: &str) -> String {
+    format!(
+        "table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n\
+         \x20 chain output {{\n\
+         \x20   type route hook output priority mangle; policy accept;\n\
+         \x20   meta mark {SOCKET_MARK:#x} ct mark set {SOCKET_MARK:#x}\n\
+         \x20   ct direction reply ct mark {SOCKET_MARK:#x} meta mark set {REPLY_MARK:#x}\n\
+         \x20 }}\n\
+         \x20 chain prerouting {{\n\
+         \x20   type filter hook prerouting priority mangle; policy accept;\n\
+         \x20   ct direction reply ct mark {SOCKET_MARK:#x} meta mark set {REPLY_MARK:#x}\n\
+         \x20 }}\n\
+         }}\n"
+    )
+}
+
+/// Server, `[tcp] transparent`: the `ip` commands that deliver [`REPLY_MARK`] locally (`add`)
+/// or undo that (`add = false`), for IPv4 and IPv6: a rule sending the mark to
+/// [`REPLY_TABLE`], whose one route makes every address local.
+pub fn ip_rule_commands(add: bool) -> Vec<Vec<String>> {
+    let verb = if add { "add" } else { "del" };
+    let mut out = Vec::new();
+    for (fam, any) in [("-4", "0.0.0.0/0"), ("-6", "::/0")] {
+        let v = |s: &[&str]| s.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        let mark = format!("{REPLY_MARK:#x}");
+        let table = REPLY_TABLE.to_string();
+        out.push(v(&[
+            fam, "rule", verb, "fwmark", &mark, "lookup", &table, "pref", &table,
+        ]));
+        out.push(v(&[
+            fam, "route", verb, "local", any, "dev", "lo", "table", &table,
+        ]));
+    }
+    out
 }
 
 /// The name of the nftables table of a daemon's TUN device `ifname`.
@@ -194,21 +297,40 @@ mod tests {
     #[test]
     fn a_header_round_trips_and_never_panics() {
         for dst in ["10.77.0.1:5001", "[fd77::1]:443"] {
-            let h = Header {
-                dst: dst.parse().unwrap(),
-            };
-            let mut b = Vec::new();
-            h.emit(&mut b);
-            assert_eq!(b.len(), h.buffer_len());
-            b.extend_from_slice(b"payload");
-            assert_eq!(Header::parse(&b), Ok(Some((h, h.buffer_len()))));
-            // Every prefix is "not yet".
-            for n in 0..h.buffer_len() {
-                assert_eq!(Header::parse(&b[..n]), Ok(None), "{n}");
+            for src in [None, Some("10.77.0.2:40000"), Some("[fd77::2]:40001")] {
+                let dst: SocketAddr = dst.parse().unwrap();
+                let src: Option<SocketAddr> = src.map(|s| s.parse().unwrap());
+                let h = Header { dst, src };
+                let mut b = Vec::new();
+                h.emit(&mut b);
+                assert_eq!(b.len(), h.buffer_len());
+                b.extend_from_slice(b"payload");
+                // A source of the other family is not sent.
+                let sent = Header {
+                    dst,
+                    src: src.filter(|s| s.is_ipv4() == dst.is_ipv4()),
+                };
+                assert_eq!(Header::parse(&b), Ok(Some((sent, h.buffer_len()))));
+                assert_eq!(b[4], if sent.src.is_some() { 2 } else { 1 });
+                // Every prefix is "not yet".
+                for n in 0..h.buffer_len() {
+                    assert_eq!(Header::parse(&b[..n]), Ok(None), "{n}");
+                }
             }
         }
+        // Version 1 as an older client sends it: 10.77.0.1:5001.
+        assert_eq!(
+            Header::parse(b"BRTA\x01\x04\x13\x89\x0a\x4d\x00\x01"),
+            Ok(Some((
+                Header {
+                    dst: "10.77.0.1:5001".parse().unwrap(),
+                    src: None
+                },
+                12
+            )))
+        );
         assert_eq!(Header::parse(b"GET / HTTP/1.1"), Err(HeaderError::Magic));
-        assert_eq!(Header::parse(b"BRTA\x02"), Err(HeaderError::Version(2)));
+        assert_eq!(Header::parse(b"BRTA\x03"), Err(HeaderError::Version(3)));
         assert_eq!(Header::parse(b"BRTA\x01\x05"), Err(HeaderError::Family(5)));
         // Any bytes: an answer, never a panic.
         let mut x = 0x9e37_79b9_u32;
@@ -259,6 +381,56 @@ routes = ["10.1.0.0/16"]
         assert!(!ok("224.0.0.1:80"));
         assert!(!ok("255.255.255.255:80"));
         assert!(!ok("10.77.0.1:0"));
+    }
+
+    #[test]
+    fn a_transparent_source_must_be_the_clients() {
+        let c = server("[tcp]\naccelerate = true");
+        // The one peer of peer_public_key may send from anywhere, as through the tunnel.
+        let ok = |s: &str| transparent_source_allowed(&c.peers[0], s.parse().unwrap());
+        assert!(ok("10.77.0.2:40000"));
+        assert!(ok("192.168.1.20:40000"));
+        assert!(!ok("127.0.0.1:40000"));
+        assert!(!ok("0.0.0.0:40000"));
+        assert!(!ok("10.77.0.2:0"));
+        assert!(!ok("[::ffff:10.77.0.2]:40000"));
+        assert!(!ok("224.0.0.1:40000"));
+        // A [[client]] only from its own addresses and routes.
+        let p = crate::config::PeerConfig {
+            catch_all: false,
+            addresses: vec!["10.77.0.6/30".parse().unwrap()],
+            routes: vec!["192.168.7.0/24".parse().unwrap()],
+            ..c.peers[0].clone()
+        };
+        let ok = |s: &str| transparent_source_allowed(&p, s.parse().unwrap());
+        assert!(ok("10.77.0.6:40000") && ok("192.168.7.9:40000"));
+        assert!(!ok("10.77.0.2:40000") && !ok("192.168.1.20:40000"));
+    }
+
+    #[test]
+    fn the_transparent_rules_mark_the_replies() {
+        let s = nft_transparent_ruleset("braid_braid0");
+        assert!(s.starts_with("table inet braid_braid0\ndelete table inet braid_braid0\n"));
+        assert!(s.contains("type route hook output priority mangle"));
+        assert!(s.contains("meta mark 0x62720001 ct mark set 0x62720001"));
+        assert_eq!(
+            s.matches("ct direction reply ct mark 0x62720001 meta mark set 0x62720002")
+                .count(),
+            2
+        );
+        let add = ip_rule_commands(true);
+        assert_eq!(
+            add[0].join(" "),
+            "-4 rule add fwmark 0x62720002 lookup 25202 pref 25202"
+        );
+        assert_eq!(
+            add[3].join(" "),
+            "-6 route add local ::/0 dev lo table 25202"
+        );
+        assert_eq!(
+            ip_rule_commands(false)[1].join(" "),
+            "-4 route del local 0.0.0.0/0 dev lo table 25202"
+        );
     }
 
     #[test]

@@ -217,6 +217,7 @@ struct RawTcp {
     accelerate: bool,
     listen_port: Option<u16>,
     congestion: Option<String>,
+    transparent: Option<bool>,
 }
 
 /// The port a client's redirected TCP lands on unless `[tcp] listen_port` says otherwise.
@@ -232,6 +233,9 @@ pub struct TcpConfig {
     /// The congestion control of this end's micro-flows: what it sends (`[tcp] congestion`,
     /// default BBR).
     pub congestion: braid_ptcp::CongestionAlgorithm,
+    /// Server: connect onward from the client's own address (`[tcp] transparent`, default
+    /// on), so the destination sees the client as it would through the striped tunnel.
+    pub transparent: bool,
 }
 
 /// A client's `[[policy]]` table: which paths a class may use, and how it is striped.
@@ -821,6 +825,16 @@ impl Config {
                         "[tcp] listen_port without accelerate = true: add accelerate = true, or remove the [tcp] table".into(),
                     ));
                 }
+                if raw.role == Role::Initiator && t.transparent.is_some() {
+                    return Err(invalid(
+                        "[tcp] transparent: the server connects onward, so only a server's [tcp] decides whether it does so from the client's address; remove it from the client's config".into(),
+                    ));
+                }
+                if !t.accelerate && t.transparent.is_some() {
+                    return Err(invalid(
+                        "[tcp] transparent without accelerate = true: add accelerate = true, or remove the [tcp] table".into(),
+                    ));
+                }
                 if !t.accelerate && t.congestion.is_some() {
                     return Err(invalid(
                         "[tcp] congestion without accelerate = true: add accelerate = true, or remove the [tcp] table".into(),
@@ -837,6 +851,7 @@ impl Config {
                 t.accelerate.then(|| TcpConfig {
                     listen_port: t.listen_port.unwrap_or(DEFAULT_TCP_LISTEN_PORT),
                     congestion,
+                    transparent: t.transparent.unwrap_or(true),
                 })
             }
             None => None,
@@ -1118,8 +1133,12 @@ rate_mbit = 5
             Some(TcpConfig {
                 listen_port: DEFAULT_TCP_LISTEN_PORT,
                 congestion: braid_ptcp::CongestionAlgorithm::Bbr,
+                transparent: true,
             })
         );
+        // Transparency is the server's choice.
+        let e = parse(&client("[tcp]\naccelerate = true\ntransparent = false")).unwrap_err();
+        assert!(e.contains("only a server's [tcp]"), "{e}");
         let c = parse(&client("[tcp]\naccelerate = true\ncongestion = \"cubic\"")).unwrap();
         assert_eq!(
             c.tcp.unwrap().congestion,
@@ -1310,7 +1329,14 @@ prometheus = "127.0.0.1:9477"
         assert_eq!(c.shape_egress, Some(false));
         assert!(c.bond.is_none());
         let c = parse(&format!("{text}[tcp]\naccelerate = true\n")).unwrap();
-        assert!(c.tcp.is_some());
+        assert!(c.tcp.as_ref().is_some_and(|t| t.transparent));
+        let c = parse(&format!(
+            "{text}[tcp]\naccelerate = true\ntransparent = false\n"
+        ))
+        .unwrap();
+        assert!(c.tcp.is_some_and(|t| !t.transparent));
+        let e = parse(&format!("{text}[tcp]\ntransparent = true\n")).unwrap_err();
+        assert!(e.contains("without accelerate = true"), "{e}");
         let e = parse(&format!(
             "{text}[tcp]\naccelerate = true\nlisten_port = 7199\n"
         ))

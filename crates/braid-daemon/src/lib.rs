@@ -168,6 +168,8 @@ pub struct TcpStatus {
     /// (or when it does not), nothing is redirected and TCP rides the striped tunnel.
     /// Server: always true.
     pub server_accepts: bool,
+    /// Server: onward connections made from the client's own address (`[tcp] transparent`).
+    pub transparent: u64,
 }
 
 /// One peer in `status`.
@@ -253,6 +255,9 @@ struct Accel {
     /// Client: whether the server's last handshake response said it takes accelerated TCP
     /// (`None`: no session yet).
     server_accepts: Option<bool>,
+    /// Server: the rules of `[tcp] transparent` are installed, and onward connections go out
+    /// from the clients' addresses.
+    transparent: bool,
     stats: TcpStatus,
 }
 
@@ -382,6 +387,60 @@ pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
     let _ = std::fs::remove_file(&d.cfg.control_socket);
     d.remove_tcp_rules();
     result
+}
+
+/// Server with `[tcp] transparent`: installs the nftables table and the `ip` rules that bring
+/// what comes back to a transparent onward socket to it ([`accel::nft_transparent_ruleset`],
+/// [`accel::ip_rule_commands`]). Leftovers of a daemon that was killed are replaced. IPv4 must
+/// work; IPv6 may be off on the host (its onward connections then fail and are refused).
+fn install_transparent_rules(table: &str) -> Result<(), DaemonError> {
+    let fail = |detail: String| {
+        DaemonError::Ip {
+        what: "[tcp] transparent".into(),
+        detail: format!(
+            "{detail}; it needs root (CAP_NET_ADMIN), nft (apt-get install nftables) and ip (iproute2). Or set [tcp] transparent = false: the server then connects onward from its own address"
+        ),
+    }
+    };
+    nft(&accel::nft_transparent_ruleset(table)).map_err(|e| {
+        fail(format!(
+            "cannot install the nftables table inet {table}: {e}"
+        ))
+    })?;
+    let ip = |args: &[String]| {
+        std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .map(|o| {
+                (
+                    o.status.success(),
+                    String::from_utf8_lossy(&o.stderr).trim().to_owned(),
+                )
+            })
+    };
+    for cmd in accel::ip_rule_commands(false) {
+        let _ = ip(&cmd);
+    }
+    for cmd in accel::ip_rule_commands(true) {
+        match ip(&cmd) {
+            Ok((true, _)) => {}
+            Ok((false, e)) if cmd[0] == "-6" => {
+                eprintln!(
+                    "braid: `ip {}` failed ({e}): IPv6 TCP is not connected onward transparently",
+                    cmd.join(" ")
+                );
+            }
+            Ok((false, e)) => {
+                let _ = delete_nft_table(table);
+                return Err(fail(format!("`ip {}` failed: {e}", cmd.join(" "))));
+            }
+            Err(e) => {
+                let _ = delete_nft_table(table);
+                return Err(fail(format!("cannot run `ip`: {e}")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs `nft -f -` with `script` on its standard input.
@@ -557,6 +616,17 @@ impl Daemon {
                     .register(l, Token(TCP_LISTENER + i), Interest::READABLE)?;
             }
             accel.stats.listen_port = Some(t.listen_port);
+        }
+        if let (Role::Responder, Some(true)) = (cfg.role, cfg.tcp.as_ref().map(|t| t.transparent)) {
+            let table = accel::nft_table(&cfg.ifname);
+            install_transparent_rules(&table)?;
+            eprintln!(
+                "braid: accelerated TCP is connected onward from the clients' addresses (nftables table inet {table}, ip rule fwmark {:#x} lookup {})",
+                accel::REPLY_MARK,
+                accel::REPLY_TABLE
+            );
+            accel.nft_table = Some(table);
+            accel.transparent = true;
         }
         let clock = std::time::Instant::now();
         let problems: Vec<Option<String>> = sockets
@@ -1292,10 +1362,16 @@ impl Daemon {
         self.accel.nft_rules = rules;
     }
 
-    /// Removes the nftables table [`Daemon::install_tcp_rules`] made, if any.
+    /// Removes the nftables table [`Daemon::install_tcp_rules`] or
+    /// [`install_transparent_rules`] made, if any, and the latter's `ip` rules.
     fn remove_tcp_rules(&mut self) {
         if let Some(table) = self.accel.nft_table.take() {
             let _ = delete_nft_table(&table);
+        }
+        if std::mem::take(&mut self.accel.transparent) {
+            for cmd in accel::ip_rule_commands(false) {
+                let _ = std::process::Command::new("ip").args(&cmd).output();
+            }
         }
     }
 
@@ -1432,7 +1508,11 @@ impl Daemon {
                 continue;
             };
             let mut hdr = Vec::with_capacity(accel::Header::MAX_LEN);
-            accel::Header { dst }.emit(&mut hdr);
+            accel::Header {
+                dst,
+                src: Some(from),
+            }
+            .emit(&mut hdr);
             // A new connection's send buffer (megabytes) takes the header whole.
             let whole = self.peers[peer]
                 .ptcp
@@ -1460,7 +1540,9 @@ impl Daemon {
         }
         let keys: Vec<(usize, u16)> = self.accel.pending.keys().copied().collect();
         for (k, id) in keys {
-            let Some(c) = self.peers[k].ptcp.conn_mut(id) else {
+            let peer = &mut self.peers[k];
+            let peer_cfg = &peer.cfg;
+            let Some(c) = peer.ptcp.conn_mut(id) else {
                 self.accel.pending.remove(&(k, id));
                 continue;
             };
@@ -1474,8 +1556,17 @@ impl Daemon {
                 buf.extend_from_slice(&chunk[..n]);
             }
             let verdict = accel::Header::parse(buf);
-            let (dst, used) = match verdict {
-                Ok(Some((h, used))) if accel::onward_allowed(&self.cfg, h.dst) => (h.dst, used),
+            // Transparent: from the client's own address, one the tunnel would take from it.
+            let transparent = self.accel.transparent;
+            let src_ok = |h: &accel::Header| {
+                !transparent
+                    || h.src
+                        .is_none_or(|s| accel::transparent_source_allowed(peer_cfg, s))
+            };
+            let (h, used) = match verdict {
+                Ok(Some((h, used))) if accel::onward_allowed(&self.cfg, h.dst) && src_ok(&h) => {
+                    (h, used)
+                }
                 Ok(None) if c.state() != braid_ptcp::State::Closed && !c.is_finished() => continue,
                 _ => {
                     // Malformed, a destination the tunnel would not carry, or closed early.
@@ -1491,7 +1582,17 @@ impl Daemon {
                 .remove(&(k, id))
                 .map(|mut b| b.split_off(used))
                 .unwrap_or_default();
-            match mio::net::TcpStream::connect(dst) {
+            let tcp = match h.src.filter(|_| transparent) {
+                Some(src) => {
+                    let r = net::connect_transparent(src, h.dst, accel::SOCKET_MARK);
+                    if r.is_ok() {
+                        self.accel.stats.transparent += 1;
+                    }
+                    r
+                }
+                None => mio::net::TcpStream::connect(h.dst),
+            };
+            match tcp {
                 Ok(tcp) => self.adopt_tcp(k, tcp, id, rest),
                 Err(_) => {
                     if let Some(c) = self.peers[k].ptcp.conn_mut(id) {

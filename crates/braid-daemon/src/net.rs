@@ -466,3 +466,49 @@ pub(crate) fn tcp_listener(at: SocketAddr) -> io::Result<mio::net::TcpListener> 
     s.set_nonblocking(true)?;
     Ok(mio::net::TcpListener::from_std(s.into()))
 }
+
+/// A non-blocking TCP connect to `dst` from `src`, an address this host need not own
+/// (`IP_TRANSPARENT`; root or `CAP_NET_ADMIN`), the socket carrying `SO_MARK` `mark`: the
+/// server's transparent onward connection of accelerated TCP (`accel`). The source port is
+/// `src`'s where it is free, else one the kernel picks.
+pub fn connect_transparent(
+    src: SocketAddr,
+    dst: SocketAddr,
+    mark: u32,
+) -> io::Result<mio::net::TcpStream> {
+    use std::os::fd::AsRawFd;
+    let s = Socket::new(Domain::for_address(dst), Type::STREAM, Some(Protocol::TCP))?;
+    if dst.is_ipv4() {
+        s.set_ip_transparent(true)?;
+    } else {
+        let one: libc::c_int = 1;
+        // SAFETY: a valid socket, and a c_int option value of the size given.
+        let r = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_IPV6,
+                libc::IPV6_TRANSPARENT,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    s.set_mark(mark)?;
+    s.set_reuse_address(true)?;
+    s.set_nonblocking(true)?;
+    if let Err(e) = s.bind(&src.into()) {
+        if e.kind() != io::ErrorKind::AddrInUse {
+            return Err(e);
+        }
+        s.bind(&SocketAddr::new(src.ip(), 0).into())?;
+    }
+    match s.connect(&dst.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(mio::net::TcpStream::from_std(s.into()))
+}

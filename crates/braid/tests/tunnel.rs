@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{in_ns, key, need_root, relay, sh, RelayFaults, BRAID};
+use common::{in_ns, key, need_root, relay, sh, veth, RelayFaults, BRAID};
 
 struct Bed {
     tag: String,
@@ -114,12 +114,14 @@ impl Bed {
         };
         let client = format!(
             "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
-             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"{v6c}]\noffload = {offload}\n[control]\nsocket = \"{dir}/c.sock\"\n\
+             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"{v6c}]\n{routes}offload = {offload}\n[control]\nsocket = \"{dir}/c.sock\"\n\
              [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n{bond}\n{tcp}\
              [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\n{rate1}\
              [[path]]\nname = \"two\"\nlocal = \"10.62.2.1\"\nremote = \"{remote2}\"\n{rate2}{extra}",
             extra = self.extra_paths,
             v6c = if self.tcp { ", \"fd77::2/64\"" } else { "" },
+            // A network beyond the server (namespace "d" of the acceleration test).
+            routes = if self.tcp { "routes = [\"198.51.100.0/24\"]\n" } else { "" },
             dir = self.dir.display(),
             offload = self.offload
         );
@@ -210,6 +212,11 @@ impl Drop for Bed {
             .status();
         let _ = Command::new("ip")
             .args(["netns", "del", &self.ns("s")])
+            .status();
+        // The acceleration test's host beyond the server, if it made one.
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ns("d")])
+            .stderr(std::process::Stdio::null())
             .status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -402,7 +409,65 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     for t in many {
         t.join().expect("every concurrent transfer arrives whole");
     }
-    let total = 2 + CONCURRENT as u64;
+    // Transparent: the server connects onward from the client's own address, so whoever
+    // listens there sees the client as through the striped tunnel, not the server.
+    // The same for a host beyond the server, on a network routed back to it (no masquerade):
+    // its replies reach the server from outside, are marked in prerouting and go to the
+    // server's socket rather than into the TUN.
+    sh(&["ip", "netns", "add", &bed.ns("d")]);
+    veth(
+        &bed.ns("s"),
+        &format!("bt{}sd", bed.tag),
+        "198.51.100.1/24",
+        &bed.ns("d"),
+        &format!("bt{}ds", bed.tag),
+        "198.51.100.2/24",
+    );
+    sh(&[
+        "ip",
+        "-n",
+        &bed.ns("d"),
+        "route",
+        "add",
+        "10.77.0.0/30",
+        "via",
+        "198.51.100.1",
+    ]);
+    for (ns, listen, client_ip) in [
+        ("s", "10.77.0.1:5300", "10.77.0.2"),
+        ("s", "[fd77::1]:5301", "fd77::2"),
+        ("d", "198.51.100.2:5302", "10.77.0.2"),
+    ] {
+        let listen: SocketAddr = listen.parse().unwrap();
+        let l = in_ns(&bed.ns(ns), move || {
+            std::net::TcpListener::bind(listen).unwrap()
+        })
+        .join()
+        .unwrap();
+        let seen = std::thread::spawn(move || {
+            let (mut a, peer) = l.accept().unwrap();
+            a.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut b = [0u8; 5];
+            a.read_exact(&mut b).unwrap();
+            a.write_all(&b).unwrap();
+            peer
+        });
+        let echoed = in_ns(&bed.ns("c"), move || {
+            let mut c = TcpStream::connect_timeout(&listen, Duration::from_secs(5)).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            c.write_all(b"hello").unwrap();
+            let mut b = [0u8; 5];
+            c.read_exact(&mut b).unwrap();
+            (b, c.local_addr().unwrap())
+        })
+        .join()
+        .unwrap();
+        let peer = seen.join().unwrap();
+        assert_eq!(&echoed.0, b"hello");
+        assert_eq!(peer.ip().to_string(), client_ip, "logs: {}", bed.logs());
+        assert_eq!(peer, echoed.1, "the client's own port too");
+    }
+    let total = 5 + CONCURRENT as u64;
     // The status is a snapshot refreshed every 100 ms: wait for the last connection's end.
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
@@ -430,6 +495,7 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     assert_eq!(c["tcp"]["refused"], 0, "client: {c}");
     assert_eq!(c["tcp"]["server_accepts"], true, "client: {c}");
     assert_eq!(s["tcp"]["connections"], total, "server: {s}");
+    assert_eq!(s["tcp"]["transparent"], total, "server: {s}");
     assert_eq!(s["tcp"]["refused"], 0, "server: {s}");
     // Four megabytes went as pTCP segments of about 1.4 kB each.
     let sent = c["peers"][0]["session"]["ptcp"]["sent"].as_u64().unwrap();
@@ -522,6 +588,35 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     assert!(
         !table(&bed),
         "a daemon without acceleration removed the leftover table; logs: {}",
+        bed.logs()
+    );
+    // The server's transparent rules (nftables table and ip rules) go with it too.
+    let server_rules = |bed: &Bed| {
+        let run = |args: &[&str]| {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &bed.ns("s")])
+                .args(args)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        (
+            run(&["nft", "list", "tables"]).contains("braid_braid0"),
+            run(&["ip", "rule", "list"]).contains("lookup 25202"),
+            run(&["ip", "-6", "rule", "list"]).contains("lookup 25202"),
+        )
+    };
+    assert_eq!(server_rules(&bed), (true, true, true));
+    let mut server = bed.children.remove(0);
+    // SAFETY: SIGTERM to our own child.
+    unsafe {
+        libc::kill(server.id() as i32, libc::SIGTERM);
+    }
+    let _ = server.wait();
+    assert_eq!(
+        server_rules(&bed),
+        (false, false, false),
+        "logs: {}",
         bed.logs()
     );
 }
