@@ -617,6 +617,11 @@ impl Daemon {
             }
             accel.stats.listen_port = Some(t.listen_port);
         }
+        if cfg.tcp.is_some() && cfg.qos.is_some() {
+            eprintln!(
+                "braid: warning: [tcp] accelerate with [qos]: accelerated TCP rides pTCP beside the shaper, not through JoBS, so it is in no class and the classes' bounds do not hold while it runs (docs/qos.md)"
+            );
+        }
         if let (Role::Responder, Some(true)) = (cfg.role, cfg.tcp.as_ref().map(|t| t.transparent)) {
             let table = accel::nft_table(&cfg.ifname);
             install_transparent_rules(&table)?;
