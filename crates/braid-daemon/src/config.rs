@@ -640,7 +640,8 @@ impl Config {
                     ));
                 }
                 // A server's [bond] holds only what this end decides for itself: what it sends
-                // twice and how fast its receiver releases. The client chooses the rest.
+                // twice, how fast its receiver releases and whether it shapes its egress. The
+                // client chooses the rest.
                 let table = toml::from_str::<toml::Table>(text).unwrap_or_default();
                 let others: Vec<&str> = table
                     .get("bond")

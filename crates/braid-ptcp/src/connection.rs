@@ -549,10 +549,12 @@ impl StripedConnection {
         self.last_heard = Some(now);
         let idx = match self.flow_index(seg.flow) {
             Some(i) => i,
+            // A new flow is taken while closing too: when every path of the open flows has
+            // died, the peer can finish (its data's and its FIN's acknowledgements) only on
+            // a flow opened over a path that lives. It closes once it is established.
             None if self.role == Role::Server
                 && seg.flags.contains(Flags::SYN)
-                && self.state != State::Closed
-                && !self.close_requested =>
+                && self.state != State::Closed =>
             {
                 let mut f = MicroFlow::accept(seg.flow, path, self.config.flow);
                 f.start(now);

@@ -364,7 +364,12 @@ impl MicroFlow {
     }
 
     fn control_timeout(&self) -> Duration {
-        let base = self.rtt.rto_base();
+        let mut base = self.rtt.rto_base();
+        if self.fin_acked {
+            // FIN-WAIT-2 (`await_peer_fin`): the peer resends its FIN on its own timer, whose
+            // base may be the initial RTO if it never sent data; wait on the longer of the two.
+            base = base.max(self.config.rtt.rto_initial);
+        }
         base.saturating_mul(1 << self.control_tries.min(16))
             .min(self.config.rtt.rto_max)
     }
@@ -409,9 +414,11 @@ impl MicroFlow {
 
     /// The SM received the peer's whole stream: the peer has nothing left to send, so a flow
     /// in FIN-WAIT-2 (its FIN acknowledged, the peer's not yet come) only waits for the peer's
-    /// FIN. It waits as long as the peer retries a FIN (the control timer's backoff, for
-    /// [`FlowConfig::max_control_tries`]) and then gives up, closing aborted: on a path that
-    /// died after this end's FIN got through, the peer's FIN never comes.
+    /// FIN. It waits on the control timer's backoff for [`FlowConfig::max_control_tries`]
+    /// tries, from a base of at least the initial RTO (the peer's FIN timer starts there when
+    /// it has no RTT sample), so at least as long as the peer resends a FIN, and then gives
+    /// up, closing aborted: on a path that died after this end's FIN got through, the peer's
+    /// FIN never comes.
     pub fn await_peer_fin(&mut self, now: Instant) {
         if self.state == FlowState::Closing
             && self.fin_acked

@@ -262,6 +262,9 @@ proptest! {
             return Err(TestCaseError::fail(format!("{e}; client {:?}; flows {:?}",
                 pair.client.stats(), pair.client.flow_stats())));
         }
+        // Both ends closed on their own, not by the user timeout (which a flow waiting for a
+        // FIN on a dead path once needed).
+        prop_assert!(!pair.client.timed_out() && !pair.server.timed_out());
     }
 }
 
@@ -299,4 +302,39 @@ fn a_path_dies_between_the_two_fins() {
         flow: braid_ptcp::FlowId(0),
         aborted: true
     }));
+}
+
+/// The soak's case (cc 5b058b77): the fast path dies at 707 ms with everything delivered over
+/// it, before the slow reader finishes and the server closes; the client's flow on the path
+/// that lives lost its SYNs until then. The server took no new flow once closing, so the
+/// client could never finish its close and gave up at the 15-minute user timeout. A closing
+/// server now takes the flow, and both ends close on their own.
+#[test]
+fn a_flow_opened_while_the_peer_closes_lets_the_close_finish() {
+    let mk = |kbps: u64, ms: u64, loss: u32, jitter: u64, dup: u32, dies: Option<u64>| {
+        spec(&PathParams {
+            rate_kbps: kbps,
+            delay_ms: ms,
+            loss_pct: loss,
+            jitter_ms: jitter,
+            dup_pct: dup,
+            dies_at_ms: dies,
+        })
+    };
+    let specs = [mk(500, 1, 7, 0, 0, None), mk(14088, 39, 3, 8, 5, Some(707))];
+    let mut cfg = Config::default();
+    cfg.flow.congestion.algorithm = CongestionAlgorithm::Bbr;
+    let mut pair = Pair::new(cfg, &specs, 9927376429930000021);
+    let len = 127_189;
+    let reader = Reader {
+        period: Duration::from_millis(22),
+        bytes_per_read: 2000,
+    };
+    let out = transfer_with(&mut pair, len, secs(3600), reader);
+    check_exact(&out, len).unwrap();
+    assert!(out.closed, "both ends close");
+    assert!(!pair.client.timed_out() && !pair.server.timed_out());
+    let established =
+        |events: &[Event]| events.contains(&Event::FlowEstablished(braid_ptcp::FlowId(0)));
+    assert!(established(&pair.client_events) && established(&pair.server_events));
 }

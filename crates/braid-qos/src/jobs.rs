@@ -651,8 +651,9 @@ impl<P> Jobs<P> {
     }
 
     /// A shared buffer's limit from now on, in packets (a shaper that sizes its buffer as a
-    /// queueing time at a rate that moves). Packets over a smaller limit are dropped at the
-    /// next arrival, as on overflow. Ignored with separate buffers, and for 0.
+    /// queueing time at a rate that moves). Below the backlog, nothing queued is dropped: each
+    /// arrival is answered by one drop, as on overflow, until departures bring the backlog
+    /// under the new limit. Ignored with separate buffers, and for 0.
     pub fn set_shared_limit(&mut self, packets: u32) {
         if self.buffer == BufferMode::Shared && packets > 0 {
             self.limit_packets = packets;
@@ -730,15 +731,17 @@ impl<P> Jobs<P> {
         c.stats.arrival_bytes += u64::from(len);
         // Buffer overflow (lines 10-12). Done before the backlog test of lines 8-9, which then
         // also sees classes that the drops emptied; select_dropped_class does not use rates.
-        while self.overflows(i) {
+        // One drop per arrival: with a fixed limit the arrival is the one packet over it, and
+        // after `set_shared_limit` shrank the buffer the backlog drains down to the new limit
+        // instead of losing the whole excess at once.
+        if self.overflows(i) {
             let candidates = match self.buffer {
                 BufferMode::Shared => self.backlogged(),
                 BufferMode::Separate => 1 << i,
             };
-            let Some((victim, broken)) = self.select_dropped_class(candidates, true) else {
-                break;
-            };
-            self.drop_tail(victim, DropReason::Overflow, broken);
+            if let Some((victim, broken)) = self.select_dropped_class(candidates, true) {
+                self.drop_tail(victim, DropReason::Overflow, broken);
+            }
         }
         // not_backlogged_anymore() or now_backlogged() -> reset_rates() (lines 8-9). The set
         // is remembered as it is here, before the drops of lines 13-17: a class those drops

@@ -99,7 +99,7 @@ impl QosShaper {
             });
         // JoBS reasons about the inner packets: its capacity is the shaping rate less braid's
         // share of a full-size packet.
-        let inner_bps = rate_bps * u64::from(mtu) / u64::from(mtu + WIRE_OVERHEAD_BYTES);
+        let inner_bps = inner_rate(rate_bps, mtu);
         let mut jobs_config = config.jobs_config(inner_bps.max(1))?;
         jobs_config.capacity_bps = inner_bps.max(1);
         let jobs = Jobs::new(&jobs_config).map_err(|e| braid_qos::config::QosConfigError {
@@ -171,7 +171,7 @@ impl QosShaper {
         self.rate_bps = rate_bps;
         self.burst = burst_bytes(rate_bps, self.mtu);
         self.tokens = self.tokens.min(self.burst);
-        let inner = rate_bps * u64::from(self.mtu) / u64::from(self.mtu + WIRE_OVERHEAD_BYTES);
+        let inner = inner_rate(rate_bps, self.mtu);
         self.jobs.set_capacity(now, inner.max(1));
         if let Some(t) = self.queue_time {
             self.jobs
@@ -244,6 +244,13 @@ impl QosShaper {
             })
             .collect()
     }
+}
+
+/// The rate of the inner packets when `rate_bps` on the wire carries full-size ones (in
+/// `u128`: no rate a handshake can name overflows it).
+fn inner_rate(rate_bps: u64, mtu: u32) -> u64 {
+    let r = u128::from(rate_bps) * u128::from(mtu) / u128::from(mtu + WIRE_OVERHEAD_BYTES);
+    u64::try_from(r).unwrap_or(u64::MAX)
 }
 
 /// Full-size packets that take `time` to send at `rate_bps` on the wire, within the
@@ -343,20 +350,35 @@ mod tests {
         assert_eq!(r[0].name, "bond");
         assert_eq!(r[0].backlog, 286);
         assert_eq!(r[0].drops, 114);
-        // The bond halves: so do the rate and the buffer, and the next arrival trims the queue.
+        // The bond halves: so do the rate and the buffer. Nothing queued is dropped for it:
+        // each arrival costs one drop while the backlog is over the new limit, and the
+        // backlog drains down to it.
         now = now + Duration::from_millis(1);
         s.set_bond_rate(now, 7_000_000);
         assert_eq!(s.buffer_packets(), 143);
         s.enqueue(now, &ipv4_with_dscp(0, 1400));
-        assert_eq!(s.report(now)[0].backlog, 143);
-        // And it drains: 1 s of 0.97 x 7 Mbit/s is 571 packets; 143 are queued.
+        let r = s.report(now);
+        assert_eq!((r[0].backlog, r[0].drops), (286, 115));
+        // Offered 1400-byte packets at twice the new rate for a second, it settles at the new
+        // limit.
         let mut sent = 0;
-        for _ in 0..1000 {
+        for ms in 0..1000 {
+            if ms % 2 == 0 {
+                for _ in 0..3 {
+                    s.enqueue(now, &ipv4_with_dscp(0, 1400));
+                }
+            }
             while s.poll(now, |_| true).is_some() {
                 sent += 1;
             }
             now = now + Duration::from_millis(1);
         }
-        assert_eq!(sent, 143);
+        assert!(
+            (140..=144).contains(&s.report(now)[0].backlog),
+            "{:?}",
+            s.report(now)
+        );
+        // 1 s of 0.97 x 7 Mbit/s is 571 packets of 1400 + 86 bytes.
+        assert!((560..=580).contains(&sent), "{sent}");
     }
 }
