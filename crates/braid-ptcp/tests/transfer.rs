@@ -268,6 +268,18 @@ proptest! {
     }
 }
 
+/// A path of a regression case: `spec` of the property test's parameters.
+fn link(kbps: u64, ms: u64, loss: u32, jitter: u64, dup: u32, dies: Option<u64>) -> LinkSpec {
+    spec(&PathParams {
+        rate_kbps: kbps,
+        delay_ms: ms,
+        loss_pct: loss,
+        jitter_ms: jitter,
+        dup_pct: dup,
+        dies_at_ms: dies,
+    })
+}
+
 /// The case CI's proptest found (cc 625dd0dc): the first path dies at 804 ms, after the
 /// server's FIN on it was acknowledged and before the client's came; the second (500 kbit/s,
 /// 123 ms) and third (18 Mbit/s, 2 ms, 6% loss, duplication) survive. The stream finishes, and
@@ -275,20 +287,10 @@ proptest! {
 /// user timeout, 15 minutes after the client went quiet).
 #[test]
 fn a_path_dies_between_the_two_fins() {
-    let mk = |kbps: u64, ms: u64, loss: u32, jitter: u64, dup: u32, dies: Option<u64>| {
-        spec(&PathParams {
-            rate_kbps: kbps,
-            delay_ms: ms,
-            loss_pct: loss,
-            jitter_ms: jitter,
-            dup_pct: dup,
-            dies_at_ms: dies,
-        })
-    };
     let specs = [
-        mk(500, 129, 4, 27, 0, Some(804)),
-        mk(500, 123, 0, 28, 0, None),
-        mk(18_378, 2, 6, 20, 1, None),
+        link(500, 129, 4, 27, 0, Some(804)),
+        link(500, 123, 0, 28, 0, None),
+        link(18_378, 2, 6, 20, 1, None),
     ];
     let mut cfg = Config::default();
     cfg.flow.congestion.algorithm = CongestionAlgorithm::Cubic;
@@ -311,17 +313,10 @@ fn a_path_dies_between_the_two_fins() {
 /// server now takes the flow, and both ends close on their own.
 #[test]
 fn a_flow_opened_while_the_peer_closes_lets_the_close_finish() {
-    let mk = |kbps: u64, ms: u64, loss: u32, jitter: u64, dup: u32, dies: Option<u64>| {
-        spec(&PathParams {
-            rate_kbps: kbps,
-            delay_ms: ms,
-            loss_pct: loss,
-            jitter_ms: jitter,
-            dup_pct: dup,
-            dies_at_ms: dies,
-        })
-    };
-    let specs = [mk(500, 1, 7, 0, 0, None), mk(14088, 39, 3, 8, 5, Some(707))];
+    let specs = [
+        link(500, 1, 7, 0, 0, None),
+        link(14088, 39, 3, 8, 5, Some(707)),
+    ];
     let mut cfg = Config::default();
     cfg.flow.congestion.algorithm = CongestionAlgorithm::Bbr;
     let mut pair = Pair::new(cfg, &specs, 9927376429930000021);
