@@ -1387,22 +1387,18 @@ impl Daemon {
         if self.cfg.tcp.is_none() {
             return;
         }
-        // Forget connections without a TCP side (done, refused, or the onward connect failed)
-        // once closed, after this turn's flush sent their last segments.
-        for (k, p) in self.peers.iter_mut().enumerate() {
-            for id in p.ptcp.conn_ids() {
-                let paired = self.accel.tokens.contains_key(&(k, id));
-                let closed = p
-                    .ptcp
-                    .conn(id)
-                    .is_some_and(|c| c.state() == braid_ptcp::State::Closed);
-                if !paired && closed && !self.accel.pending.contains_key(&(k, id)) {
-                    p.ptcp.remove_after_transmit(id);
-                }
-            }
-            for id in p.ptcp.take_touched() {
-                if let Some(&token) = self.accel.tokens.get(&(k, id)) {
-                    self.accel.ready.insert(token);
+        // Only the connections that took a segment or ran a timer can have changed state: a
+        // paired one is pumped; one without a TCP side (done, refused, or the onward connect
+        // failed) is forgotten once closed, after this turn's flush sent its last segments.
+        // One that was already closed when it lost its TCP side is forgotten then
+        // ([`Daemon::forget_if_closed`]).
+        for k in 0..self.peers.len() {
+            for id in self.peers[k].ptcp.take_touched() {
+                match self.accel.tokens.get(&(k, id)) {
+                    Some(&token) => {
+                        self.accel.ready.insert(token);
+                    }
+                    None => self.forget_if_closed(k, id),
                 }
             }
         }
@@ -1428,10 +1424,27 @@ impl Daemon {
         for token in done {
             if let Some(mut a) = self.accel.pairs.remove(&token) {
                 self.accel.tokens.remove(&(a.peer, a.pair.id()));
-                // The connection leaves the table next turn, after a flush sent its last
-                // segments (the ACK of the peer's FIN).
+                // The connection leaves the table after a flush sent its last segments (the
+                // ACK of the peer's FIN): now if it is closed, else when it closes.
+                self.forget_if_closed(a.peer, a.pair.id());
                 let _ = self.poll.registry().deregister(a.pair.tcp_mut());
             }
+        }
+    }
+
+    /// Connection `id` of peer `k`, which has no TCP side and no header pending, leaves the
+    /// table after the next transmit if it is closed. Called when it loses its TCP side and
+    /// whenever it is touched, so each one is visited at the turn it closes.
+    fn forget_if_closed(&mut self, k: usize, id: u16) {
+        if self.accel.tokens.contains_key(&(k, id)) || self.accel.pending.contains_key(&(k, id)) {
+            return;
+        }
+        let p = &mut self.peers[k];
+        if p.ptcp
+            .conn(id)
+            .is_some_and(|c| c.state() == braid_ptcp::State::Closed)
+        {
+            p.ptcp.remove_after_transmit(id);
         }
     }
 
@@ -1454,6 +1467,7 @@ impl Daemon {
             if let Some(c) = self.peers[peer].ptcp.conn_mut(id) {
                 c.close(now);
             }
+            self.forget_if_closed(peer, id);
             return;
         }
         self.accel.stats.connections += 1;
@@ -1578,6 +1592,7 @@ impl Daemon {
                     c.close(now);
                     self.accel.stats.refused += 1;
                     self.accel.pending.remove(&(k, id));
+                    self.forget_if_closed(k, id);
                     continue;
                 }
             };
@@ -1604,6 +1619,7 @@ impl Daemon {
                         c.close(now);
                     }
                     self.accel.stats.refused += 1;
+                    self.forget_if_closed(k, id);
                 }
             }
         }

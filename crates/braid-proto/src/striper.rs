@@ -385,6 +385,19 @@ impl<P> Striper<P> {
 
     /// Stripe one packet: `Send(p)` of Appendix A.
     pub fn send(&mut self, now: Instant, len: u32, payload: P) -> Result<PathId, SendError<P>> {
+        self.send_marked(now, len, payload, false)
+    }
+
+    /// [`send`](Self::send) for a packet the driver knows to be a TCP retransmission
+    /// (`retransmit`): PET places it alone, on its earliest-delivery path, never as half of a
+    /// pair (BAG paper section V-A). Other schedulers ignore the mark.
+    pub fn send_marked(
+        &mut self,
+        now: Instant,
+        len: u32,
+        payload: P,
+        retransmit: bool,
+    ) -> Result<PathId, SendError<P>> {
         if len > self.max_packet {
             self.stats.too_large += 1;
             return Err(SendError::TooLarge(payload));
@@ -400,7 +413,7 @@ impl<P> Striper<P> {
                 .pet
                 .as_mut()
                 .expect("checked above")
-                .schedule(now, seq, len, false);
+                .schedule(now, seq, len, retransmit);
             self.enqueue_data(path.index(), len, payload);
             return Ok(path);
         }

@@ -89,5 +89,54 @@ fn session(cr: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, session);
+/// The TCP retransmission check PET's endpoints run on every data packet
+/// (`braid_session::tcp_retransmit`): parse, look up, record, for 1400-byte segments of 64
+/// flows in turn, one in eight a resend.
+fn tcp_retransmit(cr: &mut Criterion) {
+    use braid_session::tcp_retransmit::{data_segment, TcpRetransmits};
+    let segment = |flow: u16, seq: u32| {
+        let mut p = vec![0u8; LEN];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&(LEN as u16).to_be_bytes());
+        p[9] = 6;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[20..22].copy_from_slice(&(5000 + flow).to_be_bytes());
+        p[22..24].copy_from_slice(&80u16.to_be_bytes());
+        p[24..28].copy_from_slice(&seq.to_be_bytes());
+        p[32] = 5 << 4;
+        p[33] = 0x10;
+        p
+    };
+    let packets: Vec<Vec<u8>> = (0..1024u32)
+        .map(|i| {
+            let round = i / 64;
+            let resend = i % 8 == 7;
+            let seq = (if resend {
+                round.saturating_sub(1)
+            } else {
+                round
+            }) * 1360;
+            segment((i % 64) as u16, seq)
+        })
+        .collect();
+    let mut g = cr.benchmark_group("tcp_retransmit");
+    g.throughput(Throughput::Elements(packets.len() as u64));
+    g.bench_function("check_and_record_1400", |b| {
+        let mut t = TcpRetransmits::new();
+        b.iter(|| {
+            let mut n = 0u32;
+            for p in &packets {
+                if let Some(seg) = data_segment(p) {
+                    n += u32::from(t.is_retransmission(&seg));
+                    t.record(&seg);
+                }
+            }
+            black_box(n)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, session, tcp_retransmit);
 criterion_main!(benches);

@@ -5,6 +5,7 @@
 
 use crate::params::{PathPolicy, PolicyStriping};
 use crate::policy;
+use crate::tcp_retransmit::TcpRetransmits;
 use braid_proto::credit::{CreditConfig, CreditGrantor};
 use braid_proto::pet::{PetReceiver, PetReceiverConfig, SigAckEntry};
 use braid_proto::resequence::ResequenceMode;
@@ -57,6 +58,8 @@ pub struct EndpointStats {
     pub policy_packets: u64,
     /// Packets dropped because none of their policy's paths was up.
     pub policy_no_path: u64,
+    /// TCP retransmissions seen (scheduler `pet`: each placed alone, never paired).
+    pub tcp_retransmits: u64,
 }
 
 /// One end of a bond, without I/O.
@@ -80,6 +83,8 @@ pub struct Endpoint {
     policies: Vec<PathPolicy>,
     /// The paths' configured rates, where PET has no estimate (for the policies' choices).
     rates_bps: Vec<u64>,
+    /// Scheduler `pet`: the TCP flows' highest data, to tell retransmissions apart.
+    tcp_retransmits: Option<TcpRetransmits>,
 }
 
 impl Endpoint {
@@ -102,6 +107,9 @@ impl Endpoint {
             duplicate_dscp: 0,
             policies: Vec::new(),
             rates_bps: config.striper.scheduler.rates_bps.clone(),
+            tcp_retransmits: (config.striper.scheduler.kind == SchedulerKind::Pet
+                && !config.striper.adaptive)
+                .then(TcpRetransmits::new),
         })
     }
 
@@ -208,7 +216,18 @@ impl Endpoint {
     /// Queue a packet for sending.
     pub fn send(&mut self, now: Instant, payload: Vec<u8>) -> Result<PathId, SendError<Vec<u8>>> {
         let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-        self.striper.send(now, len, payload)
+        // PET pairs no TCP retransmission (`crate::tcp_retransmit`).
+        let Some(t) = self.tcp_retransmits.as_mut() else {
+            return self.striper.send(now, len, payload);
+        };
+        let seg = crate::tcp_retransmit::data_segment(&payload);
+        let retransmit = seg.as_ref().is_some_and(|s| t.is_retransmission(s));
+        let sent = self.striper.send_marked(now, len, payload, retransmit);
+        if let (Ok(_), Some(s)) = (&sent, seg) {
+            t.record(&s);
+            self.stats.tcp_retransmits += u64::from(retransmit);
+        }
+        sent
     }
 
     /// Queue a copy of `packet` for sending, in a spare buffer if there is one; a refused

@@ -21,6 +21,7 @@ pub mod qos;
 pub mod replay;
 pub mod retransmit;
 pub mod session;
+pub mod tcp_retransmit;
 
 pub use keys::{PrivateKey, PublicKey};
 pub use params::BondParams;

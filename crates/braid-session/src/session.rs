@@ -269,6 +269,8 @@ pub struct SessionStatus {
     pub abandoned_packets: u64,
     /// Packets a path policy placed (`[[policy]]`).
     pub policy_packets: u64,
+    /// TCP retransmissions this end striped (scheduler `pet`: placed alone, never paired).
+    pub tcp_retransmits: u64,
     /// Packets dropped because none of their policy's paths was up.
     pub policy_no_path: u64,
     /// Datagrams dropped, by reason.
@@ -329,6 +331,8 @@ pub struct PetStatus {
     pub pairs: u64,
     /// Pair samples taken (bandwidth estimates updated).
     pub samples: u64,
+    /// Packets placed alone: TCP retransmissions, and pairs' firsts whose second never came.
+    pub singles: u64,
     /// Pairs sent on an idle path to probe it.
     pub probes: u64,
     /// Paths PET took out for lack of SIG-ACKs.
@@ -1662,6 +1666,7 @@ impl Session {
             duplicated_packets: e.map_or(0, |e| e.striper().stats().duplicates),
             abandoned_packets: rx.abandoned,
             policy_packets: e.map_or(0, |e| e.stats().policy_packets),
+            tcp_retransmits: e.map_or(0, |e| e.stats().tcp_retransmits),
             policy_no_path: e.map_or(0, |e| e.stats().policy_no_path),
             classes: self
                 .qos
@@ -1683,6 +1688,7 @@ impl Session {
                     sig_acks_dropped: s.sig_acks_dropped,
                     pairs: p.pairs,
                     samples: p.samples,
+                    singles: p.singles,
                     probes: p.probes,
                     blackouts: p.blackouts,
                     unknown_feedback: p.unknown_feedback,

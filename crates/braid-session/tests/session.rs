@@ -738,6 +738,49 @@ fn with_qos_the_shaper_follows_the_bond_when_a_path_dies() {
     assert!(service < 10.0, "JoBS hands out {service} Mbit/s");
 }
 
+/// An IPv4 TCP data segment of flow 10.0.0.1:5000 -> 10.0.0.2:80 with `seq` and 1000 bytes.
+fn tcp_segment(seq: u32) -> Vec<u8> {
+    let mut p = vec![0u8; 1040];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&1040u16.to_be_bytes());
+    p[8] = 64;
+    p[9] = 6;
+    p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+    p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+    p[20..22].copy_from_slice(&5000u16.to_be_bytes());
+    p[22..24].copy_from_slice(&80u16.to_be_bytes());
+    p[24..28].copy_from_slice(&seq.to_be_bytes());
+    p[32] = 5 << 4;
+    p[33] = 0x10;
+    p
+}
+
+#[test]
+fn pet_places_tcp_retransmissions_alone() {
+    // The BAG paper pairs no retransmission: the session tells them apart by the TCP flow's
+    // highest data sent, and PET places each alone.
+    let mut net = pet_net(server_config());
+    for i in 0..200u32 {
+        assert!(net.client.send(net.now, &tcp_segment(1 + i * 1000)));
+        net.step(Duration::from_millis(1));
+    }
+    let before = net.client.status().pet.expect("pet").singles;
+    // Three of them again (a fast retransmit and two timeouts), then new data.
+    for seq in [50_001, 60_001, 50_001] {
+        assert!(net.client.send(net.now, &tcp_segment(seq)));
+        net.step(Duration::from_millis(1));
+    }
+    assert!(net.client.send(net.now, &tcp_segment(200_001)));
+    net.step(Duration::from_millis(500));
+    let st = net.client.status();
+    assert_eq!(st.tcp_retransmits, 3);
+    let singles = st.pet.expect("pet").singles - before;
+    // Each retransmission alone; closing the open pair may make its first one too.
+    assert!((3..=6).contains(&singles), "{singles} singles");
+    // Everything arrives, the resends too (TCP sorts them out).
+    assert_eq!(net.to_server.len(), 204);
+}
+
 /// 16 Mbit/s of payload offered for 3 s to PET over paths of 8, 4 and 2 Mbit/s whose rates
 /// the client was not told, with `[bond] shape_egress` as given: the client's classes and the
 /// longest queue a path's own buffer held after the first second.

@@ -1,0 +1,254 @@
+//! Telling TCP retransmissions apart, so that PET does not pair them (BAG paper, section V-A:
+//! "retransmitted packets are not paired").
+//!
+//! A pair's second packet follows the first to its path whatever EDPF says, and the pair's
+//! dispersion is a bandwidth sample. A retransmission is late already and should go on the
+//! path that delivers it first; and it is sent at TCP's timing (a fast retransmit, a timeout),
+//! not back to back with its neighbour, so its spacing says little about the path. The BAG
+//! proxy sees the TCP headers; so does braid, which reads every IP packet it stripes.
+//!
+//! [`TcpRetransmits`] keeps, per TCP flow, the highest sequence number that has ended a data
+//! segment so far; a data segment that ends at or below it carries nothing new and is a
+//! retransmission (TCP's own definition: it covers bytes already sent). Sequence numbers are
+//! compared modulo 2^32 (RFC 9293 section 3.4). The table holds [`MAX_FLOWS`] flows and forgets
+//! the oldest first; a forgotten flow's next segment just counts as new. Nothing here
+//! allocates per packet once a flow is known.
+
+use braid_qos::classifier::headers;
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+
+/// Flows remembered at most.
+pub const MAX_FLOWS: usize = 4096;
+
+/// A TCP flow, one direction: source, destination, ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    src: IpAddr,
+    dst: IpAddr,
+    src_port: u16,
+    dst_port: u16,
+}
+
+/// A TCP data segment: its flow and the sequence number after its last byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// The flow.
+    pub flow: FlowKey,
+    /// Sequence number + payload length (+ 1 for a FIN), modulo 2^32.
+    pub end: u32,
+}
+
+/// The highest end of data seen per TCP flow.
+#[derive(Debug, Default)]
+pub struct TcpRetransmits {
+    highest: HashMap<FlowKey, u32>,
+    /// Flows in the order they were first seen, for eviction.
+    order: VecDeque<FlowKey>,
+}
+
+/// The TCP data segment in `packet` (an IPv4 or IPv6 packet), if it is one. Packets without
+/// payload (pure ACKs, SYNs) are not: they carry no data to resend.
+pub fn data_segment(packet: &[u8]) -> Option<Segment> {
+    let h = headers(packet)?;
+    if h.proto != 6 {
+        return None;
+    }
+    let at = h.transport?;
+    let tcp = packet.get(at..at.checked_add(20)?)?;
+    let data_offset = usize::from(tcp[12] >> 4) * 4;
+    let payload = h.end.checked_sub(at.checked_add(data_offset)?)?;
+    let fin = tcp[13] & 0x01 != 0;
+    if data_offset < 20 || (payload == 0 && !fin) {
+        return None;
+    }
+    let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+    let len = u32::try_from(payload).ok()?.wrapping_add(u32::from(fin));
+    Some(Segment {
+        flow: FlowKey {
+            src: h.src,
+            dst: h.dst,
+            src_port: u16::from_be_bytes([tcp[0], tcp[1]]),
+            dst_port: u16::from_be_bytes([tcp[2], tcp[3]]),
+        },
+        end: seq.wrapping_add(len),
+    })
+}
+
+impl TcpRetransmits {
+    /// An empty table.
+    pub fn new() -> Self {
+        TcpRetransmits::default()
+    }
+
+    /// Whether `seg` covers nothing its flow has not sent before. Does not record it: call
+    /// [`record`](Self::record) once the segment is really sent (a packet the bond refuses
+    /// comes again and must not then count as its own retransmission).
+    pub fn is_retransmission(&self, seg: &Segment) -> bool {
+        self.highest
+            .get(&seg.flow)
+            .is_some_and(|&high| !after(seg.end, high))
+    }
+
+    /// `seg` was sent: its end is the flow's highest if it is past the one before.
+    pub fn record(&mut self, seg: &Segment) {
+        match self.highest.get_mut(&seg.flow) {
+            Some(high) => {
+                if after(seg.end, *high) {
+                    *high = seg.end;
+                }
+            }
+            None => {
+                if self.order.len() >= MAX_FLOWS {
+                    if let Some(old) = self.order.pop_front() {
+                        self.highest.remove(&old);
+                    }
+                }
+                self.order.push_back(seg.flow);
+                self.highest.insert(seg.flow, seg.end);
+            }
+        }
+    }
+
+    /// Flows remembered now.
+    pub fn flows(&self) -> usize {
+        self.highest.len()
+    }
+}
+
+/// `a` is after `b` in sequence space (RFC 9293's `SEQ_GT`).
+fn after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IPv4 TCP packet from 10.0.0.1:`sport` to 10.0.0.2:80 with `seq`, `payload` bytes
+    /// and the given flags byte.
+    fn v4(sport: u16, seq: u32, payload: usize, flags: u8) -> Vec<u8> {
+        let total = 20 + 20 + payload;
+        let mut p = vec![0u8; total];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        p[8] = 64;
+        p[9] = 6;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[20..22].copy_from_slice(&sport.to_be_bytes());
+        p[22..24].copy_from_slice(&80u16.to_be_bytes());
+        p[24..28].copy_from_slice(&seq.to_be_bytes());
+        p[32] = 5 << 4;
+        p[33] = flags;
+        p
+    }
+
+    fn v6(seq: u32, payload: usize) -> Vec<u8> {
+        let mut p = vec![0u8; 40 + 20 + payload];
+        p[0] = 0x60;
+        p[4..6].copy_from_slice(&((20 + payload) as u16).to_be_bytes());
+        p[6] = 6;
+        p[7] = 64;
+        p[23] = 1;
+        p[39] = 2;
+        p[40..42].copy_from_slice(&5000u16.to_be_bytes());
+        p[42..44].copy_from_slice(&80u16.to_be_bytes());
+        p[44..48].copy_from_slice(&seq.to_be_bytes());
+        p[52] = 5 << 4;
+        p[53] = 0x10;
+        p
+    }
+
+    /// Whether `packet` is a retransmission, recording it as sent.
+    fn sent(t: &mut TcpRetransmits, packet: &[u8]) -> Option<bool> {
+        let seg = data_segment(packet)?;
+        let r = t.is_retransmission(&seg);
+        t.record(&seg);
+        Some(r)
+    }
+
+    #[test]
+    fn a_segment_that_covers_nothing_new_is_a_retransmission() {
+        let mut t = TcpRetransmits::new();
+        assert_eq!(sent(&mut t, &v4(5000, 1000, 1000, 0x10)), Some(false));
+        assert_eq!(sent(&mut t, &v4(5000, 2000, 1000, 0x10)), Some(false));
+        // The first again (a fast retransmit), and it again (a timeout).
+        assert_eq!(sent(&mut t, &v4(5000, 1000, 1000, 0x10)), Some(true));
+        assert_eq!(sent(&mut t, &v4(5000, 1000, 1000, 0x10)), Some(true));
+        // A repacketised resend that reaches past the highest (3000) is new; so is what follows.
+        assert_eq!(sent(&mut t, &v4(5000, 2500, 1000, 0x10)), Some(false));
+        assert_eq!(sent(&mut t, &v4(5000, 3500, 1000, 0x10)), Some(false));
+        // Another flow is another story; pure ACKs and SYNs are no data.
+        assert_eq!(sent(&mut t, &v4(5001, 1000, 1000, 0x10)), Some(false));
+        assert_eq!(sent(&mut t, &v4(5000, 9000, 0, 0x10)), None);
+        assert_eq!(sent(&mut t, &v4(5000, 9000, 0, 0x02)), None);
+        // A FIN takes one sequence number: sent twice, the second is a retransmission.
+        assert_eq!(sent(&mut t, &v4(5000, 4500, 0, 0x11)), Some(false));
+        assert_eq!(sent(&mut t, &v4(5000, 4500, 0, 0x11)), Some(true));
+        // IPv6 too.
+        assert_eq!(sent(&mut t, &v6(7, 100)), Some(false));
+        assert_eq!(sent(&mut t, &v6(7, 100)), Some(true));
+        assert_eq!(t.flows(), 3);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap() {
+        let mut t = TcpRetransmits::new();
+        assert_eq!(
+            sent(&mut t, &v4(5000, u32::MAX - 499, 1000, 0x10)),
+            Some(false)
+        );
+        assert_eq!(sent(&mut t, &v4(5000, 500, 1000, 0x10)), Some(false));
+        assert_eq!(
+            sent(&mut t, &v4(5000, u32::MAX - 499, 1000, 0x10)),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn a_refused_segment_is_not_its_own_retransmission() {
+        let mut t = TcpRetransmits::new();
+        let seg = data_segment(&v4(5000, 1000, 1000, 0x10)).unwrap();
+        assert!(!t.is_retransmission(&seg));
+        // Refused by the bond, offered again: still new until recorded.
+        assert!(!t.is_retransmission(&seg));
+        t.record(&seg);
+        assert!(t.is_retransmission(&seg));
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_forgets_the_oldest() {
+        let mut t = TcpRetransmits::new();
+        for port in 0..(MAX_FLOWS as u16 + 10) {
+            sent(&mut t, &v4(port, 1, 100, 0x10));
+        }
+        assert_eq!(t.flows(), MAX_FLOWS);
+        // Port 0 was forgotten (counts as new), the newest is known.
+        assert_eq!(sent(&mut t, &v4(0, 1, 100, 0x10)), Some(false));
+        assert_eq!(
+            sent(&mut t, &v4(MAX_FLOWS as u16 + 9, 1, 100, 0x10)),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn garbage_is_no_segment() {
+        for len in 0..80 {
+            let mut p = v4(5000, 1, 20, 0x10);
+            p.truncate(len);
+            let _ = data_segment(&p);
+        }
+        // A data offset past the packet's end, a length field past the bytes.
+        let mut p = v4(5000, 1, 0, 0x10);
+        p[32] = 15 << 4;
+        assert_eq!(data_segment(&p), None);
+        let mut p = v4(5000, 1, 10, 0x10);
+        p[2..4].copy_from_slice(&9000u16.to_be_bytes());
+        assert!(data_segment(&p).is_some_and(|s| s.end == 11));
+        // Not TCP.
+        let mut p = v4(5000, 1, 10, 0x10);
+        p[9] = 17;
+        assert_eq!(data_segment(&p), None);
+    }
+}
