@@ -12,6 +12,7 @@
 pub mod accel;
 pub mod config;
 pub mod control;
+mod gso;
 mod metrics;
 mod net;
 pub mod ptcp_node;
@@ -83,10 +84,7 @@ const PRIVILEGE_HINT: &str = " (braid needs CAP_NET_ADMIN: run it as root, or gi
 
 /// Room for one datagram in the send buffer (the TUN MTU plus braid's overhead fits).
 const DATAGRAM_ROOM: usize = 2048;
-/// Datagrams per GSO send at most (the kernel's UDP_MAX_SEGMENTS).
-const MAX_BATCH: usize = 64;
-/// Bytes per GSO send at most: the segments together must fit one IP packet's length field.
-const MAX_BATCH_BYTES: usize = 65_000;
+use gso::{MAX_BATCH, MAX_BATCH_BYTES};
 /// Receive buffers per `recvmmsg`, each for one GRO-coalesced datagram of up to 64 KiB.
 const RX_BUFFERS: usize = 4;
 const RX_BUFFER_BYTES: usize = 65_536;
@@ -168,7 +166,7 @@ pub struct TcpStatus {
     /// (or when it does not), nothing is redirected and TCP rides the striped tunnel.
     /// Server: always true.
     pub server_accepts: bool,
-    /// Server: onward connections made from the client's own address (`[tcp] transparent`).
+    /// Server: onward connects started from the client's own address (`[tcp] transparent`).
     pub transparent: u64,
 }
 
@@ -258,6 +256,9 @@ struct Accel {
     /// Server: the rules of `[tcp] transparent` are installed, and onward connections go out
     /// from the clients' addresses.
     transparent: bool,
+    /// Server: the IPv6 rules are installed too (else IPv6 goes onward from the server's own
+    /// address).
+    transparent_v6: bool,
     stats: TcpStatus,
 }
 
@@ -304,60 +305,16 @@ struct Daemon {
     /// Sealed pTCP segments, one at a time.
     ptcp_out: Vec<u8>,
     /// Per path: sealed pTCP datagrams waiting to go out in one GSO send.
-    ptcp_batches: Vec<PtcpBatch>,
+    ptcp_batches: Vec<gso::Batch>,
     accel: Accel,
 }
 
-/// Sealed pTCP datagrams of one path, back to back, for one GSO send.
-#[derive(Default)]
-struct PtcpBatch {
-    buf: Vec<u8>,
-    /// The size of every datagram but a shorter last one.
-    segment: usize,
-    count: usize,
-}
-
 /// The UDP socket a path's datagrams go out on: a client's own per path, a server's one.
-fn sock_index(role: Role, path: usize) -> usize {
+pub(crate) fn sock_index(role: Role, path: usize) -> usize {
     match role {
         Role::Initiator => path,
         Role::Responder => 0,
     }
-}
-
-/// Datagrams one GSO send on socket `i` may carry (1 without GSO), at most [`MAX_BATCH`].
-fn gso_segments(gso: &[Option<quinn_udp::UdpSocketState>], i: usize) -> usize {
-    gso.get(i)
-        .and_then(Option::as_ref)
-        .map_or(1, |g| g.max_gso_segments())
-        .clamp(1, MAX_BATCH)
-}
-
-/// Sends `contents`, `count` datagrams of `segment` bytes (the last may be shorter), to `to`
-/// on socket `i` in one GSO send. `Err(None)`: no such socket or no address to send to;
-/// `Err(Some(e))`: the kernel refused.
-fn gso_send(
-    sockets: &[Option<UdpSocket>],
-    gso: &[Option<quinn_udp::UdpSocketState>],
-    i: usize,
-    to: Option<SocketAddr>,
-    contents: &[u8],
-    segment: usize,
-    count: usize,
-) -> Result<(), Option<io::Error>> {
-    let (Some(Some(sock)), Some(Some(state)), Some(to)) = (sockets.get(i), gso.get(i), to) else {
-        return Err(None);
-    };
-    let transmit = quinn_udp::Transmit {
-        destination: to,
-        ecn: None,
-        contents,
-        segment_size: (count > 1).then_some(segment),
-        src_ip: None,
-    };
-    state
-        .try_send(quinn_udp::UdpSockRef::from(sock), &transmit)
-        .map_err(Some)
 }
 
 /// 32 bytes from the OS for a session's randomness (ephemeral keys, indices).
@@ -392,8 +349,9 @@ pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
 /// Server with `[tcp] transparent`: installs the nftables table and the `ip` rules that bring
 /// what comes back to a transparent onward socket to it ([`accel::nft_transparent_ruleset`],
 /// [`accel::ip_rule_commands`]). Leftovers of a daemon that was killed are replaced. IPv4 must
-/// work; IPv6 may be off on the host (its onward connections then fail and are refused).
-fn install_transparent_rules(table: &str) -> Result<(), DaemonError> {
+/// work; IPv6 may be off on the host: `Ok(false)` says its rules are not in, and IPv6 then goes
+/// onward from the server's own address.
+fn install_transparent_rules(table: &str) -> Result<bool, DaemonError> {
     let fail = |detail: String| {
         DaemonError::Ip {
         what: "[tcp] transparent".into(),
@@ -418,29 +376,44 @@ fn install_transparent_rules(table: &str) -> Result<(), DaemonError> {
                 )
             })
     };
-    for cmd in accel::ip_rule_commands(false) {
-        let _ = ip(&cmd);
-    }
+    remove_transparent_ip_rules();
+    let mut v6 = true;
     for cmd in accel::ip_rule_commands(true) {
-        match ip(&cmd) {
-            Ok((true, _)) => {}
-            Ok((false, e)) if cmd[0] == "-6" => {
+        let problem = match ip(&cmd) {
+            Ok((true, _)) => continue,
+            Ok((false, e)) => format!("`ip {}` failed: {e}", cmd.join(" ")),
+            Err(e) => format!("cannot run `ip`: {e}"),
+        };
+        if cmd[0] == "-6" {
+            if v6 {
                 eprintln!(
-                    "braid: `ip {}` failed ({e}): IPv6 TCP is not connected onward transparently",
-                    cmd.join(" ")
+                    "braid: {problem}: IPv6 TCP is connected onward from the server's own address"
                 );
             }
-            Ok((false, e)) => {
-                let _ = delete_nft_table(table);
-                return Err(fail(format!("`ip {}` failed: {e}", cmd.join(" "))));
-            }
-            Err(e) => {
-                let _ = delete_nft_table(table);
-                return Err(fail(format!("cannot run `ip`: {e}")));
-            }
+            v6 = false;
+            continue;
+        }
+        remove_transparent_ip_rules();
+        let _ = delete_nft_table(table);
+        return Err(fail(problem));
+    }
+    if !v6 {
+        // Half an IPv6 setup (the rule without the route) would misroute replies.
+        for cmd in accel::ip_rule_commands(false)
+            .into_iter()
+            .filter(|c| c[0] == "-6")
+        {
+            let _ = std::process::Command::new("ip").args(&cmd).output();
         }
     }
-    Ok(())
+    Ok(v6)
+}
+
+/// Deletes the `ip` rules and routes of `[tcp] transparent`, whichever are there.
+fn remove_transparent_ip_rules() {
+    for cmd in accel::ip_rule_commands(false) {
+        let _ = std::process::Command::new("ip").args(&cmd).output();
+    }
 }
 
 /// Runs `nft -f -` with `script` on its standard input.
@@ -497,26 +470,26 @@ impl Daemon {
             _ => (1428, "1428 until the client's handshake sets it".to_owned()),
         };
         let tun = net::open_tun(&cfg, mtu)?;
-        if cfg.tcp.is_none() {
+        let server_opaque =
+            cfg.role == Role::Responder && cfg.tcp.as_ref().is_some_and(|t| !t.transparent);
+        if cfg.tcp.is_none() || server_opaque {
             // A daemon of this interface killed with [tcp] accelerate on leaves its nftables
             // table behind, and it would redirect TCP for the tunnel to a port nobody listens
-            // on. Without acceleration nothing of ours should be there: remove it.
+            // on (or, a transparent server's, mark what nobody routes). Without acceleration,
+            // or at a server without transparency, nothing of ours should be there: remove it.
             let table = accel::nft_table(&cfg.ifname);
             if delete_nft_table(&table).is_ok() {
                 eprintln!(
                     "braid: removed the nftables table inet {table} a daemon with [tcp] accelerate left behind"
                 );
+                // A transparent server's leftovers include its ip rules.
+                if cfg.role == Role::Responder {
+                    remove_transparent_ip_rules();
+                }
             }
         }
         let (mut sockets, addrs, names) = net::open_sockets(&cfg)?;
-        let gso = sockets
-            .iter()
-            .map(|s| {
-                s.as_ref()
-                    .map(|s| quinn_udp::UdpSocketState::new(quinn_udp::UdpSockRef::from(s)))
-                    .transpose()
-            })
-            .collect::<io::Result<Vec<_>>>()?;
+        let gso = gso::states(&sockets)?;
         let poll = Poll::new()?;
         let tun_fd = tun.as_raw_fd();
         poll.registry()
@@ -624,7 +597,7 @@ impl Daemon {
         }
         if let (Role::Responder, Some(true)) = (cfg.role, cfg.tcp.as_ref().map(|t| t.transparent)) {
             let table = accel::nft_table(&cfg.ifname);
-            install_transparent_rules(&table)?;
+            accel.transparent_v6 = install_transparent_rules(&table)?;
             eprintln!(
                 "braid: accelerated TCP is connected onward from the clients' addresses (nftables table inet {table}, ip rule fwmark {:#x} lookup {})",
                 accel::REPLY_MARK,
@@ -1183,7 +1156,7 @@ impl Daemon {
                 let peer = self.peers[k].addrs.get(p).copied().flatten();
                 // Batch the path's datagrams for one GSO send: all segments the size of the
                 // first, except a shorter last one (the kernel's rule for UDP_SEGMENT).
-                let max_segments = gso_segments(&self.gso, sock_index);
+                let max_segments = gso::segments(&self.gso, sock_index);
                 let mut used = 0usize;
                 let mut segment = 0usize;
                 let mut count = 0usize;
@@ -1226,7 +1199,7 @@ impl Daemon {
         segment: usize,
         count: usize,
     ) {
-        let sent = gso_send(
+        let sent = gso::send(
             &self.sockets,
             &self.gso,
             sock_index,
@@ -1255,41 +1228,25 @@ impl Daemon {
                 continue;
             }
             let addrs = &peer.addrs;
-            let mut send = |path: usize, b: &mut PtcpBatch| {
-                if b.count == 0 {
+            let mut send = |path: usize, b: &mut gso::Batch| {
+                if b.count() == 0 {
                     return;
                 }
                 let to = addrs.get(path).copied().flatten();
                 let i = sock_index(role, path);
-                if gso_send(sockets, gso, i, to, &b.buf, b.segment, b.count).is_err() {
+                if gso::send(sockets, gso, i, to, b.contents(), b.segment(), b.count()).is_err() {
                     // pTCP resends what it loses.
-                    *send_errors += b.count as u64;
+                    *send_errors += b.count() as u64;
                 }
-                b.buf.clear();
-                b.count = 0;
+                b.clear();
             };
             peer.ptcp
                 .transmit(&mut peer.session, now, &mut self.ptcp_out, |path, d| {
                     if batches.len() <= path {
-                        batches.resize_with(path + 1, PtcpBatch::default);
+                        batches.resize_with(path + 1, gso::Batch::default);
                     }
-                    let max = gso_segments(gso, sock_index(role, path))
-                        .min(MAX_BATCH_BYTES / d.len().max(1))
-                        .max(1);
-                    let b = &mut batches[path];
-                    // All segments the size of the first, but a shorter last one (the
-                    // kernel's rule for UDP_SEGMENT).
-                    if b.count > 0 && (d.len() > b.segment || b.count >= max) {
-                        send(path, b);
-                    }
-                    if b.count == 0 {
-                        b.segment = d.len();
-                    }
-                    b.buf.extend_from_slice(d);
-                    b.count += 1;
-                    if d.len() < b.segment {
-                        send(path, b);
-                    }
+                    let max = gso::segments(gso, sock_index(role, path));
+                    batches[path].push(d, max, |b| send(path, b));
                 });
             for (path, b) in batches.iter_mut().enumerate() {
                 send(path, b);
@@ -1374,9 +1331,7 @@ impl Daemon {
             let _ = delete_nft_table(&table);
         }
         if std::mem::take(&mut self.accel.transparent) {
-            for cmd in accel::ip_rule_commands(false) {
-                let _ = std::process::Command::new("ip").args(&cmd).output();
-            }
+            remove_transparent_ip_rules();
         }
     }
 
@@ -1559,9 +1514,7 @@ impl Daemon {
         }
         let keys: Vec<(usize, u16)> = self.accel.pending.keys().copied().collect();
         for (k, id) in keys {
-            let peer = &mut self.peers[k];
-            let peer_cfg = &peer.cfg;
-            let Some(c) = peer.ptcp.conn_mut(id) else {
+            let Some(c) = self.peers[k].ptcp.conn_mut(id) else {
                 self.accel.pending.remove(&(k, id));
                 continue;
             };
@@ -1574,22 +1527,22 @@ impl Daemon {
                 let n = c.read(&mut chunk);
                 buf.extend_from_slice(&chunk[..n]);
             }
+            let open = c.state() != braid_ptcp::State::Closed && !c.is_finished();
             let verdict = accel::Header::parse(buf);
-            // Transparent: from the client's own address, one the tunnel would take from it.
-            let transparent = self.accel.transparent;
-            let src_ok = |h: &accel::Header| {
-                !transparent
-                    || h.src
-                        .is_none_or(|s| accel::transparent_source_allowed(peer_cfg, s))
-            };
             let (h, used) = match verdict {
-                Ok(Some((h, used))) if accel::onward_allowed(&self.cfg, h.dst) && src_ok(&h) => {
+                Ok(Some((h, used)))
+                    if accel::onward_allowed(&self.cfg, h.dst)
+                        && h.src.is_none_or(|s| self.source_allowed(k, s)) =>
+                {
                     (h, used)
                 }
-                Ok(None) if c.state() != braid_ptcp::State::Closed && !c.is_finished() => continue,
+                Ok(None) if open => continue,
                 _ => {
-                    // Malformed, a destination the tunnel would not carry, or closed early.
-                    c.close(now);
+                    // Malformed, a destination the tunnel would not carry, a source it would
+                    // not take from this client, or closed early.
+                    if let Some(c) = self.peers[k].ptcp.conn_mut(id) {
+                        c.close(now);
+                    }
                     self.accel.stats.refused += 1;
                     self.accel.pending.remove(&(k, id));
                     self.forget_if_closed(k, id);
@@ -1602,7 +1555,14 @@ impl Daemon {
                 .remove(&(k, id))
                 .map(|mut b| b.split_off(used))
                 .unwrap_or_default();
-            let tcp = match h.src.filter(|_| transparent) {
+            let family_ok = |src: &SocketAddr| {
+                if src.is_ipv4() {
+                    self.accel.transparent
+                } else {
+                    self.accel.transparent_v6
+                }
+            };
+            let tcp = match h.src.filter(family_ok) {
                 Some(src) => {
                     let r = net::connect_transparent(src, h.dst, accel::SOCKET_MARK);
                     if r.is_ok() {
@@ -1623,6 +1583,24 @@ impl Daemon {
                 }
             }
         }
+    }
+
+    /// Server, `[tcp] transparent`: whether peer `k`'s accelerated connection may go onward
+    /// from `src`, by the striped tunnel's own rule for a client's sources ([`Daemon::deliver`]:
+    /// the one peer of `peer_public_key` any; a `[[client]]` only what routes to it and to no
+    /// client more narrowly, never the server's tunnel address), never from an address of this
+    /// host (its services must not see a connection from themselves; through the tunnel the
+    /// kernel drops such packets as martians), and never from an address no host has
+    /// ([`accel::transparent_source_plausible`]). Without transparency the source is not used.
+    fn source_allowed(&self, k: usize, src: SocketAddr) -> bool {
+        if !self.accel.transparent {
+            return true;
+        }
+        let ip = src.ip();
+        accel::transparent_source_plausible(src)
+            && (self.peers[k].cfg.catch_all
+                || (self.owner(ip) == Some(k) && !self.cfg.addresses.iter().any(|a| a.addr == ip)))
+            && !net::is_local_address(ip)
     }
 
     fn status(&self) -> Status {

@@ -508,7 +508,64 @@ pub fn connect_transparent(
     match s.connect(&dst.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        // The 4-tuple is still taken (a connection of the same ports in TIME_WAIT): from
+        // another port of the same address.
+        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) && src.port() != 0 => {
+            return connect_transparent(SocketAddr::new(src.ip(), 0), dst, mark);
+        }
         Err(e) => return Err(e),
     }
     Ok(mio::net::TcpStream::from_std(s.into()))
+}
+
+/// Whether `ip` is an address of one of this host's interfaces (in this network namespace),
+/// by `getifaddrs`. `false` if they cannot be listed.
+pub fn is_local_address(ip: IpAddr) -> bool {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return false;
+    }
+    let mut found = false;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its type.
+            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+            let addr = match family {
+                libc::AF_INET => {
+                    // SAFETY: AF_INET: the sockaddr is a sockaddr_in.
+                    let a = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                    Some(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()))
+                }
+                libc::AF_INET6 => {
+                    // SAFETY: AF_INET6: the sockaddr is a sockaddr_in6.
+                    let a = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                    Some(IpAddr::from(a.sin6_addr.s6_addr))
+                }
+                _ => None,
+            };
+            if addr == Some(ip) {
+                found = true;
+                break;
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_is_local_and_a_documentation_address_is_not() {
+        assert!(is_local_address(IpAddr::from([127, 0, 0, 1])));
+        assert!(!is_local_address(IpAddr::from([192, 0, 2, 77])));
+    }
 }

@@ -18,8 +18,9 @@
 //! turn sends what that made ready (or call [`PtcpNode::flush`] at once).
 
 use crate::config::Config;
+use crate::gso;
 use crate::ptcp_table::{mss_of, PtcpTable, TableOptions};
-use crate::{net, random_id, random_seed, wall_ns, DaemonError};
+use crate::{net, random_id, random_seed, sock_index, wall_ns, DaemonError};
 use braid_proto::time::Instant;
 use braid_proto::PathId;
 use braid_ptcp::{CongestionAlgorithm, StripedConnection};
@@ -71,6 +72,10 @@ pub struct PtcpNode {
     role: Role,
     session: Session,
     sockets: Vec<Option<UdpSocket>>,
+    /// Each socket's GSO state: a path's datagrams go out in one `sendmsg` per batch.
+    gso: Vec<Option<quinn_udp::UdpSocketState>>,
+    /// Datagrams waiting for their path's GSO send.
+    batches: Vec<gso::Batch>,
     peers: Vec<Option<SocketAddr>>,
     names: Vec<String>,
     poll: Poll,
@@ -129,6 +134,8 @@ impl PtcpNode {
         Ok(PtcpNode {
             role: cfg.role,
             session,
+            gso: gso::states(&sockets)?,
+            batches: Vec::new(),
             sockets,
             peers,
             names,
@@ -297,51 +304,52 @@ impl PtcpNode {
         }
     }
 
-    /// Sends everything the connections and the session have now.
+    /// Sends everything the connections and the session have now: each path's datagrams in
+    /// GSO batches ([`crate::gso`]), as the daemon does.
     pub fn flush(&mut self) {
         let now = self.now();
-        let (role, sockets, peers, stats) =
-            (self.role, &self.sockets, &self.peers, &mut self.stats);
+        let (role, sockets, gso, peers, stats) = (
+            self.role,
+            &self.sockets,
+            &self.gso,
+            &self.peers,
+            &mut self.stats,
+        );
+        let batches = &mut self.batches;
+        let mut send = |path: usize, b: &mut gso::Batch| {
+            if b.count() == 0 {
+                return;
+            }
+            let to = peers.get(path).copied().flatten();
+            let i = sock_index(role, path);
+            match gso::send(sockets, gso, i, to, b.contents(), b.segment(), b.count()) {
+                Ok(()) => {}
+                Err(None) => stats.no_peer += b.count() as u64,
+                // pTCP resends what it loses.
+                Err(Some(_)) => stats.send_errors += b.count() as u64,
+            }
+            b.clear();
+        };
+        let mut push = |batches: &mut Vec<gso::Batch>, path: usize, d: &[u8]| {
+            if batches.len() <= path {
+                batches.resize_with(path + 1, gso::Batch::default);
+            }
+            let max = gso::segments(gso, sock_index(role, path));
+            batches[path].push(d, max, |b| send(path, b));
+        };
         self.table
             .transmit(&mut self.session, now, &mut self.out, |path, d| {
-                send(role, sockets, peers, stats, path, d)
+                push(batches, path, d)
             });
         for p in 0..self.session.paths() {
             let mut out = std::mem::take(&mut self.out);
             while let Some(n) = self.session.poll_transmit(now, PathId(p as u8), &mut out) {
-                send(
-                    self.role,
-                    &self.sockets,
-                    &self.peers,
-                    &mut self.stats,
-                    p,
-                    &out[..n],
-                );
+                push(batches, p, &out[..n]);
             }
             self.out = out;
         }
-    }
-}
-
-/// Sends one datagram of `path` on its socket (a server's one) to the path's peer.
-fn send(
-    role: Role,
-    sockets: &[Option<UdpSocket>],
-    peers: &[Option<SocketAddr>],
-    stats: &mut NodeStats,
-    path: usize,
-    datagram: &[u8],
-) {
-    let sock = match role {
-        Role::Initiator => sockets.get(path).and_then(Option::as_ref),
-        Role::Responder => sockets.first().and_then(Option::as_ref),
-    };
-    let peer = peers.get(path).copied().flatten();
-    let (Some(sock), Some(peer)) = (sock, peer) else {
-        stats.no_peer += 1;
-        return;
-    };
-    if sock.send_to(datagram, peer).is_err() {
-        stats.send_errors += 1;
+        for (path, b) in batches.iter_mut().enumerate() {
+            send(path, b);
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::params::{PathPolicy, PolicyStriping};
 use crate::policy;
-use crate::tcp_retransmit::TcpRetransmits;
+use crate::tcp_retransmit::{TcpPacket, TcpRetransmits};
 use braid_proto::credit::{CreditConfig, CreditGrantor};
 use braid_proto::pet::{PetReceiver, PetReceiverConfig, SigAckEntry};
 use braid_proto::resequence::ResequenceMode;
@@ -220,7 +220,14 @@ impl Endpoint {
         let Some(t) = self.tcp_retransmits.as_mut() else {
             return self.striper.send(now, len, payload);
         };
-        let seg = crate::tcp_retransmit::data_segment(&payload);
+        let seg = match crate::tcp_retransmit::classify(&payload) {
+            Some(TcpPacket::Data(s)) => Some(s),
+            Some(TcpPacket::Restart(flow)) => {
+                t.forget(&flow);
+                None
+            }
+            None => None,
+        };
         let retransmit = seg.as_ref().is_some_and(|s| t.is_retransmission(s));
         let sent = self.striper.send_marked(now, len, payload, retransmit);
         if let (Ok(_), Some(s)) = (&sent, seg) {

@@ -18,9 +18,11 @@ pub const PATTERN: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 /// Mixed into every handshake, so a braid handshake cannot be confused with another protocol's,
 /// nor with another version of braid's: peers whose wire formats differ (v2: 20-byte probes
 /// with the sender's rate, pTCP segment version 2; v3: the handshake response's feature
-/// flags, which say whether the responder takes accelerated TCP) fail the handshake (`bad_handshake`) rather
-/// than establish a session in which every probe would be dropped.
-pub const PROLOGUE: &[u8] = b"braid v3";
+/// flags, which say whether the responder takes accelerated TCP; v4: accelerated TCP's header
+/// version 2, which names the source for a transparent onward connection and which a v3
+/// server refuses) fail the handshake (`bad_handshake`) rather than establish a session in
+/// which every probe, or every accelerated connection, would be dropped.
+pub const PROLOGUE: &[u8] = b"braid v4";
 
 struct SeededRng(ChaCha20Rng);
 

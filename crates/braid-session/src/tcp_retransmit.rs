@@ -10,9 +10,10 @@
 //! [`TcpRetransmits`] keeps, per TCP flow, the highest sequence number that has ended a data
 //! segment so far; a data segment that ends at or below it carries nothing new and is a
 //! retransmission (TCP's own definition: it covers bytes already sent). Sequence numbers are
-//! compared modulo 2^32 (RFC 9293 section 3.4). The table holds [`MAX_FLOWS`] flows and forgets
-//! the oldest first; a forgotten flow's next segment just counts as new. Nothing here
-//! allocates per packet once a flow is known.
+//! compared modulo 2^32 (RFC 9293 section 3.4). A SYN or a RST forgets the flow: a new
+//! connection on the same ports starts from a new initial sequence number. The table holds
+//! [`MAX_FLOWS`] flows and forgets the oldest first; a forgotten flow's next segment just
+//! counts as new. Nothing here allocates per packet once a flow is known.
 
 use braid_qos::classifier::headers;
 use std::collections::{HashMap, VecDeque};
@@ -47,9 +48,19 @@ pub struct TcpRetransmits {
     order: VecDeque<FlowKey>,
 }
 
-/// The TCP data segment in `packet` (an IPv4 or IPv6 packet), if it is one. Packets without
-/// payload (pure ACKs, SYNs) are not: they carry no data to resend.
-pub fn data_segment(packet: &[u8]) -> Option<Segment> {
+/// What a TCP packet means to the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpPacket {
+    /// Data (or a FIN): new, or a retransmission.
+    Data(Segment),
+    /// A SYN or a RST: the flow's sequence numbers start again.
+    Restart(FlowKey),
+}
+
+/// What the TCP packet in `packet` (an IPv4 or IPv6 packet) is, if it is one that matters:
+/// data or a FIN, or a SYN or RST. Pure ACKs do not (they carry nothing to resend), nor do
+/// fragments after the first.
+pub fn classify(packet: &[u8]) -> Option<TcpPacket> {
     let h = headers(packet)?;
     if h.proto != 6 {
         return None;
@@ -58,21 +69,37 @@ pub fn data_segment(packet: &[u8]) -> Option<Segment> {
     let tcp = packet.get(at..at.checked_add(20)?)?;
     let data_offset = usize::from(tcp[12] >> 4) * 4;
     let payload = h.end.checked_sub(at.checked_add(data_offset)?)?;
-    let fin = tcp[13] & 0x01 != 0;
-    if data_offset < 20 || (payload == 0 && !fin) {
+    if data_offset < 20 {
+        return None;
+    }
+    let flow = FlowKey {
+        src: h.src,
+        dst: h.dst,
+        src_port: u16::from_be_bytes([tcp[0], tcp[1]]),
+        dst_port: u16::from_be_bytes([tcp[2], tcp[3]]),
+    };
+    let flags = tcp[13];
+    let (fin, syn, rst) = (flags & 0x01 != 0, flags & 0x02 != 0, flags & 0x04 != 0);
+    if syn || rst {
+        return Some(TcpPacket::Restart(flow));
+    }
+    if payload == 0 && !fin {
         return None;
     }
     let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
     let len = u32::try_from(payload).ok()?.wrapping_add(u32::from(fin));
-    Some(Segment {
-        flow: FlowKey {
-            src: h.src,
-            dst: h.dst,
-            src_port: u16::from_be_bytes([tcp[0], tcp[1]]),
-            dst_port: u16::from_be_bytes([tcp[2], tcp[3]]),
-        },
+    Some(TcpPacket::Data(Segment {
+        flow,
         end: seq.wrapping_add(len),
-    })
+    }))
+}
+
+/// The TCP data segment in `packet`, if it is one ([`classify`]'s [`TcpPacket::Data`]).
+pub fn data_segment(packet: &[u8]) -> Option<Segment> {
+    match classify(packet)? {
+        TcpPacket::Data(s) => Some(s),
+        TcpPacket::Restart(_) => None,
+    }
 }
 
 impl TcpRetransmits {
@@ -107,6 +134,13 @@ impl TcpRetransmits {
                 self.order.push_back(seg.flow);
                 self.highest.insert(seg.flow, seg.end);
             }
+        }
+    }
+
+    /// A SYN or RST of `flow` was sent: forget its sequence numbers.
+    pub fn forget(&mut self, flow: &FlowKey) {
+        if self.highest.remove(flow).is_some() {
+            self.order.retain(|f| f != flow);
         }
     }
 
@@ -190,6 +224,24 @@ mod tests {
         assert_eq!(sent(&mut t, &v6(7, 100)), Some(false));
         assert_eq!(sent(&mut t, &v6(7, 100)), Some(true));
         assert_eq!(t.flows(), 3);
+    }
+
+    #[test]
+    fn a_new_connection_on_the_same_ports_starts_afresh() {
+        let mut t = TcpRetransmits::new();
+        assert_eq!(sent(&mut t, &v4(5000, 900_000, 1000, 0x10)), Some(false));
+        // The connection ends, a new one on the same ports starts from a lower ISN.
+        let Some(TcpPacket::Restart(flow)) = classify(&v4(5000, 7, 0, 0x02)) else {
+            panic!("a SYN restarts the flow");
+        };
+        t.forget(&flow);
+        assert_eq!(t.flows(), 0);
+        assert_eq!(sent(&mut t, &v4(5000, 8, 1000, 0x10)), Some(false));
+        assert!(matches!(
+            classify(&v4(5000, 9, 0, 0x14)),
+            Some(TcpPacket::Restart(_))
+        ));
+        assert_eq!(classify(&v4(5000, 9, 0, 0x10)), None);
     }
 
     #[test]
