@@ -24,6 +24,30 @@ pub fn states(sockets: &[Option<UdpSocket>]) -> io::Result<Vec<Option<quinn_udp:
         .collect()
 }
 
+/// Turns the kernel's receive coalescing (`UDP_GRO`, which [`states`] switches on) off again
+/// on `socket`, for a reader that takes one datagram per `recv_from`: coalesced, back-to-back
+/// datagrams would reach it as one blob that parses as nothing (found when `braid send` over
+/// a plain veth never saw the server's handshake response, which arrived glued to a probe).
+pub fn disable_gro(socket: &UdpSocket) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let off: libc::c_int = 0;
+    // SAFETY: a valid socket, and a c_int option value of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&off as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// How many datagrams socket `i` takes in one GSO send (1 where it has no GSO).
 pub fn segments(gso: &[Option<quinn_udp::UdpSocketState>], i: usize) -> usize {
     gso.get(i)

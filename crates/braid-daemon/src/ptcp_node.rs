@@ -134,7 +134,14 @@ impl PtcpNode {
         Ok(PtcpNode {
             role: cfg.role,
             session,
-            gso: gso::states(&sockets)?,
+            gso: {
+                let states = gso::states(&sockets)?;
+                // The node reads one datagram per call: no receive coalescing.
+                for s in sockets.iter().flatten() {
+                    gso::disable_gro(s)?;
+                }
+                states
+            },
             batches: Vec::new(),
             sockets,
             peers,
