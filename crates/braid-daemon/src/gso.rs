@@ -30,22 +30,7 @@ pub fn states(sockets: &[Option<UdpSocket>]) -> io::Result<Vec<Option<quinn_udp:
 /// a plain veth never saw the server's handshake response, which arrived glued to a probe).
 pub fn disable_gro(socket: &UdpSocket) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let off: libc::c_int = 0;
-    // SAFETY: a valid socket, and a c_int option value of the size given.
-    let r = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            (&off as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::net::set_int_option(socket.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 0)
 }
 
 /// How many datagrams socket `i` takes in one GSO send (1 where it has no GSO).

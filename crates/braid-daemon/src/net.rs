@@ -282,37 +282,28 @@ const SOCKET_BUFFER: usize = 4 << 20;
 /// with `SO_{RCV,SND}BUFFORCE` (root or CAP_NET_ADMIN), and quietly keep what there is if that
 /// is refused too.
 fn grow_buffers(s: &Socket) {
+    use std::os::fd::AsRawFd;
+    let buffer = libc::c_int::try_from(SOCKET_BUFFER).unwrap_or(libc::c_int::MAX);
     // The kernel reports twice what was asked for (its bookkeeping), capped at twice the max.
     if s.set_recv_buffer_size(SOCKET_BUFFER).is_err()
         || s.recv_buffer_size().unwrap_or(0) < SOCKET_BUFFER
     {
-        let _ = set_int_option(s, libc::SO_RCVBUFFORCE, SOCKET_BUFFER);
+        let _ = set_int_option(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            buffer,
+        );
     }
     if s.set_send_buffer_size(SOCKET_BUFFER).is_err()
         || s.send_buffer_size().unwrap_or(0) < SOCKET_BUFFER
     {
-        let _ = set_int_option(s, libc::SO_SNDBUFFORCE, SOCKET_BUFFER);
-    }
-}
-
-/// `setsockopt(SOL_SOCKET, name, value)` for an integer option.
-fn set_int_option(s: &Socket, name: libc::c_int, value: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let v = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
-    // SAFETY: a live socket descriptor, and a pointer to a c_int with its exact size.
-    let r = unsafe {
-        libc::setsockopt(
+        let _ = set_int_option(
             s.as_raw_fd(),
             libc::SOL_SOCKET,
-            name,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+            libc::SO_SNDBUFFORCE,
+            buffer,
+        );
     }
 }
 
@@ -481,20 +472,7 @@ pub fn connect_transparent(
     if dst.is_ipv4() {
         s.set_ip_transparent(true)?;
     } else {
-        let one: libc::c_int = 1;
-        // SAFETY: a valid socket, and a c_int option value of the size given.
-        let r = unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::IPPROTO_IPV6,
-                libc::IPV6_TRANSPARENT,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        set_int_option(s.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_TRANSPARENT, 1)?;
     }
     s.set_mark(mark)?;
     s.set_reuse_address(true)?;
@@ -516,6 +494,30 @@ pub fn connect_transparent(
         Err(e) => return Err(e),
     }
     Ok(mio::net::TcpStream::from_std(s.into()))
+}
+
+/// `setsockopt(fd, level, name, value)` for an integer option.
+pub(crate) fn set_int_option(
+    fd: std::os::fd::RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: a c_int option value of the size given; a bad fd only makes the call fail.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Whether `ip` is an address of one of this host's interfaces (in this network namespace),
