@@ -80,10 +80,6 @@ pub struct Headers {
     pub src_port: Option<u16>,
     /// Destination port, if the packet has one.
     pub dst_port: Option<u16>,
-    /// Where the transport header starts, if this is a first fragment (or not fragmented).
-    pub transport: Option<usize>,
-    /// Where the IP packet ends by its length field (never past the bytes given).
-    pub end: usize,
 }
 
 /// Protocols whose first four bytes are the source and destination ports.
@@ -133,7 +129,6 @@ pub fn headers(packet: &[u8]) -> Option<Headers> {
             } else {
                 (None, None)
             };
-            let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
             Some(Headers {
                 dscp: h[1] >> 2,
                 proto,
@@ -141,8 +136,6 @@ pub fn headers(packet: &[u8]) -> Option<Headers> {
                 dst: IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19])),
                 src_port,
                 dst_port,
-                transport: first_fragment.then_some(ihl),
-                end: total.min(packet.len()),
             })
         }
         6 => {
@@ -178,7 +171,6 @@ pub fn headers(packet: &[u8]) -> Option<Headers> {
             } else {
                 (None, None)
             };
-            let total = 40 + usize::from(u16::from_be_bytes([h[4], h[5]]));
             Some(Headers {
                 dscp: traffic_class >> 2,
                 proto,
@@ -186,8 +178,6 @@ pub fn headers(packet: &[u8]) -> Option<Headers> {
                 dst: addr(&h[24..40]),
                 src_port,
                 dst_port,
-                transport: ports_ok.then_some(offset),
-                end: total.min(packet.len()),
             })
         }
         _ => None,

@@ -639,18 +639,7 @@ mod tests {
 
     /// An IPv4 TCP segment with the given flags byte and payload (checksums left zero).
     fn tcp4(flags: u8, payload: &[u8]) -> Vec<u8> {
-        let total = 40 + payload.len();
-        let mut p = vec![0u8; total];
-        p[0] = 0x45;
-        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        p[8] = 64;
-        p[9] = 6;
-        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
-        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
-        p[32] = 5 << 4;
-        p[33] = flags;
-        p[40..].copy_from_slice(payload);
-        p
+        crate::test_packets::tcp_ipv4(0, 0, 0, flags, payload)
     }
 
     const ACK: u8 = 0x10;

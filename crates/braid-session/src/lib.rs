@@ -22,6 +22,8 @@ pub mod replay;
 pub mod retransmit;
 pub mod session;
 pub mod tcp_retransmit;
+#[cfg(test)]
+mod test_packets;
 
 pub use keys::{PrivateKey, PublicKey};
 pub use params::BondParams;

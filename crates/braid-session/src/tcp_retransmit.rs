@@ -15,7 +15,6 @@
 //! [`MAX_FLOWS`] flows and forgets the oldest first; a forgotten flow's next segment just
 //! counts as new. Nothing here allocates per packet once a flow is known.
 
-use braid_qos::classifier::headers;
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 
@@ -61,36 +60,43 @@ pub enum TcpPacket {
 /// data or a FIN, or a SYN or RST. Pure ACKs do not (they carry nothing to resend), nor do
 /// fragments after the first.
 pub fn classify(packet: &[u8]) -> Option<TcpPacket> {
-    let h = headers(packet)?;
-    if h.proto != 6 {
+    use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
+    // Lax: a length field past the bytes given uses the bytes (as the rest of braid's packet
+    // reading does); the transport of a fragment is not parsed.
+    let p = LaxSlicedPacket::from_ip(packet).ok()?;
+    let (Some(net), Some(TransportSlice::Tcp(tcp))) = (&p.net, &p.transport) else {
         return None;
-    }
-    let at = h.transport?;
-    let tcp = packet.get(at..at.checked_add(20)?)?;
-    let data_offset = usize::from(tcp[12] >> 4) * 4;
-    let payload = h.end.checked_sub(at.checked_add(data_offset)?)?;
-    if data_offset < 20 {
-        return None;
-    }
-    let flow = FlowKey {
-        src: h.src,
-        dst: h.dst,
-        src_port: u16::from_be_bytes([tcp[0], tcp[1]]),
-        dst_port: u16::from_be_bytes([tcp[2], tcp[3]]),
     };
-    let flags = tcp[13];
-    let (fin, syn, rst) = (flags & 0x01 != 0, flags & 0x02 != 0, flags & 0x04 != 0);
-    if syn || rst {
+    let (src, dst) = match net {
+        LaxNetSlice::Ipv4(ip) => (
+            IpAddr::V4(ip.header().source_addr()),
+            IpAddr::V4(ip.header().destination_addr()),
+        ),
+        LaxNetSlice::Ipv6(ip) => (
+            IpAddr::V6(ip.header().source_addr()),
+            IpAddr::V6(ip.header().destination_addr()),
+        ),
+        LaxNetSlice::Arp(_) => return None,
+    };
+    let flow = FlowKey {
+        src,
+        dst,
+        src_port: tcp.source_port(),
+        dst_port: tcp.destination_port(),
+    };
+    if tcp.syn() || tcp.rst() {
         return Some(TcpPacket::Restart(flow));
     }
-    if payload == 0 && !fin {
+    let payload = tcp.payload().len();
+    if payload == 0 && !tcp.fin() {
         return None;
     }
-    let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
-    let len = u32::try_from(payload).ok()?.wrapping_add(u32::from(fin));
+    let len = u32::try_from(payload)
+        .ok()?
+        .wrapping_add(u32::from(tcp.fin()));
     Some(TcpPacket::Data(Segment {
         flow,
-        end: seq.wrapping_add(len),
+        end: tcp.sequence_number().wrapping_add(len),
     }))
 }
 
@@ -162,20 +168,7 @@ mod tests {
     /// An IPv4 TCP packet from 10.0.0.1:`sport` to 10.0.0.2:80 with `seq`, `payload` bytes
     /// and the given flags byte.
     fn v4(sport: u16, seq: u32, payload: usize, flags: u8) -> Vec<u8> {
-        let total = 20 + 20 + payload;
-        let mut p = vec![0u8; total];
-        p[0] = 0x45;
-        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        p[8] = 64;
-        p[9] = 6;
-        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
-        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
-        p[20..22].copy_from_slice(&sport.to_be_bytes());
-        p[22..24].copy_from_slice(&80u16.to_be_bytes());
-        p[24..28].copy_from_slice(&seq.to_be_bytes());
-        p[32] = 5 << 4;
-        p[33] = flags;
-        p
+        crate::test_packets::tcp_ipv4(sport, 80, seq, flags, &vec![0; payload])
     }
 
     fn v6(seq: u32, payload: usize) -> Vec<u8> {
