@@ -3,6 +3,7 @@
 //! striped tunnel's batches, the daemon's pTCP datagrams and `braid send`/`recv`/`forward`
 //! ([`crate::ptcp_node`]) all go out this way.
 
+use braid_session::Role;
 use mio::net::UdpSocket;
 use std::io;
 use std::net::SocketAddr;
@@ -115,6 +116,83 @@ impl Batch {
     pub fn clear(&mut self) {
         self.buf.clear();
         self.count = 0;
+    }
+}
+
+/// How one GSO send of a batch went: `Err(None)`, no socket or no peer address for the path;
+/// `Err(Some(e))`, the kernel refused.
+pub type Sent = Result<(), Option<io::Error>>;
+
+/// Where a path's datagrams go: the sockets and their GSO states, which socket a path uses
+/// (a client's own per path, a server's one: [`crate::sock_index`]), and each path's peer.
+pub struct Route<'a> {
+    /// The UDP sockets.
+    pub sockets: &'a [Option<UdpSocket>],
+    /// Their GSO states.
+    pub gso: &'a [Option<quinn_udp::UdpSocketState>],
+    /// This end's role.
+    pub role: Role,
+    /// Each path's peer address, if known.
+    pub peers: &'a [Option<SocketAddr>],
+}
+
+impl Route<'_> {
+    /// Sends batch `b` of `path`, if it holds anything, and empties it: how many datagrams it
+    /// held, and how the send went.
+    fn send(&self, path: usize, b: &mut Batch) -> Option<(usize, Sent)> {
+        if b.count() == 0 {
+            return None;
+        }
+        let to = self.peers.get(path).copied().flatten();
+        let i = crate::sock_index(self.role, path);
+        let sent = send(
+            self.sockets,
+            self.gso,
+            i,
+            to,
+            b.contents(),
+            b.segment(),
+            b.count(),
+        );
+        let n = b.count();
+        b.clear();
+        Some((n, sent))
+    }
+}
+
+/// One [`Batch`] per path: datagrams handed over one at a time go out in GSO sends of as many
+/// as each path's socket takes.
+#[derive(Debug, Default)]
+pub struct PathBatches(Vec<Batch>);
+
+impl PathBatches {
+    /// Adds datagram `d` of `path`, sending the path's batch by `route` when it is full;
+    /// `outcome` hears of every send (datagrams, result).
+    pub fn push(
+        &mut self,
+        route: &Route,
+        path: usize,
+        d: &[u8],
+        mut outcome: impl FnMut(usize, Sent),
+    ) {
+        if self.0.len() <= path {
+            self.0.resize_with(path + 1, Batch::default);
+        }
+        let max = segments(route.gso, crate::sock_index(route.role, path));
+        self.0[path].push(d, max, |b| {
+            if let Some((n, sent)) = route.send(path, b) {
+                outcome(n, sent);
+            }
+        });
+    }
+
+    /// Sends what every path's batch holds.
+    pub fn flush(&mut self, route: &Route, mut outcome: impl FnMut(usize, Sent)) {
+        for (path, b) in self.0.iter_mut().enumerate() {
+            if let Some((n, sent)) = route.send(path, b) {
+                outcome(n, sent);
+            }
+        }
     }
 }
 

@@ -305,7 +305,7 @@ struct Daemon {
     /// Sealed pTCP segments, one at a time.
     ptcp_out: Vec<u8>,
     /// Per path: sealed pTCP datagrams waiting to go out in one GSO send.
-    ptcp_batches: Vec<gso::Batch>,
+    ptcp_batches: gso::PathBatches,
     accel: Accel,
 }
 
@@ -352,7 +352,7 @@ pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
 /// work; IPv6 may be off on the host: `Ok(false)` says its rules are not in, and IPv6 then goes
 /// onward from the server's own address.
 fn install_transparent_rules(table: &str) -> Result<bool, DaemonError> {
-    let fail = |detail: String| {
+    let hint = |detail: String| {
         DaemonError::Ip {
         what: "[tcp] transparent".into(),
         detail: format!(
@@ -361,28 +361,20 @@ fn install_transparent_rules(table: &str) -> Result<bool, DaemonError> {
     }
     };
     nft(&accel::nft_transparent_ruleset(table)).map_err(|e| {
-        fail(format!(
+        hint(format!(
             "cannot install the nftables table inet {table}: {e}"
         ))
     })?;
-    let ip = |args: &[String]| {
-        std::process::Command::new("ip")
-            .args(args)
-            .output()
-            .map(|o| {
-                (
-                    o.status.success(),
-                    String::from_utf8_lossy(&o.stderr).trim().to_owned(),
-                )
-            })
-    };
-    remove_transparent_ip_rules();
+    remove_transparent_ip_rules(|_| true);
     let mut v6 = true;
     for cmd in accel::ip_rule_commands(true) {
-        let problem = match ip(&cmd) {
-            Ok((true, _)) => continue,
-            Ok((false, e)) => format!("`ip {}` failed: {e}", cmd.join(" ")),
-            Err(e) => format!("cannot run `ip`: {e}"),
+        let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let Err(e) = net::ip(&args, "[tcp] transparent".into()) else {
+            continue;
+        };
+        let problem = match e {
+            DaemonError::Ip { detail, .. } => detail,
+            other => other.to_string(),
         };
         if cmd[0] == "-6" {
             if v6 {
@@ -393,26 +385,24 @@ fn install_transparent_rules(table: &str) -> Result<bool, DaemonError> {
             v6 = false;
             continue;
         }
-        remove_transparent_ip_rules();
+        remove_transparent_ip_rules(|_| true);
         let _ = delete_nft_table(table);
-        return Err(fail(problem));
+        return Err(hint(problem));
     }
     if !v6 {
         // Half an IPv6 setup (the rule without the route) would misroute replies.
-        for cmd in accel::ip_rule_commands(false)
-            .into_iter()
-            .filter(|c| c[0] == "-6")
-        {
-            let _ = std::process::Command::new("ip").args(&cmd).output();
-        }
+        remove_transparent_ip_rules(|family| family == "-6");
     }
     Ok(v6)
 }
 
-/// Deletes the `ip` rules and routes of `[tcp] transparent`, whichever are there.
-fn remove_transparent_ip_rules() {
+/// Deletes the `ip` rules and routes of `[tcp] transparent` of the families (`-4`, `-6`)
+/// `family` takes, whichever are there.
+fn remove_transparent_ip_rules(family: impl Fn(&str) -> bool) {
     for cmd in accel::ip_rule_commands(false) {
-        let _ = std::process::Command::new("ip").args(&cmd).output();
+        if family(&cmd[0]) {
+            let _ = std::process::Command::new("ip").args(&cmd).output();
+        }
     }
 }
 
@@ -484,7 +474,7 @@ impl Daemon {
                 );
                 // A transparent server's leftovers include its ip rules.
                 if cfg.role == Role::Responder {
-                    remove_transparent_ip_rules();
+                    remove_transparent_ip_rules(|_| true);
                 }
             }
         }
@@ -665,7 +655,7 @@ impl Daemon {
             rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
             out: vec![0u8; (MAX_BATCH + 1) * DATAGRAM_ROOM],
             ptcp_out: vec![0u8; RX_BUFFER_BYTES],
-            ptcp_batches: Vec::new(),
+            ptcp_batches: gso::PathBatches::default(),
             accel,
         })
     }
@@ -945,6 +935,14 @@ impl Daemon {
 
     /// The client that owns `ip`: its handed address, or the longest of the clients' routes
     /// that holds it.
+    /// A client may send only from what is routed to it: the source's owner must be client
+    /// `k` (not another whose address a wider route of `k` covers), and never the server's own
+    /// tunnel address. The one peer of `peer_public_key` (`catch_all`) may send from anywhere;
+    /// callers check that first.
+    fn may_send_from(&self, k: usize, src: IpAddr) -> bool {
+        self.owner(src) == Some(k) && !self.cfg.addresses.iter().any(|a| a.addr == src)
+    }
+
     fn owner(&self, ip: IpAddr) -> Option<usize> {
         let dst = ip;
         let mut best: Option<(u8, usize)> = None;
@@ -1113,14 +1111,8 @@ impl Daemon {
         }
         for k in 0..self.peers.len() {
             while let Some(p) = self.peers[k].session.poll_deliver(now) {
-                // A client may send only from what is routed to it: the source's owner must be
-                // this client (not another whose address a wider route of it covers), and never
-                // the server's own tunnel address.
                 let own = self.peers[k].cfg.catch_all
-                    || packet_address(&p, true).is_some_and(|src| {
-                        self.owner(src) == Some(k)
-                            && !self.cfg.addresses.iter().any(|a| a.addr == src)
-                    });
+                    || packet_address(&p, true).is_some_and(|src| self.may_send_from(k, src));
                 let peer = &mut self.peers[k];
                 if !own {
                     peer.spoofed += 1;
@@ -1223,34 +1215,27 @@ impl Daemon {
         let role = self.cfg.role;
         let (sockets, gso, send_errors) = (&self.sockets, &self.gso, &mut self.send_errors);
         let batches = &mut self.ptcp_batches;
+        // pTCP resends what it loses.
+        let mut outcome = |n: usize, sent: gso::Sent| {
+            if sent.is_err() {
+                *send_errors += n as u64;
+            }
+        };
         for peer in &mut self.peers {
             if peer.ptcp.is_empty() && !peer.ptcp.owes_resets() {
                 continue;
             }
-            let addrs = &peer.addrs;
-            let mut send = |path: usize, b: &mut gso::Batch| {
-                if b.count() == 0 {
-                    return;
-                }
-                let to = addrs.get(path).copied().flatten();
-                let i = sock_index(role, path);
-                if gso::send(sockets, gso, i, to, b.contents(), b.segment(), b.count()).is_err() {
-                    // pTCP resends what it loses.
-                    *send_errors += b.count() as u64;
-                }
-                b.clear();
+            let route = gso::Route {
+                sockets,
+                gso,
+                role,
+                peers: &peer.addrs,
             };
             peer.ptcp
                 .transmit(&mut peer.session, now, &mut self.ptcp_out, |path, d| {
-                    if batches.len() <= path {
-                        batches.resize_with(path + 1, gso::Batch::default);
-                    }
-                    let max = gso::segments(gso, sock_index(role, path));
-                    batches[path].push(d, max, |b| send(path, b));
+                    batches.push(&route, path, d, &mut outcome)
                 });
-            for (path, b) in batches.iter_mut().enumerate() {
-                send(path, b);
-            }
+            batches.flush(&route, &mut outcome);
         }
     }
 
@@ -1331,7 +1316,7 @@ impl Daemon {
             let _ = delete_nft_table(&table);
         }
         if std::mem::take(&mut self.accel.transparent) {
-            remove_transparent_ip_rules();
+            remove_transparent_ip_rules(|_| true);
         }
     }
 
@@ -1387,6 +1372,16 @@ impl Daemon {
         }
     }
 
+    /// Counts connection `id` of peer `k` refused (it has no TCP side and no header pending)
+    /// and closes it; it leaves the table once closed.
+    fn refuse(&mut self, k: usize, id: u16, now: Instant) {
+        self.accel.stats.refused += 1;
+        if let Some(c) = self.peers[k].ptcp.conn_mut(id) {
+            c.close(now);
+        }
+        self.forget_if_closed(k, id);
+    }
+
     /// Connection `id` of peer `k`, which has no TCP side and no header pending, leaves the
     /// table after the next transmit if it is closed. Called when it loses its TCP side and
     /// whenever it is touched, so each one is visited at the turn it closes.
@@ -1417,12 +1412,8 @@ impl Daemon {
             )
             .is_err()
         {
-            self.accel.stats.refused += 1;
             let now = self.now();
-            if let Some(c) = self.peers[peer].ptcp.conn_mut(id) {
-                c.close(now);
-            }
-            self.forget_if_closed(peer, id);
+            self.refuse(peer, id, now);
             return;
         }
         self.accel.stats.connections += 1;
@@ -1540,12 +1531,8 @@ impl Daemon {
                 _ => {
                     // Malformed, a destination the tunnel would not carry, a source it would
                     // not take from this client, or closed early.
-                    if let Some(c) = self.peers[k].ptcp.conn_mut(id) {
-                        c.close(now);
-                    }
-                    self.accel.stats.refused += 1;
                     self.accel.pending.remove(&(k, id));
-                    self.forget_if_closed(k, id);
+                    self.refuse(k, id, now);
                     continue;
                 }
             };
@@ -1574,13 +1561,7 @@ impl Daemon {
             };
             match tcp {
                 Ok(tcp) => self.adopt_tcp(k, tcp, id, rest),
-                Err(_) => {
-                    if let Some(c) = self.peers[k].ptcp.conn_mut(id) {
-                        c.close(now);
-                    }
-                    self.accel.stats.refused += 1;
-                    self.forget_if_closed(k, id);
-                }
+                Err(_) => self.refuse(k, id, now),
             }
         }
     }
@@ -1598,8 +1579,7 @@ impl Daemon {
         }
         let ip = src.ip();
         accel::transparent_source_plausible(src)
-            && (self.peers[k].cfg.catch_all
-                || (self.owner(ip) == Some(k) && !self.cfg.addresses.iter().any(|a| a.addr == ip)))
+            && (self.peers[k].cfg.catch_all || self.may_send_from(k, ip))
             && !net::is_local_address(ip)
     }
 

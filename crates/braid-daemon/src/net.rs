@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::Command;
 
 /// Run `ip ARGS`, turning a failure into a message that quotes the command.
-fn ip(args: &[&str], what: String) -> Result<(), DaemonError> {
+pub(crate) fn ip(args: &[&str], what: String) -> Result<(), DaemonError> {
     let out = Command::new("ip")
         .args(args)
         .output()

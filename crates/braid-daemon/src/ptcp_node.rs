@@ -20,7 +20,7 @@
 use crate::config::Config;
 use crate::gso;
 use crate::ptcp_table::{mss_of, PtcpTable, TableOptions};
-use crate::{net, random_id, random_seed, sock_index, wall_ns, DaemonError};
+use crate::{net, random_id, random_seed, wall_ns, DaemonError};
 use braid_proto::time::Instant;
 use braid_proto::PathId;
 use braid_ptcp::{CongestionAlgorithm, StripedConnection};
@@ -75,7 +75,7 @@ pub struct PtcpNode {
     /// Each socket's GSO state: a path's datagrams go out in one `sendmsg` per batch.
     gso: Vec<Option<quinn_udp::UdpSocketState>>,
     /// Datagrams waiting for their path's GSO send.
-    batches: Vec<gso::Batch>,
+    batches: gso::PathBatches,
     peers: Vec<Option<SocketAddr>>,
     names: Vec<String>,
     poll: Poll,
@@ -142,7 +142,7 @@ impl PtcpNode {
                 }
                 states
             },
-            batches: Vec::new(),
+            batches: gso::PathBatches::default(),
             sockets,
             peers,
             names,
@@ -315,48 +315,30 @@ impl PtcpNode {
     /// GSO batches ([`crate::gso`]), as the daemon does.
     pub fn flush(&mut self) {
         let now = self.now();
-        let (role, sockets, gso, peers, stats) = (
-            self.role,
-            &self.sockets,
-            &self.gso,
-            &self.peers,
-            &mut self.stats,
-        );
-        let batches = &mut self.batches;
-        let mut send = |path: usize, b: &mut gso::Batch| {
-            if b.count() == 0 {
-                return;
-            }
-            let to = peers.get(path).copied().flatten();
-            let i = sock_index(role, path);
-            match gso::send(sockets, gso, i, to, b.contents(), b.segment(), b.count()) {
-                Ok(()) => {}
-                Err(None) => stats.no_peer += b.count() as u64,
-                // pTCP resends what it loses.
-                Err(Some(_)) => stats.send_errors += b.count() as u64,
-            }
-            b.clear();
+        let route = gso::Route {
+            sockets: &self.sockets,
+            gso: &self.gso,
+            role: self.role,
+            peers: &self.peers,
         };
-        let mut push = |batches: &mut Vec<gso::Batch>, path: usize, d: &[u8]| {
-            if batches.len() <= path {
-                batches.resize_with(path + 1, gso::Batch::default);
-            }
-            let max = gso::segments(gso, sock_index(role, path));
-            batches[path].push(d, max, |b| send(path, b));
+        let (batches, stats) = (&mut self.batches, &mut self.stats);
+        let mut outcome = |n: usize, sent: gso::Sent| match sent {
+            Ok(()) => {}
+            Err(None) => stats.no_peer += n as u64,
+            // pTCP resends what it loses.
+            Err(Some(_)) => stats.send_errors += n as u64,
         };
         self.table
             .transmit(&mut self.session, now, &mut self.out, |path, d| {
-                push(batches, path, d)
+                batches.push(&route, path, d, &mut outcome)
             });
         for p in 0..self.session.paths() {
             let mut out = std::mem::take(&mut self.out);
             while let Some(n) = self.session.poll_transmit(now, PathId(p as u8), &mut out) {
-                push(batches, p, &out[..n]);
+                batches.push(&route, p, &out[..n], &mut outcome);
             }
             self.out = out;
         }
-        for (path, b) in batches.iter_mut().enumerate() {
-            send(path, b);
-        }
+        batches.flush(&route, &mut outcome);
     }
 }

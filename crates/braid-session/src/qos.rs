@@ -140,8 +140,15 @@ impl QosShaper {
     pub fn set_queue_time(&mut self, time: Duration) {
         if let Some(t) = self.queue_time.as_mut() {
             *t = time.max(WHOLE_BOND_QUEUE);
+            self.fit_buffer();
+        }
+    }
+
+    /// A whole-bond shaper: the buffer holds its queueing time at the shaping rate.
+    fn fit_buffer(&mut self) {
+        if let Some(t) = self.queue_time {
             self.jobs
-                .set_shared_limit(queue_packets(self.rate_bps, self.mtu, *t));
+                .set_shared_limit(queue_packets(self.rate_bps, self.mtu, t));
         }
     }
 
@@ -173,10 +180,7 @@ impl QosShaper {
         self.tokens = self.tokens.min(self.burst);
         let inner = inner_rate(rate_bps, self.mtu);
         self.jobs.set_capacity(now, inner.max(1));
-        if let Some(t) = self.queue_time {
-            self.jobs
-                .set_shared_limit(queue_packets(rate_bps, self.mtu, t));
-        }
+        self.fit_buffer();
     }
 
     /// Classify and queue an IP packet; JoBS may drop it or another packet.

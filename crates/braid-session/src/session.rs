@@ -963,20 +963,7 @@ impl Session {
     fn update_qos_rate(&mut self, now: Instant) {
         if self.qos.is_some() {
             let rate = self.bond_rate_bps();
-            let rtts = self
-                .paths
-                .iter()
-                .filter(|p| p.up)
-                .filter_map(|p| p.min_rtt.get());
-            let (lo, hi) = rtts.fold(
-                (None, None),
-                |(lo, hi): (Option<Duration>, Option<Duration>), r| {
-                    (
-                        Some(lo.map_or(r, |l| l.min(r))),
-                        Some(hi.map_or(r, |h| h.max(r))),
-                    )
-                },
-            );
+            let (lo, hi) = (self.up_min_rtts().min(), self.up_min_rtts().max());
             if let Some(q) = &mut self.qos {
                 q.set_bond_rate(now, rate);
                 if let (Some(lo), Some(hi)) = (lo, hi) {
@@ -1478,16 +1465,19 @@ impl Session {
 
     /// The receiver waits this long for a resend once a gap's loss is certain: the fastest
     /// path's RTT and a half, plus 5 ms (the NACK's trip, the resend's, and the peer's turn).
+    /// The probes' minimum RTTs of the paths that are up.
+    fn up_min_rtts(&self) -> impl Iterator<Item = Duration> + '_ {
+        self.paths
+            .iter()
+            .filter(|p| p.up)
+            .filter_map(|p| p.min_rtt.get())
+    }
+
     fn update_retransmit_grace(&mut self) {
         if !self.retransmit {
             return;
         }
-        let fastest = self
-            .paths
-            .iter()
-            .filter(|p| p.up)
-            .filter_map(|p| p.min_rtt.get())
-            .min();
+        let fastest = self.up_min_rtts().min();
         if let (Some(rtt), Some(e)) = (fastest, self.endpoint.as_mut()) {
             e.set_retransmit_grace(Some(rtt * 3 / 2 + Duration::from_millis(5)));
         }
