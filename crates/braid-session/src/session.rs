@@ -37,7 +37,7 @@ use crate::endpoint::{Endpoint, EndpointConfig};
 use crate::keys::{PrivateKey, PublicKey};
 use crate::noise::{SeededResolver, PATTERN, PROLOGUE};
 use crate::params::BondParams;
-use crate::qos::{ClassReport, QosShaper};
+use crate::qos::{BondRates, ClassReport, QosShaper};
 use crate::replay::ReplayWindow;
 use crate::retransmit::{GapDetector, RetransmitRing, MAX_NACK_COUNT, MAX_REPAIRABLE_GAP};
 use braid_proto::resequence::Pacing;
@@ -279,6 +279,9 @@ pub struct SessionStatus {
     /// when unpaced or before the bond's parameters.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release_rate_bps: Option<u64>,
+    /// The egress shaper's rate on the wire (`[qos]`, or a PET bond's whole-bond shaper),
+    /// bit/s; absent when the egress is not shaped.
+    pub shaping_rate_bps: Option<u64>,
     /// Per-class service when `[qos]` is on (empty otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassReport>,
@@ -602,13 +605,17 @@ impl Session {
                 self.gaps = GapDetector::new(n);
                 // A config the daemon validated cannot fail here; if it did, no shaping.
                 let bond_bps = p.rates_bps.iter().sum();
-                let whole_bond = self
-                    .cfg
-                    .shape_egress
-                    .unwrap_or(p.scheduler == braid_proto::scheduler::SchedulerKind::Pet);
+                let pet = p.scheduler == braid_proto::scheduler::SchedulerKind::Pet;
+                let whole_bond = self.cfg.shape_egress.unwrap_or(pet);
+                let rates = if pet {
+                    BondRates::Measured
+                } else {
+                    BondRates::Configured
+                };
+                let mtu = p.max_packet;
                 self.qos = match &self.cfg.qos {
-                    Some(q) => QosShaper::new(q, bond_bps, p.max_packet, now).ok(),
-                    None if whole_bond => Some(QosShaper::whole_bond(bond_bps, p.max_packet, now)),
+                    Some(q) => QosShaper::new(q, bond_bps, rates, mtu, now).ok(),
+                    None if whole_bond => Some(QosShaper::whole_bond(bond_bps, rates, mtu, now)),
                     None => None,
                 };
                 self.params = Some(p);
@@ -920,8 +927,10 @@ impl Session {
 
     /// The bond's rate now: the paths that are up, each at [`Session::own_rate_bps`].
     fn bond_rate_bps(&self) -> u64 {
+        let pet = self.endpoint.as_ref().and_then(|e| e.striper().pet());
         (0..self.paths.len())
             .filter(|&i| self.paths[i].up)
+            .filter(|&i| pet.is_none_or(|t| t.is_active(PathId(i as u8))))
             .filter_map(|i| self.own_rate_bps(i))
             .sum()
     }
@@ -1669,6 +1678,7 @@ impl Session {
                 .filter(|&(_, n)| n > 0)
                 .collect(),
             release_rate_bps: (self.release_rate_bps > 0).then_some(self.release_rate_bps),
+            shaping_rate_bps: self.qos.as_ref().map(QosShaper::rate_bps),
             pet: e.and_then(|e| {
                 let p = e.striper().pet()?.stats();
                 let s = e.stats();

@@ -846,6 +846,64 @@ fn a_pet_bond_queues_in_braid_not_in_the_paths_unless_told_not_to() {
 }
 
 #[test]
+fn a_pet_blackout_takes_the_path_out_of_the_shaped_rate() {
+    // PET's egress shaper sends at 0.99 of PET's estimates on the paths PET uses. When the
+    // 8 Mbit/s path stops delivering data (its probes still pass, so the session keeps it up)
+    // PET blacks it out, and the shaper must not go on sending at the whole bond's rate into
+    // what is left; it takes the path back when PET does.
+    let mut net = pet_net(server_config());
+    let mut i = 0u32;
+    let mut offer = |net: &mut Net, ms: u64| {
+        // 12 Mbit/s of 1200-byte packets (five every 4 ms).
+        for _ in 0..ms / 4 {
+            for _ in 0..5 {
+                net.client.send(net.now, &packet(i, 1200));
+                i += 1;
+            }
+            net.step(Duration::from_millis(4));
+        }
+    };
+    offer(&mut net, 2000);
+    let st = net.client.status();
+    let estimates: Vec<u64> = st
+        .paths
+        .iter()
+        .map(|p| p.pet_estimate_bps.expect("every path estimated"))
+        .collect();
+    let whole = st.shaping_rate_bps.expect("a PET bond shapes its egress") as f64;
+    let sum: u64 = estimates.iter().sum();
+    assert!(
+        (whole / (0.99 * sum as f64) - 1.0).abs() < 0.01,
+        "shaped at {whole}, estimates {estimates:?}"
+    );
+    // Path 0 drops every data packet from now on.
+    net.drop_every[0] = Some(1);
+    offer(&mut net, 2500);
+    let st = net.client.status();
+    assert_eq!(st.paths[0].state, "up", "the session still hears path 0");
+    assert_eq!(st.paths[0].pet_active, Some(false), "PET blacked it out");
+    let dark = st.shaping_rate_bps.unwrap() as f64;
+    let rest = st.paths[1..]
+        .iter()
+        .map(|p| p.pet_estimate_bps.unwrap())
+        .sum::<u64>() as f64;
+    assert!(
+        (dark / (0.99 * rest) - 1.0).abs() < 0.02,
+        "shaped at {dark} with path 0 out; the other paths' estimates sum to {rest}"
+    );
+    // Path 0 delivers again: PET takes it back, and so does the shaper.
+    net.drop_every[0] = None;
+    offer(&mut net, 3000);
+    let st = net.client.status();
+    assert_eq!(st.paths[0].pet_active, Some(true));
+    assert!(
+        st.shaping_rate_bps.unwrap() as f64 > 0.9 * whole,
+        "{:?} after path 0 came back, {whole} before",
+        st.shaping_rate_bps
+    );
+}
+
+#[test]
 fn the_receiver_paces_its_release_by_the_rates_the_sender_measured() {
     // PET told 10 Mbit/s for each of three paths of 8, 4 and 2 Mbit/s: the receiver must pace
     // by what the sender measured (its probes say), not by the guesses in the bond's

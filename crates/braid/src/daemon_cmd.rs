@@ -280,6 +280,9 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
     if let Some(r) = s["release_rate_bps"].as_f64() {
         println!("release paced at {:.2} Mbit/s", r / 1e6);
     }
+    if let Some(r) = s["shaping_rate_bps"].as_f64() {
+        println!("egress shaped at {:.2} Mbit/s", r / 1e6);
+    }
     if let Some(pet) = s["pet"].as_object() {
         println!(
             "PET: SIG-ACKs sent {} received {} dropped {}  pairs {} samples {} probes {}  blackouts {}",
