@@ -582,7 +582,7 @@ impl Daemon {
         }
         if cfg.tcp.is_some() && cfg.qos.is_some() {
             eprintln!(
-                "braid: warning: [tcp] accelerate with [qos]: accelerated TCP rides pTCP beside the shaper, not through JoBS, so it is in no class and the classes' bounds do not hold while it runs (docs/qos.md)"
+                "braid: [tcp] accelerate with [qos]: accelerated TCP queues in the class its addresses and ports select ([[qos.class.filter]]); its DSCP does not reach braid through the redirect, so a class chosen by DSCP alone does not get it (docs/qos.md)"
             );
         }
         if let (Role::Responder, Some(true)) = (cfg.role, cfg.tcp.as_ref().map(|t| t.transparent)) {
@@ -1488,6 +1488,8 @@ impl Daemon {
                 self.accel.stats.refused += 1;
                 continue;
             }
+            // What this end sends for it are the application's packets, from it to `dst`.
+            self.classify_accel(peer, id, from, dst);
             self.adopt_tcp(peer, tcp, id, Vec::new());
         }
     }
@@ -1560,9 +1562,36 @@ impl Daemon {
                 None => mio::net::TcpStream::connect(h.dst),
             };
             match tcp {
-                Ok(tcp) => self.adopt_tcp(k, tcp, id, rest),
+                Ok(tcp) => {
+                    // What this end sends for it are the replies, from `dst` to the client's
+                    // application (unknown to a version 1 header).
+                    let to = h
+                        .src
+                        .unwrap_or_else(|| SocketAddr::new(unspecified_like(h.dst.ip()), 0));
+                    self.classify_accel(k, id, h.dst, to);
+                    self.adopt_tcp(k, tcp, id, rest)
+                }
                 Err(_) => self.refuse(k, id, now),
             }
+        }
+    }
+
+    /// With `[qos]`: accelerated connection `id` of peer `k` queues its segments in the class
+    /// its TCP packets from `src` to `dst` would have been in through the striped tunnel
+    /// (`[[qos.class.filter]]` by addresses and ports; DSCP 0, since the application's DSCP
+    /// does not reach a redirected socket).
+    fn classify_accel(&mut self, k: usize, id: u16, src: SocketAddr, dst: SocketAddr) {
+        let headers = braid_qos::classifier::Headers {
+            dscp: 0,
+            proto: 6,
+            src: src.ip(),
+            dst: dst.ip(),
+            src_port: Some(src.port()),
+            dst_port: Some(dst.port()),
+        };
+        let p = &mut self.peers[k];
+        if let Some(class) = p.session.ptcp_class(&headers) {
+            p.ptcp.set_class(id, class);
         }
     }
 
@@ -1652,5 +1681,13 @@ impl Daemon {
             cpu_user_s: cpu.0,
             cpu_system_s: cpu.1,
         }
+    }
+}
+
+/// The unspecified address of `ip`'s family.
+fn unspecified_like(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
     }
 }

@@ -18,6 +18,7 @@ use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
 use braid_ptcp::wire::{Flags, Segment};
 use braid_ptcp::{CongestionAlgorithm, StripedConnection};
+use braid_qos::ClassId;
 use braid_session::{Role, Session};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -98,6 +99,8 @@ pub struct PtcpTable {
     /// the path the segment came on). At most [`MAX_RESETS`].
     resets: Vec<(u16, PathId)>,
     resets_sent: u64,
+    /// The `[qos]` class each connection's segments queue in ([`PtcpTable::set_class`]).
+    classes: BTreeMap<u16, ClassId>,
 }
 
 impl PtcpTable {
@@ -116,6 +119,15 @@ impl PtcpTable {
             touched: BTreeSet::new(),
             resets: Vec::new(),
             resets_sent: 0,
+            classes: BTreeMap::new(),
+        }
+    }
+
+    /// From now on connection `id`'s segments queue in the session's `[qos]` shaper, in
+    /// `class` ([`Session::ptcp_class`]), instead of going out at once.
+    pub fn set_class(&mut self, id: u16, class: ClassId) {
+        if self.conns.contains_key(&id) {
+            self.classes.insert(id, class);
         }
     }
 
@@ -242,6 +254,7 @@ impl PtcpTable {
         }
         self.accepted.retain(|&a| a != id);
         self.touched.remove(&id);
+        self.classes.remove(&id);
         c
     }
 
@@ -324,7 +337,9 @@ impl PtcpTable {
     }
 
     /// Seals every segment the connections have now into `out` and hands each datagram to
-    /// `send` with the index of the path it must go out on.
+    /// `send` with the index of the path it must go out on; a connection with a class
+    /// ([`PtcpTable::set_class`]) queues its segments in the session's shaper instead, and
+    /// they leave from [`Session::poll_transmit`].
     pub fn transmit(
         &mut self,
         session: &mut Session,
@@ -342,7 +357,11 @@ impl PtcpTable {
             }
         }
         for (&id, c) in self.conns.iter_mut() {
+            let class = self.classes.get(&id).copied();
             while let Some((path, seg)) = c.poll_transmit(now) {
+                if class.is_some_and(|k| session.queue_ptcp(now, k, path, id, &seg)) {
+                    continue;
+                }
                 match session.seal_ptcp(now, path, id, &seg, out) {
                     Some(n) => send(path.index(), &out[..n]),
                     None => self.unsealed += 1,

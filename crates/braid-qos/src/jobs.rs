@@ -793,6 +793,12 @@ impl<P> Jobs<P> {
         Some((ClassId(i as u8), len))
     }
 
+    /// The packet [`dequeue`](Self::dequeue) would send at `now`, and its length.
+    pub fn peek_payload(&self, now: Instant) -> Option<(&P, u32)> {
+        let i = self.select(now)?;
+        self.classes[i].queue.front().map(|p| (&p.payload, p.len))
+    }
+
     /// Send the head packet of the backlogged class with the largest `R_out_i - Xmit_i` (ties
     /// to the lower index): the scheduler of section 2.3. `None` only when nothing is queued.
     pub fn dequeue(&mut self, now: Instant) -> Option<Dequeued<P>> {

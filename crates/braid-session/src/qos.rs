@@ -12,6 +12,7 @@
 
 use crate::params::WIRE_OVERHEAD_BYTES;
 use braid_proto::time::{Duration, Instant};
+use braid_qos::classifier::Headers;
 use braid_qos::{ClassId, Classifier, Jobs, QosConfig};
 use serde::Serialize;
 
@@ -61,11 +62,33 @@ const WHOLE_BOND_MAX_PACKETS: u32 = 16_384;
 /// The token bucket holds at most this much sending time (and never less than two packets).
 const BURST: Duration = Duration::from_millis(5);
 
+/// What waits in the shaper.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Egress {
+    /// An IP packet from the TUN device, for the striper.
+    Packet(Vec<u8>),
+    /// A segment of an accelerated TCP connection (`[tcp] accelerate`), for its micro-flow's
+    /// path.
+    Ptcp(PtcpOut),
+}
+
+/// A pTCP segment the shaper let go: the session seals it for `path` when that path is
+/// polled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PtcpOut {
+    /// The path of the micro-flow that sent it.
+    pub path: braid_proto::PathId,
+    /// The pTCP connection.
+    pub conn: u16,
+    /// The segment.
+    pub segment: Vec<u8>,
+}
+
 /// JoBS plus its classifier and the token bucket that drains it.
 pub struct QosShaper {
     names: Vec<String>,
     classifier: Classifier,
-    jobs: Jobs<Vec<u8>>,
+    jobs: Jobs<Egress>,
     /// Shaping rate on the wire, bit/s.
     rate_bps: u64,
     /// `[qos] rate_mbit` was given: the rate is fixed, whatever the bond does.
@@ -220,11 +243,31 @@ impl QosShaper {
     /// Classify and queue an IP packet; JoBS may drop it or another packet.
     pub fn enqueue(&mut self, now: Instant, packet: &[u8]) {
         let class = self.classifier.classify(packet);
-        let _ = self
-            .jobs
-            .enqueue(now, class, packet.len() as u32, packet.to_vec());
+        let len = packet.len() as u32;
+        self.offer(now, class, len, Egress::Packet(packet.to_vec()));
+    }
+
+    /// The class of a packet with these headers (an accelerated TCP connection's, whose
+    /// packets do not pass through here).
+    pub fn classify_headers(&self, headers: &Headers) -> ClassId {
+        self.classifier.classify_headers(headers)
+    }
+
+    /// Queue a pTCP segment in `class`; JoBS may drop it (pTCP resends) or another packet.
+    pub fn enqueue_ptcp(&mut self, now: Instant, class: ClassId, out: PtcpOut) {
+        let len = out.segment.len() as u32;
+        self.offer(now, class, len, Egress::Ptcp(out));
+    }
+
+    fn offer(&mut self, now: Instant, class: ClassId, len: u32, item: Egress) {
+        let _ = self.jobs.enqueue(now, class, len, item);
         // Drops are counted by JoBS per class; the buffers are simply freed.
         while self.jobs.poll_dropped().is_some() {}
+    }
+
+    /// Whether this is a whole-bond shaper ([`QosShaper::whole_bond`]) rather than `[qos]`.
+    pub fn is_whole_bond(&self) -> bool {
+        self.queue_time.is_some()
     }
 
     fn refill(&mut self, now: Instant) {
@@ -233,12 +276,14 @@ impl QosShaper {
         self.tokens = (self.tokens + dt * self.rate_bps as f64 / 8.0).min(self.burst);
     }
 
-    /// The next packet to stripe, if the bucket and the striper (`room`) allow.
-    pub fn poll(&mut self, now: Instant, room: impl Fn(u32) -> bool) -> Option<Vec<u8>> {
+    /// The next packet to send, if the bucket and, for a packet to stripe, the striper
+    /// (`room`) allow. (A pTCP segment goes to its own path, outside the striper, and may be
+    /// longer than the striper's largest packet.)
+    pub fn poll(&mut self, now: Instant, room: impl Fn(u32) -> bool) -> Option<Egress> {
         self.refill(now);
-        let (_, len) = self.jobs.peek(now)?;
+        let (head, len) = self.jobs.peek_payload(now)?;
         let cost = f64::from(len + WIRE_OVERHEAD_BYTES);
-        if self.tokens < cost || !room(len) {
+        if self.tokens < cost || (matches!(head, Egress::Packet(_)) && !room(len)) {
             return None;
         }
         let d = self.jobs.dequeue(now)?;
@@ -346,7 +391,7 @@ mod tests {
             if ms % 20 == 0 {
                 s.enqueue(now, &ipv4_with_dscp(46, 200));
             }
-            while let Some(p) = s.poll(now, |_| true) {
+            while let Some(Egress::Packet(p)) = s.poll(now, |_| true) {
                 sent_bytes += p.len() as u64 + u64::from(WIRE_OVERHEAD_BYTES);
                 voice_sent += usize::from(p[1] >> 2 == 46);
             }

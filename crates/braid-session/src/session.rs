@@ -37,12 +37,14 @@ use crate::endpoint::{Endpoint, EndpointConfig};
 use crate::keys::{PrivateKey, PublicKey};
 use crate::noise::{SeededResolver, PATTERN, PROLOGUE};
 use crate::params::BondParams;
-use crate::qos::{BondRates, ClassReport, QosShaper};
+use crate::qos::{BondRates, ClassReport, Egress, PtcpOut, QosShaper};
 use crate::replay::ReplayWindow;
 use crate::retransmit::{GapDetector, RetransmitRing, MAX_NACK_COUNT, MAX_REPAIRABLE_GAP};
 use braid_proto::resequence::Pacing;
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
+use braid_qos::classifier::Headers;
+use braid_qos::ClassId;
 use braid_wire::outer::{self, Outer, TAG_LEN, TRANSPORT_HEADER_LEN};
 use braid_wire::{Abandon, Nack, Packet, Probe, Repr};
 use rand_chacha::ChaCha20Rng;
@@ -479,6 +481,8 @@ pub struct Session {
     peer_accepts_tcp: bool,
     /// pTCP segments received, for [`Session::poll_ptcp`] (at most [`PTCP_RX_QUEUE`]).
     ptcp_rx: VecDeque<PtcpSegment>,
+    /// pTCP segments the `[qos]` shaper let go, sealed when their path is polled.
+    ptcp_tx: VecDeque<PtcpOut>,
     ptcp: PtcpCounters,
 }
 
@@ -523,6 +527,7 @@ impl Session {
             handed: Vec::new(),
             peer_accepts_tcp: false,
             ptcp_rx: VecDeque::new(),
+            ptcp_tx: VecDeque::new(),
             ptcp: PtcpCounters::default(),
             cfg,
         };
@@ -1197,6 +1202,49 @@ impl Session {
         sealed
     }
 
+    /// The `[qos]` class of an accelerated TCP connection whose packets would carry `headers`
+    /// (its addresses and ports as they leave this end), when this end shapes its egress with
+    /// `[qos]` classes; `None` without `[qos]` (a PET bond's whole-bond shaper does not take
+    /// accelerated TCP: its rate comes from PET's pairs of striped packets, which accelerated
+    /// TCP does not make).
+    pub fn ptcp_class(&self, headers: &Headers) -> Option<ClassId> {
+        let q = self.qos.as_ref().filter(|q| !q.is_whole_bond())?;
+        Some(q.classify_headers(headers))
+    }
+
+    /// Queue a segment of pTCP connection `conn` for `path` in `[qos]` class `class` (from
+    /// [`Session::ptcp_class`]): it waits, and may be dropped, in JoBS like the class's
+    /// packets, and leaves from [`Session::poll_transmit`] on `path` when the shaper lets it.
+    /// `false` (nothing queued) if the session has no `[qos]` shaper or no keys yet: seal it
+    /// with [`Session::seal_ptcp`] instead.
+    pub fn queue_ptcp(
+        &mut self,
+        now: Instant,
+        class: ClassId,
+        path: PathId,
+        conn: u16,
+        segment: &[u8],
+    ) -> bool {
+        self.last_now = now;
+        let Some(q) = self.qos.as_mut().filter(|q| !q.is_whole_bond()) else {
+            return false;
+        };
+        if self.current.is_none() {
+            return false;
+        }
+        q.enqueue_ptcp(
+            now,
+            class,
+            PtcpOut {
+                path,
+                conn,
+                segment: segment.to_vec(),
+            },
+        );
+        self.pump_qos(now);
+        true
+    }
+
     /// Bytes a pTCP segment grows by on the wire in a UDP payload: the transport header, the
     /// AEAD tag and the inner pTCP header.
     pub const PTCP_OVERHEAD: usize = TRANSPORT_HEADER_LEN + TAG_LEN + braid_wire::PTCP_HEADER_LEN;
@@ -1229,9 +1277,18 @@ impl Session {
         let (Some(q), Some(e)) = (&mut self.qos, &mut self.endpoint) else {
             return;
         };
-        while let Some(p) = q.poll(now, |len| e.striper().can_send(len)) {
-            if e.send_packet(now, p).is_err() {
-                self.send_dropped += 1;
+        while let Some(item) = q.poll(now, |len| e.striper().can_send(len)) {
+            match item {
+                Egress::Packet(p) => {
+                    if e.send_packet(now, p).is_err() {
+                        self.send_dropped += 1;
+                    }
+                }
+                // A segment for a path taken out is dropped (pTCP resends it).
+                Egress::Ptcp(o) => match self.paths.get(o.path.index()) {
+                    Some(st) if !st.disabled => self.ptcp_tx.push_back(o),
+                    _ => self.ptcp.unsent += 1,
+                },
             }
         }
         self.qos_wake = q.poll_timeout(now);
@@ -1351,6 +1408,10 @@ impl Session {
                 self.retransmitted += 1;
             }
             return sealed;
+        }
+        if let Some(pos) = self.ptcp_tx.iter().position(|o| o.path == path) {
+            let o = self.ptcp_tx.remove(pos).expect("found");
+            return self.seal_ptcp(now, path, o.conn, &o.segment, out);
         }
         let mut v = std::mem::take(&mut self.tx_plain);
         let got = self

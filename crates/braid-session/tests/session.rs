@@ -489,10 +489,15 @@ fn what_a_lossy_path_loses_is_resent_and_nothing_is_lost() {
 /// Two paths (10 + 20 Mbit/s configured), the client with JoBS classes voice (EF) and bulk
 /// sharing a 400-packet buffer; established.
 fn qos_net() -> Net {
+    qos_net_with("")
+}
+
+/// [`qos_net`], with `voice` added to the voice class's table (a bound).
+fn qos_net_with(voice: &str) -> Net {
     let mut net = Net::new(2, ResequenceMode::Sequence);
-    let qos: braid_qos::QosConfig = toml::from_str(
-        "buffer_packets = 400\n[[class]]\nname = \"voice\"\ndscp = [46]\n[[class]]\nname = \"bulk\"\ndefault = true\n",
-    )
+    let qos: braid_qos::QosConfig = toml::from_str(&format!(
+        "buffer_packets = 400\n[[class]]\nname = \"voice\"\ndscp = [46]\n{voice}\n[[class]]\nname = \"bulk\"\ndefault = true\n",
+    ))
     .unwrap();
     let mut cfg = client_config(params(2, ResequenceMode::Sequence));
     cfg.qos = Some(qos);
@@ -1289,14 +1294,25 @@ fn policies_apply_behind_the_qos_shaper_too() {
 
 /// Moves pTCP segments between two `StripedConnection`s through the sessions: sealed by one,
 /// over the in-memory paths (dead paths, rates and `drop_every` apply), opened by the other.
+/// One millisecond of a pTCP connection `conn` over the sessions. With `class`, the client
+/// queues its segments in that `[qos]` class (accelerated TCP with `[qos]`) and they leave
+/// with the session's other datagrams; without, it seals and sends them at once.
 fn ptcp_step(
     net: &mut Net,
     client: &mut braid_ptcp::StripedConnection,
     server: &mut Option<braid_ptcp::StripedConnection>,
     conn: u16,
+    class: Option<braid_qos::ClassId>,
 ) {
     let mut out = vec![0u8; 2048];
     while let Some((path, seg)) = client.poll_transmit(net.now) {
+        if let Some(k) = class {
+            assert!(
+                net.client.queue_ptcp(net.now, k, path, conn, &seg),
+                "queued"
+            );
+            continue;
+        }
         let n = net
             .client
             .seal_ptcp(net.now, path, conn, &seg, &mut out)
@@ -1333,28 +1349,27 @@ fn ptcp_step(
     }
 }
 
-#[test]
-fn ptcp_rides_the_session_on_its_flows_paths_and_loses_nothing() {
-    let mut net = Net::new(2, ResequenceMode::Sequence);
-    net.established();
-    // Path 1 loses every 20th datagram client to server.
-    net.drop_every[1] = Some(20);
-    net.rate_bps = vec![Some(4_000_000), Some(2_000_000)];
-    let paths = [PathId(0), PathId(1)];
-    let mut client =
-        braid_ptcp::StripedConnection::connect(braid_ptcp::Config::default(), net.now, &paths);
-    let mut server = None;
-    let data: Vec<u8> = (0..400_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    let mut written = 0;
-    let mut got = Vec::new();
+/// Sends `data` over pTCP connection 7 from `client` (closing it after the last byte when
+/// `close`), a millisecond at a time, calling `each_ms` before every step; returns what the
+/// server read, once it has it all or after 60 s.
+fn ptcp_send_all(
+    net: &mut Net,
+    client: &mut braid_ptcp::StripedConnection,
+    data: &[u8],
+    close: bool,
+    class: Option<braid_qos::ClassId>,
+    mut each_ms: impl FnMut(&mut Net),
+) -> Vec<u8> {
+    let (mut server, mut written, mut got) = (None, 0, Vec::new());
     let mut buf = vec![0u8; 65536];
     let deadline = net.now + Duration::from_secs(60);
     while got.len() < data.len() && net.now < deadline {
         written += client.write(&data[written..]);
-        if written == data.len() {
+        if close && written == data.len() {
             client.close(net.now);
         }
-        ptcp_step(&mut net, &mut client, &mut server, 7);
+        each_ms(net);
+        ptcp_step(net, client, &mut server, 7, class);
         if let Some(s) = server.as_mut() {
             loop {
                 let n = s.read(&mut buf);
@@ -1365,6 +1380,21 @@ fn ptcp_rides_the_session_on_its_flows_paths_and_loses_nothing() {
             }
         }
     }
+    got
+}
+
+#[test]
+fn ptcp_rides_the_session_on_its_flows_paths_and_loses_nothing() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.established();
+    // Path 1 loses every 20th datagram client to server.
+    net.drop_every[1] = Some(20);
+    net.rate_bps = vec![Some(4_000_000), Some(2_000_000)];
+    let paths = [PathId(0), PathId(1)];
+    let mut client =
+        braid_ptcp::StripedConnection::connect(braid_ptcp::Config::default(), net.now, &paths);
+    let data: Vec<u8> = (0..400_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let got = ptcp_send_all(&mut net, &mut client, &data, true, None, |_| {});
     assert!(
         got == data,
         "{} of {} bytes, in order",
@@ -1422,4 +1452,77 @@ fn the_client_learns_from_the_handshake_whether_the_server_takes_accelerated_tcp
         net.established();
         assert_eq!(net.client.peer_accepts_tcp(), accepts);
     }
+}
+
+#[test]
+fn accelerated_tcp_queues_in_its_qos_class_behind_voice() {
+    // `[qos]` with voice (DSCP 46, a 5 ms delay bound) and bulk (the default) on 10 + 20 Mbit/s.
+    // An accelerated TCP connection of the bulk class (pTCP, its segments queued with
+    // `queue_ptcp`) sends 3 MB as fast as its congestion control lets it over paths that
+    // would carry far more, while a voice packet arrives every millisecond: the segments must
+    // leave at the shaper's rate, in bulk's queue, behind voice, and all arrive.
+    let mut net = qos_net_with("delay_bound_ms = 5.0");
+    let headers = braid_qos::classifier::Headers {
+        dscp: 0,
+        proto: 6,
+        src: "10.9.0.2".parse().unwrap(),
+        dst: "10.9.0.1".parse().unwrap(),
+        src_port: Some(40_000),
+        dst_port: Some(5201),
+    };
+    let class = net.client.ptcp_class(&headers);
+    assert!(class.is_some(), "a [qos] session takes accelerated TCP");
+    // Neither a session without [qos] nor a PET bond's whole-bond shaper does.
+    assert_eq!(
+        Net::new(2, ResequenceMode::Sequence)
+            .client
+            .ptcp_class(&headers),
+        None
+    );
+    assert_eq!(pet_net(server_config()).client.ptcp_class(&headers), None);
+
+    let paths = [PathId(0), PathId(1)];
+    // Segments as the daemon sizes them for 1500-byte paths: longer than the striper's largest
+    // packet (1400 here), which must not hold them back.
+    let mut config = braid_ptcp::Config::default();
+    config.flow.congestion.mss = 1424;
+    let mut client = braid_ptcp::StripedConnection::connect(config, net.now, &paths);
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let start = net.now;
+    let wire_before: u64 = net.client.status().paths.iter().map(|p| p.tx_bytes).sum();
+    let mut voice = 0u32;
+    let got = ptcp_send_all(&mut net, &mut client, &data, false, class, |net| {
+        let mut v = packet(1_000_000 + voice, 200);
+        v[0] = 0x45;
+        v[1] = 46 << 2;
+        net.client.send(net.now, &v);
+        voice += 1;
+    });
+    assert!(
+        got == data,
+        "{} of {} bytes, in order",
+        got.len(),
+        data.len()
+    );
+    let took = (net.now - start).as_secs_f64();
+    let st = net.client.status();
+    let wire: u64 = st.paths.iter().map(|p| p.tx_bytes).sum::<u64>() - wire_before;
+    // Shaped at 0.97 x 30 Mbit/s: the datagrams (UDP payload; the shaper also counts IP and
+    // UDP headers) cannot have left faster, plus the bucket's 5 ms burst.
+    let shaped = 0.97 * 30e6 / 8.0 * (took + 0.005);
+    assert!(
+        (wire as f64) <= shaped,
+        "{wire} bytes on the wire in {took:.2} s: faster than the shaper's {shaped:.0}"
+    );
+    assert!(took < 5.0, "3 MB at 29 Mbit/s took {took:.2} s");
+    let (v, bulk) = (&st.classes[0], &st.classes[1]);
+    assert_eq!((v.name.as_str(), bulk.name.as_str()), ("voice", "bulk"));
+    assert!(
+        bulk.sent > 2000,
+        "the segments went through bulk's queue: {bulk:?}"
+    );
+    assert_eq!(v.arrivals, u64::from(voice));
+    assert_eq!(v.drops, 0, "{v:?}");
+    assert!(v.delay_ms_max <= 5.0, "voice waited behind the bulk: {v:?}");
+    assert!(st.ptcp.expect("pTCP carried").sent > 2000);
 }

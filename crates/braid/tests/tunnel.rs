@@ -761,6 +761,52 @@ fn a_client_accelerating_toward_a_server_that_does_not_leaves_tcp_on_the_striped
 }
 
 #[test]
+fn accelerated_tcp_queues_in_the_qos_class_its_ports_select() {
+    need_root!();
+    if Command::new("nft").arg("--version").output().is_err() {
+        eprintln!("skipping: needs nft (the nftables package) for the client's redirect");
+        return;
+    }
+    // The client shapes with [qos]: a class for TCP to port 5003, and a default one. An
+    // accelerated connection to port 5003 must queue its pTCP segments in the first (they
+    // never pass the TUN, so only the daemon's classification puts them there).
+    let mut bed = Bed::new(11);
+    bed.tcp = true;
+    bed.bond = Some(
+        "[qos]\n[[qos.class]]\nname = \"bulk5003\"\n[[qos.class.filter]]\nproto = \"tcp\"\ndst_port = 5003\n[[qos.class]]\nname = \"rest\"\ndefault = true\n"
+            .into(),
+    );
+    bed.up(None);
+    transfer(
+        bed.ns("c"),
+        bed.ns("s"),
+        "10.77.0.1:5003".parse().unwrap(),
+        4 << 20,
+    );
+    let c = bed.status("c").unwrap();
+    assert_eq!(
+        c["tcp"]["connections"],
+        1,
+        "client: {c}; logs: {}",
+        bed.logs()
+    );
+    let classes = &c["peers"][0]["session"]["classes"];
+    assert_eq!(classes[0]["name"], "bulk5003", "client: {c}");
+    let sent = classes[0]["sent"].as_u64().unwrap();
+    let ptcp = c["peers"][0]["session"]["ptcp"]["sent"].as_u64().unwrap();
+    // Four megabytes of pTCP segments of about 1.4 kB, through the class's queue.
+    assert!(
+        sent > 2_000 && ptcp >= sent,
+        "class sent {sent}, pTCP segments {ptcp}: {c}"
+    );
+    assert!(
+        bed.logs().contains("accelerated TCP queues in the class"),
+        "the daemon says how accelerated TCP is classified; logs: {}",
+        bed.logs()
+    );
+}
+
+#[test]
 fn transfer_both_ways_without_offload() {
     need_root!();
     let mut bed = Bed::new(4);
