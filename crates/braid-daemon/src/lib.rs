@@ -259,6 +259,9 @@ struct Accel {
     /// Server: the IPv6 rules are installed too (else IPv6 goes onward from the server's own
     /// address).
     transparent_v6: bool,
+    /// With `[qos]`: accelerated connections queue in their class (their segments fit the
+    /// send slots a path's datagrams are sealed into).
+    classify: bool,
     stats: TcpStatus,
 }
 
@@ -557,8 +560,13 @@ impl Daemon {
                 retry_addresses_at: Instant::ZERO,
             });
         }
+        // A segment the shaper let go is sealed into one of the flush's datagram slots.
+        let segment_room = ptcp_table::mss_of(&cfg) as usize
+            + braid_ptcp::wire::DATA_HEADER_LEN
+            + braid_session::Session::PTCP_OVERHEAD;
         let mut accel = Accel {
             next_token: TCP_BASE,
+            classify: cfg.qos.is_some() && segment_room <= DATAGRAM_ROOM,
             ..Accel::default()
         };
         if let (Role::Initiator, Some(t)) = (cfg.role, &cfg.tcp) {
@@ -581,9 +589,15 @@ impl Daemon {
             accel.stats.listen_port = Some(t.listen_port);
         }
         if cfg.tcp.is_some() && cfg.qos.is_some() {
-            eprintln!(
-                "braid: [tcp] accelerate with [qos]: accelerated TCP queues in the class its addresses and ports select ([[qos.class.filter]]); its DSCP does not reach braid through the redirect, so a class chosen by DSCP alone does not get it (docs/qos.md)"
-            );
+            if accel.classify {
+                eprintln!(
+                    "braid: [tcp] accelerate with [qos]: accelerated TCP queues in the class its addresses and ports select ([[qos.class.filter]]; its DSCP does not reach braid through the redirect, so it counts as DSCP 0), except on a PET bond without [qos] rate_mbit, whose rate only striped traffic measures (docs/qos.md)"
+                );
+            } else {
+                eprintln!(
+                    "braid: warning: [tcp] accelerate with [qos]: the paths' MTU makes pTCP segments of {segment_room} bytes, more than the {DATAGRAM_ROOM} a shaped segment may take, so accelerated TCP is not shaped and the classes' bounds do not hold while it runs; set the paths' mtu to 2000 or less (docs/qos.md)"
+                );
+            }
         }
         if let (Role::Responder, Some(true)) = (cfg.role, cfg.tcp.as_ref().map(|t| t.transparent)) {
             let table = accel::nft_table(&cfg.ifname);
@@ -1590,7 +1604,11 @@ impl Daemon {
             dst_port: Some(dst.port()),
         };
         let p = &mut self.peers[k];
-        if let Some(class) = p.session.ptcp_class(&headers) {
+        if let Some(class) = p
+            .session
+            .ptcp_class(&headers)
+            .filter(|_| self.accel.classify)
+        {
             p.ptcp.set_class(id, class);
         }
     }

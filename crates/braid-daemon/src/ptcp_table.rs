@@ -357,9 +357,18 @@ impl PtcpTable {
             }
         }
         for (&id, c) in self.conns.iter_mut() {
-            let class = self.classes.get(&id).copied();
+            // A connection about to leave sends its last segments (the ACK of the peer's FIN)
+            // at once: queued, JoBS could drop them after the connection is gone.
+            let class = self
+                .classes
+                .get(&id)
+                .copied()
+                .filter(|_| !self.leaving.contains(&id));
             while let Some((path, seg)) = c.poll_transmit(now) {
-                if class.is_some_and(|k| session.queue_ptcp(now, k, path, id, &seg)) {
+                // Only data waits in the class's queue; acknowledgements and the other
+                // control segments are small, and the connection's progress hangs on them.
+                let data = Segment::parse_bytes(&seg).is_ok_and(|s| !s.payload.is_empty());
+                if data && class.is_some_and(|k| session.queue_ptcp(now, k, path, id, &seg)) {
                     continue;
                 }
                 match session.seal_ptcp(now, path, id, &seg, out) {

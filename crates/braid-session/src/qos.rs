@@ -93,8 +93,8 @@ pub struct QosShaper {
     rate_bps: u64,
     /// `[qos] rate_mbit` was given: the rate is fixed, whatever the bond does.
     fixed_rate: bool,
-    /// The fraction of the bond's rate it sends at ([`BondRates::fraction`]).
-    fraction: f64,
+    /// Where the bond's rate comes from (and so the fraction of it the shaper sends at).
+    rates: BondRates,
     mtu: u32,
     /// A whole-bond shaper ([`QosShaper::whole_bond`]): the buffer is this much time at the
     /// shaping rate, resized when the rate moves.
@@ -167,7 +167,7 @@ impl QosShaper {
             jobs,
             rate_bps: rate_bps.max(1),
             fixed_rate: config.rate_mbit.is_some(),
-            fraction,
+            rates,
             mtu,
             queue_time: None,
             tokens: burst,
@@ -221,14 +221,17 @@ impl QosShaper {
     /// The bond's rate now (paths go down and come back, estimates move): shape at this
     /// shaper's fraction of `bond_rate_bps` from now on, and give JoBS the matching capacity,
     /// so the per-class rates it hands out are ones the bond can carry. Ignored with
-    /// `[qos] rate_mbit` (a fixed rate), for a rate of zero, and for a change under 1% (less
-    /// than the margin [`MEASURED_SHAPE_FRACTION`] leaves).
+    /// `[qos] rate_mbit` (a fixed rate) and for a rate of zero (every path down: the last
+    /// rate stays until one is back). A lower rate is taken at once; a higher one only when it
+    /// is 1% higher, so the shaper never sends above its fraction of the bond's rate.
     pub fn set_bond_rate(&mut self, now: Instant, bond_rate_bps: u64) {
         if self.fixed_rate || bond_rate_bps == 0 {
             return;
         }
-        let rate_bps = ((bond_rate_bps as f64 * self.fraction) as u64).max(1);
-        if rate_bps.abs_diff(self.rate_bps) * 100 <= self.rate_bps {
+        let rate_bps = ((bond_rate_bps as f64 * self.rates.fraction()) as u64).max(1);
+        if rate_bps == self.rate_bps
+            || (rate_bps > self.rate_bps && (rate_bps - self.rate_bps) * 100 <= self.rate_bps)
+        {
             return;
         }
         self.refill(now);
@@ -270,6 +273,11 @@ impl QosShaper {
         self.queue_time.is_some()
     }
 
+    /// Whether the shaping rate follows PET's estimates (no `[qos] rate_mbit`).
+    pub fn follows_estimates(&self) -> bool {
+        !self.fixed_rate && self.rates == BondRates::Measured
+    }
+
     fn refill(&mut self, now: Instant) {
         let dt = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;
@@ -278,12 +286,13 @@ impl QosShaper {
 
     /// The next packet to send, if the bucket and, for a packet to stripe, the striper
     /// (`room`) allow. (A pTCP segment goes to its own path, outside the striper, and may be
-    /// longer than the striper's largest packet.)
+    /// longer than the striper's largest packet, and than the bucket holds: such a packet
+    /// leaves when the bucket is full, and the tokens go below zero.)
     pub fn poll(&mut self, now: Instant, room: impl Fn(u32) -> bool) -> Option<Egress> {
         self.refill(now);
         let (head, len) = self.jobs.peek_payload(now)?;
         let cost = f64::from(len + WIRE_OVERHEAD_BYTES);
-        if self.tokens < cost || (matches!(head, Egress::Packet(_)) && !room(len)) {
+        if self.tokens < cost.min(self.burst) || (matches!(head, Egress::Packet(_)) && !room(len)) {
             return None;
         }
         let d = self.jobs.dequeue(now)?;
@@ -294,7 +303,7 @@ impl QosShaper {
     /// When the bucket will have room for the packet JoBS would send next.
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
         let (_, len) = self.jobs.peek(now)?;
-        let missing = f64::from(len + WIRE_OVERHEAD_BYTES) - self.tokens;
+        let missing = f64::from(len + WIRE_OVERHEAD_BYTES).min(self.burst) - self.tokens;
         if missing <= 0.0 {
             return None;
         }
@@ -466,5 +475,55 @@ mod tests {
         );
         // 1 s of 0.97 x 7 Mbit/s is 571 packets of 1400 + 86 bytes.
         assert!((560..=580).contains(&sent), "{sent}");
+    }
+
+    #[test]
+    fn a_segment_larger_than_the_bucket_leaves_at_the_rate() {
+        // 1 Mbit/s configured: the bucket holds 2 x (1400 + 86) bytes, and a pTCP segment of
+        // 8000 bytes (a jumbo path's) costs more. It must leave when the bucket is full, and
+        // the next one a segment's time at the rate later, not never.
+        let mut now = Instant::ZERO;
+        let cfg = QosConfig::one_class("all", 100);
+        let mut s = QosShaper::new(&cfg, 1_000_000, BondRates::Configured, 1400, now).unwrap();
+        for conn in 0..3 {
+            let out = PtcpOut {
+                path: braid_proto::PathId(0),
+                conn,
+                segment: vec![0; 8000],
+            };
+            s.enqueue_ptcp(now, ClassId(0), out);
+        }
+        let mut left = Vec::new();
+        for _ in 0..300 {
+            while let Some(Egress::Ptcp(o)) = s.poll(now, |_| false) {
+                left.push((o.conn, now));
+            }
+            now = now + Duration::from_millis(1);
+        }
+        assert_eq!(left.len(), 3, "{left:?}");
+        // 8086 bytes at 0.97 Mbit/s: about 67 ms apart.
+        let gap = left[2].1.saturating_duration_since(left[1].1);
+        assert!(
+            (Duration::from_millis(60)..=Duration::from_millis(75)).contains(&gap),
+            "{left:?}"
+        );
+    }
+
+    #[test]
+    fn the_rate_falls_at_once_and_rises_by_one_percent() {
+        let now = Instant::ZERO;
+        let mut s = QosShaper::whole_bond(10_000_000, BondRates::Measured, 1400, now);
+        assert_eq!(s.rate_bps(), 9_900_000);
+        // Half a percent lower: taken, so the shaper never sends above 0.99 of the estimate.
+        s.set_bond_rate(now, 9_950_000);
+        assert_eq!(s.rate_bps(), 9_850_500);
+        // Half a percent higher: not worth a change yet; 2% higher is.
+        s.set_bond_rate(now, 10_000_000);
+        assert_eq!(s.rate_bps(), 9_850_500);
+        s.set_bond_rate(now, 10_150_000);
+        assert_eq!(s.rate_bps(), 10_048_500);
+        // Every path down (a rate of zero): the last rate stays.
+        s.set_bond_rate(now, 0);
+        assert_eq!(s.rate_bps(), 10_048_500);
     }
 }

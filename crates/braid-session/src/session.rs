@@ -283,6 +283,7 @@ pub struct SessionStatus {
     pub release_rate_bps: Option<u64>,
     /// The egress shaper's rate on the wire (`[qos]`, or a PET bond's whole-bond shaper),
     /// bit/s; absent when the egress is not shaped.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub shaping_rate_bps: Option<u64>,
     /// Per-class service when `[qos]` is on (empty otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -618,6 +619,8 @@ impl Session {
                     BondRates::Configured
                 };
                 let mtu = p.max_packet;
+                // What a previous shaper let go belongs to its bond's paths.
+                self.drop_ptcp_tx(|_| true);
                 self.qos = match &self.cfg.qos {
                     Some(q) => QosShaper::new(q, bond_bps, rates, mtu, now).ok(),
                     None if whole_bond => Some(QosShaper::whole_bond(bond_bps, rates, mtu, now)),
@@ -932,7 +935,17 @@ impl Session {
 
     /// The bond's rate now: the paths that are up, each at [`Session::own_rate_bps`].
     fn bond_rate_bps(&self) -> u64 {
-        let pet = self.endpoint.as_ref().and_then(|e| e.striper().pet());
+        // PET's blackouts only where PET places the packets (adaptive SRR's measuring PET
+        // does not take a path out of SRR's rotation).
+        let pet = self
+            .endpoint
+            .as_ref()
+            .and_then(|e| e.striper().pet())
+            .filter(|_| {
+                self.params
+                    .as_ref()
+                    .is_some_and(|p| p.scheduler == braid_proto::scheduler::SchedulerKind::Pet)
+            });
         (0..self.paths.len())
             .filter(|&i| self.paths[i].up)
             .filter(|&i| pet.is_none_or(|t| t.is_active(PathId(i as u8))))
@@ -1015,7 +1028,16 @@ impl Session {
         }
         self.control.retain(|(p, _)| *p != i);
         self.resend.retain(|(p, _)| *p != i);
+        self.drop_ptcp_tx(|o| o.path == path);
         self.update_qos_rate(now);
+    }
+
+    /// Forget the shaped pTCP segments waiting for their path that `which` picks (counted as
+    /// unsent: pTCP resends them).
+    fn drop_ptcp_tx(&mut self, which: impl Fn(&PtcpOut) -> bool) {
+        let before = self.ptcp_tx.len();
+        self.ptcp_tx.retain(|o| !which(o));
+        self.ptcp.unsent += (before - self.ptcp_tx.len()) as u64;
     }
 
     /// Whether transport messages for receiver index `index` are this session's (under its
@@ -1204,11 +1226,16 @@ impl Session {
 
     /// The `[qos]` class of an accelerated TCP connection whose packets would carry `headers`
     /// (its addresses and ports as they leave this end), when this end shapes its egress with
-    /// `[qos]` classes; `None` without `[qos]` (a PET bond's whole-bond shaper does not take
-    /// accelerated TCP: its rate comes from PET's pairs of striped packets, which accelerated
-    /// TCP does not make).
+    /// `[qos]` classes at a rate that does not depend on striped traffic: `None` without
+    /// `[qos]`, and with `[qos]` on a PET bond unless `[qos] rate_mbit` fixes the rate. PET
+    /// measures the rates from pairs of striped packets, which accelerated TCP does not make,
+    /// so a bond whose bulk is accelerated would be shaped at stale estimates, or at PET's
+    /// starting guesses.
     pub fn ptcp_class(&self, headers: &Headers) -> Option<ClassId> {
-        let q = self.qos.as_ref().filter(|q| !q.is_whole_bond())?;
+        let q = self
+            .qos
+            .as_ref()
+            .filter(|q| !q.is_whole_bond() && !q.follows_estimates())?;
         Some(q.classify_headers(headers))
     }
 
@@ -1591,6 +1618,10 @@ impl Session {
         }
         if let Some(q) = self.qos_wake {
             t = t.min(q);
+        }
+        if self.current.is_some() && !self.ptcp_tx.is_empty() {
+            // A pump while another path was polled let segments go for a path already polled.
+            t = t.min(self.last_now);
         }
         Some(t)
     }

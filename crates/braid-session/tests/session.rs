@@ -1480,6 +1480,23 @@ fn accelerated_tcp_queues_in_its_qos_class_behind_voice() {
         None
     );
     assert_eq!(pet_net(server_config()).client.ptcp_class(&headers), None);
+    // Nor a PET bond's [qos], whose rate only striped traffic measures, unless
+    // `[qos] rate_mbit` fixes it.
+    for (rate, takes) in [("", false), ("rate_mbit = 12.0\n", true)] {
+        let mut p = params(3, ResequenceMode::Sequence);
+        p.scheduler = SchedulerKind::Pet;
+        let mut cfg = client_config(p);
+        cfg.qos = Some(
+            toml::from_str(&format!(
+                "{rate}[[class]]\nname = \"all\"\ndefault = true\n"
+            ))
+            .unwrap(),
+        );
+        let mut pet = Net::new(3, ResequenceMode::Sequence);
+        pet.client = session(cfg, 3);
+        pet.established();
+        assert_eq!(pet.client.ptcp_class(&headers).is_some(), takes, "{rate}");
+    }
 
     let paths = [PathId(0), PathId(1)];
     // Segments as the daemon sizes them for 1500-byte paths: longer than the striper's largest
