@@ -367,8 +367,11 @@ impl PtcpTable {
             while let Some((path, seg)) = c.poll_transmit(now) {
                 // Only data waits in the class's queue; acknowledgements and the other
                 // control segments are small, and the connection's progress hangs on them.
-                let data = Segment::parse_bytes(&seg).is_ok_and(|s| !s.payload.is_empty());
-                if data && class.is_some_and(|k| session.queue_ptcp(now, k, path, id, &seg)) {
+                let queued = class.is_some_and(|k| {
+                    Segment::parse_bytes(&seg).is_ok_and(|s| !s.payload.is_empty())
+                        && session.queue_ptcp(now, k, path, id, &seg)
+                });
+                if queued {
                     continue;
                 }
                 match session.seal_ptcp(now, path, id, &seg, out) {
