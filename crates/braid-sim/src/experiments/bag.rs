@@ -10,7 +10,9 @@
 //! Schemes (section III-B, IV): `mtcp`, one TCP per path, summed; `asi`, one TCP over a single
 //! link of the summed rate; `edpf`, EDPF with the exact `D_l` and `B_l`, no buffer; `wrr`,
 //! weighted round robin (GRR in packets, weights from the rates), no buffer; `wrr-buf`, WRR
-//! with the client buffer; `pet-bmp`, PET with BMP. The bonded schemes run braid's `Striper`
+//! with the client buffer; `pet-bmp`, PET with BMP; and ours, `pet-repair`, PET-BMP with
+//! braid's in-tunnel repair as the daemon runs it ([`Scheme::PetRepair`]). The bonded schemes
+//! run braid's `Striper`
 //! (or `Pet` + `Striper::send_on`) at the proxy and its `SequenceReceiver` (BMP) or
 //! `Passthrough` at the client, with braid's 12-byte sequenced data header on every packet.
 
@@ -56,6 +58,14 @@ pub enum Scheme {
     WrrBuf,
     /// PET with BMP.
     PetBmp,
+    /// PET with BMP and braid's in-tunnel repair (beyond the paper, as the daemon runs it):
+    /// per-path counters show the client a lost packet when its path's next packet arrives, a
+    /// NACK goes back to the proxy over the lowest-delay interface, and the proxy resends a
+    /// gap of at most two packets on the other path that delivers soonest, its base station's
+    /// backlog included (a longer run is abandoned, so the receiver stops waiting for it); the
+    /// receiver waits a grace of one and a half fastest-path round trips for a resend. (The
+    /// daemon resends on the other path of least base RTT, backlog not counted.)
+    PetRepair,
 }
 
 impl Scheme {
@@ -68,6 +78,7 @@ impl Scheme {
             Scheme::Wrr => "wrr",
             Scheme::WrrBuf => "wrr-buf",
             Scheme::PetBmp => "pet-bmp",
+            Scheme::PetRepair => "pet-repair",
         }
     }
 }
@@ -97,8 +108,8 @@ pub fn cases() -> Vec<Case> {
     use Scheme::*;
     let ms = Duration::from_millis;
     let table = vec![50_000, 100_000, 200_000];
-    let all = vec![Mtcp, Asi, Edpf, Wrr, WrrBuf, PetBmp];
-    let bonded = vec![Mtcp, Edpf, Wrr, WrrBuf, PetBmp];
+    let all = vec![Mtcp, Asi, Edpf, Wrr, WrrBuf, PetBmp, PetRepair];
+    let bonded = vec![Mtcp, Edpf, Wrr, WrrBuf, PetBmp, PetRepair];
     vec![
         Case {
             name: "base",
@@ -116,7 +127,7 @@ pub fn cases() -> Vec<Case> {
             cross: false,
             loss: 0.0,
             halve: None,
-            schemes: vec![Mtcp, Edpf, Wrr, WrrBuf, PetBmp],
+            schemes: vec![Mtcp, Edpf, Wrr, WrrBuf, PetBmp, PetRepair],
         },
         Case {
             name: "loss-1pct",
@@ -222,7 +233,13 @@ struct Pkt {
     seg: Segment,
     seq: u64,
     bytes: u32,
+    /// Its path's transport counter (`pet-repair`).
+    ctr: u64,
 }
+
+/// Copies `pet-repair`'s proxy keeps per path for resending, at most (the daemon's
+/// `RetransmitRing` keeps 4096).
+const REPAIR_COPIES: usize = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
@@ -236,6 +253,10 @@ enum Ev {
     AckAt(usize),
     /// A SIG-ACK reaches the proxy.
     SigAckAt(usize),
+    /// A NACK (path, first counter, count) reaches the proxy (`pet-repair`).
+    NackAt(usize),
+    /// An abandon of a sequence number reaches the client (`pet-repair`).
+    AbandonAt(u64),
     /// Flow's retransmission timer.
     TcpWake(usize),
     /// The client's timers (BMP release, SIG-ACK batch, flow's delayed ACK).
@@ -304,7 +325,8 @@ pub fn run_one(case: &Case, scheme: Scheme, seed: u64, schedule_seed: u64) -> Ru
     for (i, &d) in delays.iter().enumerate() {
         striper.set_path_delay(PathId(i as u8), d);
     }
-    let mut pet = (scheme == Scheme::PetBmp).then(|| {
+    let repair = scheme == Scheme::PetRepair;
+    let mut pet = matches!(scheme, Scheme::PetBmp | Scheme::PetRepair).then(|| {
         let mut c = PetConfig::new(rates.clone());
         c.overhead_bytes = BRAID_HEADER_BYTES;
         let mut pet = Pet::new(c).expect("valid PET config");
@@ -317,7 +339,7 @@ pub fn run_one(case: &Case, scheme: Scheme, seed: u64, schedule_seed: u64) -> Ru
     let mut pet_rx = PetReceiver::new(PetReceiverConfig::default());
 
     // The client.
-    let buffered = matches!(scheme, Scheme::WrrBuf | Scheme::PetBmp);
+    let buffered = matches!(scheme, Scheme::WrrBuf | Scheme::PetBmp | Scheme::PetRepair);
     let mode = if buffered {
         ResequenceMode::Sequence
     } else {
@@ -331,9 +353,25 @@ pub fn run_one(case: &Case, scheme: Scheme, seed: u64, schedule_seed: u64) -> Ru
         burst_bytes: u64::from(2 * PACKET_BYTES),
     });
     let mut reseq: Resequencer<Pkt> = Resequencer::new(&rc).expect("valid receiver config");
+    let air = |r: u64| transmission_time(u64::from(PACKET_BYTES + BRAID_HEADER_BYTES), r);
     for (i, (&d, &r)) in delays.iter().zip(&rates).enumerate() {
-        let air = transmission_time(u64::from(PACKET_BYTES + BRAID_HEADER_BYTES), r);
-        reseq.set_path_rtt(PathId(i as u8), Some(d + air + min_delay));
+        reseq.set_path_rtt(PathId(i as u8), Some(d + air(r) + min_delay));
+    }
+    // `pet-repair`: per path, the proxy's next counter and its copies by counter, and the
+    // counter the client expects next; NACKs in flight. The receiver waits for a resend as
+    // the daemon does (one and a half fastest-path round trips and 5 ms).
+    let mut tx_ctr = vec![0u64; paths];
+    let mut copies: Vec<VecDeque<(u64, Pkt)>> = vec![VecDeque::new(); paths];
+    let mut rx_next = vec![0u64; paths];
+    let mut slab_nacks: Vec<Option<(usize, u64, u64)>> = Vec::new();
+    if repair {
+        let fastest = delays
+            .iter()
+            .zip(&rates)
+            .map(|(&d, &r)| d * 2 + air(r))
+            .min()
+            .unwrap_or(Duration::ZERO);
+        reseq.set_retransmit_grace(Some(fastest * 3 / 2 + Duration::from_millis(5)));
     }
 
     let mut bs: Vec<Bs> = (0..paths)
@@ -381,6 +419,7 @@ pub fn run_one(case: &Case, scheme: Scheme, seed: u64, schedule_seed: u64) -> Ru
                 seg,
                 seq: 0,
                 bytes: PACKET_BYTES,
+                ctr: 0,
             }));
             push(
                 &mut heap,
@@ -466,6 +505,9 @@ pub fn run_one(case: &Case, scheme: Scheme, seed: u64, schedule_seed: u64) -> Ru
                         Some(Outgoing::Data { seq, .. }) => p.seq = seq.unwrap_or(0),
                         _ => continue,
                     }
+                    if repair {
+                        stamp(&mut tx_ctr, &mut copies, path.index(), &mut p);
+                    }
                     path.index()
                 };
                 slab_pkts[k] = Some(p);
@@ -506,6 +548,13 @@ pub fn run_one(case: &Case, scheme: Scheme, seed: u64, schedule_seed: u64) -> Ru
                 }
                 if bonded {
                     let id = PathId(path as u8);
+                    if repair {
+                        if p.ctr > rx_next[path] {
+                            slab_nacks.push(Some((path, rx_next[path], p.ctr - rx_next[path])));
+                            push(&mut heap, now + min_delay, Ev::NackAt(slab_nacks.len() - 1));
+                        }
+                        rx_next[path] = rx_next[path].max(p.ctr + 1);
+                    }
                     if pet.is_some() {
                         pet_rx.handle_data(now, id, p.seq);
                     }
@@ -521,6 +570,43 @@ pub fn run_one(case: &Case, scheme: Scheme, seed: u64, schedule_seed: u64) -> Ru
                     senders[flow].on_ack(now, a);
                 }
             }
+            Ev::NackAt(k) => {
+                let Some((lossy, first, count)) = slab_nacks.get_mut(k).and_then(Option::take)
+                else {
+                    continue;
+                };
+                for ctr in first..first + count {
+                    let q = &mut copies[lossy];
+                    let Ok(at) = q.binary_search_by_key(&ctr, |(c, _)| *c) else {
+                        continue;
+                    };
+                    let (_, mut p) = q.remove(at).expect("found");
+                    if count > u64::from(braid_session::retransmit::MAX_REPAIRABLE_GAP) {
+                        // A run: congestion, which TCP must see. The client stops waiting.
+                        push(&mut heap, now + min_delay, Ev::AbandonAt(p.seq));
+                        continue;
+                    }
+                    // Resend on the other path that delivers soonest (backlog included),
+                    // counted in PET's A_l.
+                    let Some(to) = (0..paths).filter(|&l| l != lossy).min_by_key(|&l| {
+                        let r = rate_at(&schedule[l], now);
+                        delays[l] + air(r) + transmission_time(bs[l].bytes, r)
+                    }) else {
+                        continue;
+                    };
+                    if let Some(pet) = &mut pet {
+                        pet.account_extra(PathId(to as u8), now, PACKET_BYTES);
+                    }
+                    stamp(&mut tx_ctr, &mut copies, to, &mut p);
+                    slab_pkts.push(Some(p));
+                    push(
+                        &mut heap,
+                        now + delays[to],
+                        Ev::AtBs((slab_pkts.len() - 1) * 64 + to),
+                    );
+                }
+            }
+            Ev::AbandonAt(seq) => reseq.abandon(seq, 1),
             Ev::SigAckAt(k) => {
                 if let (Some(entries), Some(pet)) =
                     (slab_sig.get_mut(k).and_then(Option::take), &mut pet)
@@ -603,14 +689,45 @@ pub fn run_one(case: &Case, scheme: Scheme, seed: u64, schedule_seed: u64) -> Ru
     stats
 }
 
+/// `pet-repair`'s proxy: give `p` the next counter of `path` and keep a copy of it.
+fn stamp(tx_ctr: &mut [u64], copies: &mut [VecDeque<(u64, Pkt)>], path: usize, p: &mut Pkt) {
+    p.ctr = tx_ctr[path];
+    tx_ctr[path] += 1;
+    if copies[path].len() >= REPAIR_COPIES {
+        copies[path].pop_front();
+    }
+    copies[path].push_back((p.ctr, *p));
+}
+
 /// Run the experiment.
 pub fn run(seed: u64, progress: Progress<'_>) -> Output {
     let cases = cases();
-    let jobs: Vec<(usize, Scheme)> = cases
+    // `pet-repair` (ours) runs after the paper's schemes, so their seeds (by position) are
+    // the ones they always had, and with the seed of its case's `pet-bmp`: the same loss
+    // draws until the two part ways.
+    let mut jobs: Vec<(usize, Scheme)> = cases
         .iter()
         .enumerate()
         .flat_map(|(c, case)| case.schemes.iter().map(move |&s| (c, s)))
+        .filter(|&(_, s)| s != Scheme::PetRepair)
         .collect();
+    let paper_jobs = jobs.len();
+    jobs.extend(cases.iter().enumerate().filter_map(|(c, case)| {
+        case.schemes
+            .contains(&Scheme::PetRepair)
+            .then_some((c, Scheme::PetRepair))
+    }));
+    let job_seed = |i: usize, c: usize, scheme: Scheme| {
+        let at = if scheme == Scheme::PetRepair {
+            jobs[..paper_jobs]
+                .iter()
+                .position(|&j| j == (c, Scheme::PetBmp))
+                .unwrap_or(i)
+        } else {
+            i
+        };
+        derive_seed(seed, at as u64)
+    };
     let results = par_map(
         &jobs,
         |i, &(c, scheme)| {
@@ -618,7 +735,7 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
             run_one(
                 &cases[c],
                 scheme,
-                derive_seed(seed, i as u64),
+                job_seed(i, c, scheme),
                 derive_seed(seed, 1000 + c as u64),
             )
         },
@@ -694,8 +811,27 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
             ),
             follow.is_some_and(|f| (0.0..=2000.0).contains(&f)),
         ),
+        (
+            format!(
+                "(ours) cross-loss-1pct: braid's in-tunnel repair lifts PET-BMP by at least 20% ({:.1} vs {:.1} kbit/s), and costs nothing without loss (cross: {:.1} vs {:.1})",
+                g("cross-loss-1pct", "pet-repair"),
+                g("cross-loss-1pct", "pet-bmp"),
+                g("cross", "pet-repair"),
+                g("cross", "pet-bmp")
+            ),
+            g("cross-loss-1pct", "pet-repair") >= 1.2 * g("cross-loss-1pct", "pet-bmp")
+                && g("cross", "pet-repair") == g("cross", "pet-bmp"),
+        ),
     ];
-    let scheme_names = ["mtcp", "asi", "edpf", "wrr", "wrr-buf", "pet-bmp"];
+    let scheme_names = [
+        "mtcp",
+        "asi",
+        "edpf",
+        "wrr",
+        "wrr-buf",
+        "pet-bmp",
+        "pet-repair",
+    ];
     let series = cases
         .iter()
         .map(|case| Series {
