@@ -1581,7 +1581,7 @@ impl Daemon {
                     // application (unknown to a version 1 header).
                     let to = h
                         .src
-                        .unwrap_or_else(|| SocketAddr::new(unspecified_like(h.dst.ip()), 0));
+                        .unwrap_or_else(|| SocketAddr::new(net::unspecified(h.dst.is_ipv6()), 0));
                     self.classify_accel(k, id, h.dst, to);
                     self.adopt_tcp(k, tcp, id, rest)
                 }
@@ -1595,6 +1595,9 @@ impl Daemon {
     /// (`[[qos.class.filter]]` by addresses and ports; DSCP 0, since the application's DSCP
     /// does not reach a redirected socket).
     fn classify_accel(&mut self, k: usize, id: u16, src: SocketAddr, dst: SocketAddr) {
+        if !self.accel.classify {
+            return;
+        }
         let headers = braid_qos::classifier::Headers {
             dscp: 0,
             proto: 6,
@@ -1604,11 +1607,7 @@ impl Daemon {
             dst_port: Some(dst.port()),
         };
         let p = &mut self.peers[k];
-        if let Some(class) = p
-            .session
-            .ptcp_class(&headers)
-            .filter(|_| self.accel.classify)
-        {
+        if let Some(class) = p.session.ptcp_class(&headers) {
             p.ptcp.set_class(id, class);
         }
     }
@@ -1699,13 +1698,5 @@ impl Daemon {
             cpu_user_s: cpu.0,
             cpu_system_s: cpu.1,
         }
-    }
-}
-
-/// The unspecified address of `ip`'s family.
-fn unspecified_like(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
     }
 }

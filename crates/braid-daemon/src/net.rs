@@ -341,6 +341,15 @@ pub fn is_absent(e: &io::Error) -> bool {
     ) || e.kind() == io::ErrorKind::AddrNotAvailable
 }
 
+/// The unspecified address of IPv6 (`v6`) or IPv4.
+pub(crate) fn unspecified(v6: bool) -> IpAddr {
+    if v6 {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    }
+}
+
 /// A client path's socket, bound to its local address and/or interface; on failure the OS
 /// error and what was being opened.
 pub fn open_path_socket(p: &PathConfig) -> Result<UdpSocket, (io::Error, String)> {
@@ -352,12 +361,7 @@ pub fn open_path_socket(p: &PathConfig) -> Result<UdpSocket, (io::Error, String)
         s.bind_device(Some(dev.as_bytes()))
             .map_err(with(format!("{what} (interface {dev})")))?;
     }
-    let unspecified = if v6 {
-        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-    } else {
-        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-    };
-    let local = SocketAddr::new(p.local.unwrap_or(unspecified), 0);
+    let local = SocketAddr::new(p.local.unwrap_or(unspecified(v6)), 0);
     s.bind(&local.into()).map_err(with(what))?;
     Ok(UdpSocket::from_std(s.into()))
 }

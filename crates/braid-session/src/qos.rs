@@ -45,6 +45,11 @@ impl BondRates {
             BondRates::Measured => MEASURED_SHAPE_FRACTION,
         }
     }
+
+    /// The shaping rate for a bond of `bond_rate_bps` (at least 1 bit/s).
+    fn shaping_rate(self, bond_rate_bps: u64) -> u64 {
+        ((bond_rate_bps as f64 * self.fraction()) as u64).max(1)
+    }
 }
 
 /// The least queueing time a whole-bond shaper's buffer holds at the shaping rate
@@ -145,12 +150,9 @@ impl QosShaper {
         mtu: u32,
         now: Instant,
     ) -> Result<Self, braid_qos::config::QosConfigError> {
-        let fraction = rates.fraction();
         let rate_bps = config
             .rate_mbit
-            .map_or((bond_rate_bps as f64 * fraction) as u64, |m| {
-                (m * 1e6) as u64
-            });
+            .map_or(rates.shaping_rate(bond_rate_bps), |m| (m * 1e6) as u64);
         // JoBS reasons about the inner packets: its capacity is the shaping rate less braid's
         // share of a full-size packet.
         let inner_bps = inner_rate(rate_bps, mtu);
@@ -183,11 +185,11 @@ impl QosShaper {
     /// PET's equalised release times assume it, and not in the paths' own (often short)
     /// drop-tail buffers.
     pub fn whole_bond(bond_rate_bps: u64, rates: BondRates, mtu: u32, now: Instant) -> Self {
-        let rate_bps = ((bond_rate_bps as f64 * rates.fraction()) as u64).max(1);
-        let config = QosConfig::one_class("bond", queue_packets(rate_bps, mtu, WHOLE_BOND_QUEUE));
+        let config = QosConfig::one_class("bond", WHOLE_BOND_MIN_PACKETS);
         let mut s = QosShaper::new(&config, bond_rate_bps, rates, mtu, now)
             .expect("one best-effort class with a non-empty buffer is always valid");
         s.queue_time = Some(WHOLE_BOND_QUEUE);
+        s.fit_buffer();
         s
     }
 
@@ -228,7 +230,7 @@ impl QosShaper {
         if self.fixed_rate || bond_rate_bps == 0 {
             return;
         }
-        let rate_bps = ((bond_rate_bps as f64 * self.rates.fraction()) as u64).max(1);
+        let rate_bps = self.rates.shaping_rate(bond_rate_bps);
         if rate_bps == self.rate_bps
             || (rate_bps > self.rate_bps && (rate_bps - self.rate_bps) * 100 <= self.rate_bps)
         {
@@ -268,14 +270,13 @@ impl QosShaper {
         while self.jobs.poll_dropped().is_some() {}
     }
 
-    /// Whether this is a whole-bond shaper ([`QosShaper::whole_bond`]) rather than `[qos]`.
-    pub fn is_whole_bond(&self) -> bool {
-        self.queue_time.is_some()
-    }
-
-    /// Whether the shaping rate follows PET's estimates (no `[qos] rate_mbit`).
-    pub fn follows_estimates(&self) -> bool {
-        !self.fixed_rate && self.rates == BondRates::Measured
+    /// Whether accelerated TCP's segments may queue here ([`QosShaper::enqueue_ptcp`]): only
+    /// in a `[qos]` shaper (not a whole-bond one) whose rate does not follow PET's estimates,
+    /// which only striped traffic refreshes.
+    pub fn takes_ptcp(&self) -> bool {
+        let whole_bond = self.queue_time.is_some();
+        let follows_estimates = !self.fixed_rate && self.rates == BondRates::Measured;
+        !whole_bond && !follows_estimates
     }
 
     fn refill(&mut self, now: Instant) {

@@ -1232,10 +1232,7 @@ impl Session {
     /// so a bond whose bulk is accelerated would be shaped at stale estimates, or at PET's
     /// starting guesses.
     pub fn ptcp_class(&self, headers: &Headers) -> Option<ClassId> {
-        let q = self
-            .qos
-            .as_ref()
-            .filter(|q| !q.is_whole_bond() && !q.follows_estimates())?;
+        let q = self.qos.as_ref().filter(|q| q.takes_ptcp())?;
         Some(q.classify_headers(headers))
     }
 
@@ -1253,7 +1250,7 @@ impl Session {
         segment: &[u8],
     ) -> bool {
         self.last_now = now;
-        let Some(q) = self.qos.as_mut().filter(|q| !q.is_whole_bond()) else {
+        let Some(q) = self.qos.as_mut().filter(|q| q.takes_ptcp()) else {
             return false;
         };
         if self.current.is_none() {
@@ -1560,8 +1557,6 @@ impl Session {
         }
     }
 
-    /// The receiver waits this long for a resend once a gap's loss is certain: the fastest
-    /// path's RTT and a half, plus 5 ms (the NACK's trip, the resend's, and the peer's turn).
     /// The probes' minimum RTTs of the paths that are up.
     fn up_min_rtts(&self) -> impl Iterator<Item = Duration> + '_ {
         self.paths
@@ -1570,6 +1565,8 @@ impl Session {
             .filter_map(|p| p.min_rtt.get())
     }
 
+    /// The receiver waits this long for a resend once a gap's loss is certain: the fastest
+    /// path's RTT and a half, plus 5 ms (the NACK's trip, the resend's, and the peer's turn).
     fn update_retransmit_grace(&mut self) {
         if !self.retransmit {
             return;

@@ -27,6 +27,7 @@ use braid_proto::scheduler::{SchedulerConfig, SchedulerKind};
 use braid_proto::striper::{MarkerConfig, MarkerPosition, Outgoing, Striper, StriperConfig};
 use braid_proto::time::{transmission_time, Duration, Instant};
 use braid_proto::PathId;
+use braid_session::retransmit::{GapDetector, MAX_REPAIRABLE_GAP};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use std::cmp::Reverse;
@@ -358,12 +359,13 @@ pub fn run_one(case: &Case, scheme: Scheme, seed: u64, schedule_seed: u64) -> Ru
         reseq.set_path_rtt(PathId(i as u8), Some(d + air(r) + min_delay));
     }
     // `pet-repair`: per path, the proxy's next counter and its copies by counter, and the
-    // counter the client expects next; NACKs in flight. The receiver waits for a resend as
-    // the daemon does (one and a half fastest-path round trips and 5 ms).
+    // client's view of each path's counters (the daemon's `GapDetector`); NACKs in flight.
+    // The receiver waits for a resend as the daemon does (one and a half fastest-path round
+    // trips and 5 ms).
     let mut tx_ctr = vec![0u64; paths];
     let mut copies: Vec<VecDeque<(u64, Pkt)>> = vec![VecDeque::new(); paths];
-    let mut rx_next = vec![0u64; paths];
-    let mut slab_nacks: Vec<Option<(usize, u64, u64)>> = Vec::new();
+    let mut gaps = GapDetector::new(paths);
+    let mut slab_nacks: Vec<Option<(usize, u64, u32)>> = Vec::new();
     if repair {
         let fastest = delays
             .iter()
@@ -548,12 +550,11 @@ pub fn run_one(case: &Case, scheme: Scheme, seed: u64, schedule_seed: u64) -> Ru
                 }
                 if bonded {
                     let id = PathId(path as u8);
-                    if repair {
-                        if p.ctr > rx_next[path] {
-                            slab_nacks.push(Some((path, rx_next[path], p.ctr - rx_next[path])));
-                            push(&mut heap, now + min_delay, Ev::NackAt(slab_nacks.len() - 1));
-                        }
-                        rx_next[path] = rx_next[path].max(p.ctr + 1);
+                    if let Some((first, count)) =
+                        repair.then(|| gaps.on_counter(path, p.ctr)).flatten()
+                    {
+                        slab_nacks.push(Some((path, first, count)));
+                        push(&mut heap, now + min_delay, Ev::NackAt(slab_nacks.len() - 1));
                     }
                     if pet.is_some() {
                         pet_rx.handle_data(now, id, p.seq);
@@ -575,13 +576,13 @@ pub fn run_one(case: &Case, scheme: Scheme, seed: u64, schedule_seed: u64) -> Ru
                 else {
                     continue;
                 };
-                for ctr in first..first + count {
+                for ctr in first..first + u64::from(count) {
                     let q = &mut copies[lossy];
                     let Ok(at) = q.binary_search_by_key(&ctr, |(c, _)| *c) else {
                         continue;
                     };
                     let (_, mut p) = q.remove(at).expect("found");
-                    if count > u64::from(braid_session::retransmit::MAX_REPAIRABLE_GAP) {
+                    if count > MAX_REPAIRABLE_GAP {
                         // A run: congestion, which TCP must see. The client stops waiting.
                         push(&mut heap, now + min_delay, Ev::AbandonAt(p.seq));
                         continue;
