@@ -1609,6 +1609,7 @@ impl Daemon {
         let p = &mut self.peers[k];
         if let Some(class) = p.session.ptcp_class(&headers) {
             p.ptcp.set_class(id, class);
+            p.ptcp.cap_rates(id, &p.session);
         }
     }
 

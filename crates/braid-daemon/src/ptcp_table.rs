@@ -19,6 +19,7 @@ use braid_proto::PathId;
 use braid_ptcp::wire::{Flags, Segment};
 use braid_ptcp::{CongestionAlgorithm, StripedConnection};
 use braid_qos::ClassId;
+use braid_session::params::WIRE_OVERHEAD_BYTES;
 use braid_session::{Role, Session};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -46,6 +47,16 @@ pub const SACK_BLOCKS_WITH_DATA: usize = 0;
 pub fn ptcp_overhead(ipv6: bool) -> usize {
     let ip = if ipv6 { 40 } else { 20 };
     ip + 8 + Session::PTCP_OVERHEAD + braid_ptcp::wire::DATA_HEADER_LEN
+}
+
+/// The payload bytes per second of full segments of `mss` bytes that cost the `[qos]`
+/// shaper `wire_bps` bits per second: each also carries a pTCP data header and
+/// [`WIRE_OVERHEAD_BYTES`].
+pub fn payload_rate(wire_bps: u64, mss: u64) -> u64 {
+    let per_segment =
+        mss + braid_ptcp::wire::DATA_HEADER_LEN as u64 + u64::from(WIRE_OVERHEAD_BYTES);
+    let bytes = u128::from(wire_bps) / 8 * u128::from(mss) / u128::from(per_segment);
+    u64::try_from(bytes).unwrap_or(u64::MAX)
 }
 
 /// The MSS of every micro-flow on paths of MTU `mtu` (at least 256 bytes).
@@ -128,6 +139,26 @@ impl PtcpTable {
     pub fn set_class(&mut self, id: u16, class: ClassId) {
         if self.conns.contains_key(&id) {
             self.classes.insert(id, class);
+        }
+    }
+
+    /// Connection `id`'s flows send no faster than each path's cap
+    /// ([`Session::ptcp_rate_cap_bps`]: the path's configured rate at the `[qos]` shaper's
+    /// fraction), so that one flow's start-up cannot fill its path's own queue while the
+    /// shaper, which bounds only the bond's total, lets its segments through. The cap is in
+    /// wire bits per second; a flow's is in payload bytes, at the shaper's cost of a full
+    /// segment (its data header and [`WIRE_OVERHEAD_BYTES`] beyond the MSS).
+    pub fn cap_rates(&mut self, id: u16, session: &Session) {
+        let mss = self.options.mss;
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        for i in 0..session.paths() {
+            let path = PathId(i as u8);
+            let cap = session
+                .ptcp_rate_cap_bps(path)
+                .map(|bps| payload_rate(bps, mss));
+            conn.set_rate_cap(path, cap);
         }
     }
 
@@ -713,6 +744,17 @@ mod tests {
         assert_eq!(t.next_conn, 0xbeef);
         let t = PtcpTable::new(Role::Initiator, options(false)).with_first_id(0);
         assert_eq!(t.next_conn, 1, "0 is never an id");
+    }
+
+    #[test]
+    fn a_paths_cap_in_payload_bytes() {
+        // 9.7 Mbit/s on the wire in 1,424-byte segments that cost the shaper 1,522 bytes each.
+        assert_eq!(payload_rate(9_700_000, 1424), 1_212_500 * 1424 / 1522);
+        assert_eq!(payload_rate(0, 1424), 0);
+        assert_eq!(
+            u128::from(payload_rate(u64::MAX, 1424)),
+            u128::from(u64::MAX) / 8 * 1424 / 1522
+        );
     }
 
     #[test]

@@ -44,6 +44,11 @@ pub struct ProbeResult {
     pub rtt_ms_p99: Option<f64>,
     /// Largest.
     pub rtt_ms_max: Option<f64>,
+    /// When the probe with the largest round trip was sent, in seconds after the probe started.
+    pub rtt_max_at_s: Option<f64>,
+    /// The largest round trip of the probes sent in each second of the run (`None` for a second
+    /// whose probes were all lost): where in the run the slow ones were.
+    pub rtt_ms_max_per_s: Vec<Option<f64>>,
 }
 
 /// A running probe; [`Probe::finish`] stops it and reports.
@@ -53,7 +58,8 @@ pub struct Probe {
     echo: JoinHandle<()>,
     sender: JoinHandle<u64>,
     receiver: JoinHandle<()>,
-    rtts: Arc<Mutex<Vec<f64>>>,
+    /// Each echo's send time (s after start) and round trip (ms).
+    rtts: Arc<Mutex<Vec<(f64, f64)>>>,
 }
 
 impl Probe {
@@ -148,7 +154,8 @@ impl Probe {
                         let sent_at = u64::from_be_bytes(at.try_into().expect("8 bytes"));
                         let now = t0.elapsed().as_nanos() as u64;
                         if let Ok(mut r) = rtts.lock() {
-                            r.push(now.saturating_sub(sent_at) as f64 / 1e6);
+                            let rtt = now.saturating_sub(sent_at) as f64 / 1e6;
+                            r.push((sent_at as f64 / 1e9, rtt));
                         }
                     }
                 })
@@ -170,14 +177,27 @@ impl Probe {
         let sent = self.sender.join().unwrap_or(0);
         let _ = self.receiver.join();
         let _ = self.echo.join();
-        let mut rtts = self.rtts.lock().map(|r| r.clone()).unwrap_or_default();
-        rtts.sort_by(f64::total_cmp);
-        summarize(self.spec.dscp, sent, &rtts)
+        let timed = self.rtts.lock().map(|r| r.clone()).unwrap_or_default();
+        summarize(self.spec.dscp, sent, &timed)
     }
 }
 
-/// Percentiles of sorted round trips (nearest rank).
-fn summarize(dscp: u8, sent: u64, sorted: &[f64]) -> ProbeResult {
+/// Percentiles of the round trips (nearest rank), and where the slow ones were; `timed` holds
+/// each echo's send time (s) and round trip (ms).
+fn summarize(dscp: u8, sent: u64, timed: &[(f64, f64)]) -> ProbeResult {
+    let mut sorted: Vec<f64> = timed.iter().map(|&(_, rtt)| rtt).collect();
+    sorted.sort_by(f64::total_cmp);
+    let slowest = timed.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+    let seconds = timed
+        .iter()
+        .map(|&(at, _)| at as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut per_s: Vec<Option<f64>> = vec![None; seconds];
+    for &(at, rtt) in timed {
+        let m = &mut per_s[at as usize];
+        *m = Some(m.map_or(rtt, |m: f64| m.max(rtt)));
+    }
     let pct = |p: f64| -> Option<f64> {
         if sorted.is_empty() {
             return None;
@@ -193,6 +213,8 @@ fn summarize(dscp: u8, sent: u64, sorted: &[f64]) -> ProbeResult {
         rtt_ms_p95: pct(95.0),
         rtt_ms_p99: pct(99.0),
         rtt_ms_max: sorted.last().copied(),
+        rtt_max_at_s: slowest.map(|&(at, _)| at),
+        rtt_ms_max_per_s: per_s,
     }
 }
 
@@ -202,14 +224,26 @@ mod tests {
 
     #[test]
     fn percentiles_by_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        // Round trips 1..=100 ms, sent 0.02 s apart, in a shuffled order.
+        let v: Vec<(f64, f64)> = (1..=100)
+            .map(|i| ((i * 37 % 100) as f64 * 0.02, f64::from(i)))
+            .collect();
         let r = summarize(46, 120, &v);
         assert_eq!(r.received, 100);
         assert_eq!(r.rtt_ms_p50, Some(50.0));
         assert_eq!(r.rtt_ms_p95, Some(95.0));
         assert_eq!(r.rtt_ms_p99, Some(99.0));
         assert_eq!(r.rtt_ms_max, Some(100.0));
+        assert_eq!(r.rtt_max_at_s, Some(0.0));
         assert_eq!(summarize(0, 3, &[]).rtt_ms_p50, None);
-        assert_eq!(summarize(0, 1, &[7.0]).rtt_ms_p95, Some(7.0));
+        assert_eq!(summarize(0, 3, &[]).rtt_ms_max_per_s, Vec::new());
+        assert_eq!(summarize(0, 1, &[(0.5, 7.0)]).rtt_ms_p95, Some(7.0));
+    }
+
+    #[test]
+    fn the_slowest_probe_of_each_second() {
+        let r = summarize(46, 5, &[(0.1, 20.0), (0.9, 25.0), (2.5, 71.0), (2.7, 30.0)]);
+        assert_eq!(r.rtt_ms_max_per_s, vec![Some(25.0), None, Some(71.0)]);
+        assert_eq!(r.rtt_max_at_s, Some(2.5));
     }
 }

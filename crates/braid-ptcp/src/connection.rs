@@ -254,6 +254,9 @@ pub struct StripedConnection {
     timed_out: bool,
     /// When the peer was last heard from (or the connection opened).
     last_heard: Option<Instant>,
+    /// Each capped path's rate cap, in payload bytes per second
+    /// ([`StripedConnection::set_rate_cap`]).
+    rate_caps: Vec<(PathId, u64)>,
 }
 
 impl StripedConnection {
@@ -285,6 +288,7 @@ impl StripedConnection {
             reset: false,
             timed_out: false,
             last_heard: None,
+            rate_caps: Vec::new(),
         }
     }
 
@@ -333,6 +337,31 @@ impl StripedConnection {
             .flat_map(|&(p, w)| core::iter::repeat_n(p, w as usize))
             .collect();
         Self::connect(config, now, &ids)
+    }
+
+    /// The flows over `path`, and those opened over it later, never send faster than `cap`
+    /// payload bytes per second ([`MicroFlow::set_rate_cap`]); `None` lifts the cap. Beyond the
+    /// paper: for a driver whose segments wait in a shaper that bounds only the total of the
+    /// paths (braid's `[qos]` with accelerated TCP), where a flow in start-up could otherwise
+    /// fill its own path's queue. Each flow over the path is capped at `cap` (the `w` flows of a
+    /// weighted path together at `w` times it).
+    pub fn set_rate_cap(&mut self, path: PathId, cap: Option<u64>) {
+        self.rate_caps.retain(|&(p, _)| p != path);
+        if let Some(c) = cap.filter(|&c| c > 0) {
+            self.rate_caps.push((path, c));
+        }
+        let cap = self.rate_cap(path);
+        for f in self.flows.iter_mut().filter(|f| f.path() == path) {
+            f.set_rate_cap(cap);
+        }
+    }
+
+    /// `path`'s rate cap ([`StripedConnection::set_rate_cap`]).
+    pub fn rate_cap(&self, path: PathId) -> Option<u64> {
+        self.rate_caps
+            .iter()
+            .find(|&&(p, _)| p == path)
+            .map(|&(_, c)| c)
     }
 
     /// The weight of `path`: how many of the connection's micro-flows run over it (section 4.2).
@@ -557,6 +586,7 @@ impl StripedConnection {
                 && self.state != State::Closed =>
             {
                 let mut f = MicroFlow::accept(seg.flow, path, self.config.flow);
+                f.set_rate_cap(self.rate_cap(path));
                 f.start(now);
                 self.flows.push(f);
                 self.flows.len() - 1
@@ -976,6 +1006,27 @@ mod tests {
     /// Client and server with `paths` flows, handshake done at time 0 (no loss, no delay).
     fn open_pair(paths: u8) -> (StripedConnection, StripedConnection) {
         open_pair_with(paths, Config::default())
+    }
+
+    #[test]
+    fn a_paths_rate_cap_holds_for_its_flows_and_those_it_accepts_later() {
+        let ids = [PathId(0), PathId(1)];
+        let mut c = StripedConnection::connect(Config::default(), ms(0), &ids);
+        let mut s = StripedConnection::accept(Config::default());
+        // Set before the server has any flow: its flow over path 1 takes it when accepted.
+        s.set_rate_cap(PathId(1), Some(1_000));
+        c.set_rate_cap(PathId(1), Some(1_000));
+        exchange(&mut c, &mut s, ms(0), |_, _| true);
+        assert_eq!(s.state(), State::Open);
+        for conn in [&c, &s] {
+            for f in conn.flows() {
+                let capped = f.pacing_rate().is_some_and(|r| r <= 1_000);
+                assert_eq!(capped, f.path() == PathId(1), "{:?}", f.pacing_rate());
+            }
+        }
+        c.set_rate_cap(PathId(1), None);
+        assert_eq!(c.rate_cap(PathId(1)), None);
+        assert!(c.flows().iter().all(|f| f.pacing_rate() != Some(1_000)));
     }
 
     fn open_pair_with(paths: u8, server: Config) -> (StripedConnection, StripedConnection) {

@@ -210,6 +210,8 @@ pub struct MicroFlow {
     rate: DeliveryRate,
     /// A paced flow sends its next virtual packet no earlier than this.
     pacing_next: Instant,
+    /// The most this flow may send, in payload bytes per second ([`MicroFlow::set_rate_cap`]).
+    rate_cap: Option<u64>,
     // Handshake and close.
     syn_pending: bool,
     syn_ack_pending: bool,
@@ -255,6 +257,7 @@ impl MicroFlow {
             rto_deadline: None,
             rate: DeliveryRate::default(),
             pacing_next: Instant::ZERO,
+            rate_cap: None,
             syn_pending: false,
             syn_ack_pending: false,
             fin_pending: false,
@@ -346,7 +349,7 @@ impl MicroFlow {
     /// of a paced flow that has something to send (after which the SM's `poll_transmit`
     /// finds it ready).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let pacing = (self.cc.pacing_rate().is_some() && self.unpaced_transmission().is_some())
+        let pacing = (self.pacing_rate().is_some() && self.unpaced_transmission().is_some())
             .then_some(self.pacing_next);
         [self.rto_deadline, self.control_deadline, pacing]
             .into_iter()
@@ -354,9 +357,23 @@ impl MicroFlow {
             .min()
     }
 
-    /// The controller's pacing rate, in payload bytes per second (`None`: not paced).
+    /// The pacing rate, in payload bytes per second (`None`: not paced): the controller's, no
+    /// higher than the flow's cap ([`MicroFlow::set_rate_cap`]).
     pub fn pacing_rate(&self) -> Option<u64> {
-        self.cc.pacing_rate()
+        match (self.cc.pacing_rate(), self.rate_cap) {
+            (Some(r), Some(cap)) => Some(r.min(cap)),
+            (r, cap) => r.or(cap),
+        }
+    }
+
+    /// Never send faster than `cap` payload bytes per second (beyond the pacing's burst
+    /// allowance), whatever the controller asks; `None` (or 0) lifts the cap. For a path whose
+    /// rate is known and whose segments wait behind a shaper that bounds only the bond's
+    /// total (braid's `[qos]`): the cap keeps one flow's start-up or probing from filling its
+    /// own path's queue. A flow whose controller does not pace (CUBIC, NewReno) is paced at
+    /// the cap.
+    pub fn set_rate_cap(&mut self, cap: Option<u64>) {
+        self.rate_cap = cap.filter(|&c| c > 0);
     }
 
     fn mss(&self) -> u64 {
@@ -564,7 +581,7 @@ impl MicroFlow {
     /// allowance) and its pacing let it: an owed retransmission first, then a new one. The SM
     /// binds data to it and calls [`MicroFlow::on_sent`], or calls [`MicroFlow::freeze`].
     pub fn next_transmission(&self, now: Instant) -> Option<Transmission> {
-        if self.cc.pacing_rate().is_some() && now < self.pacing_next {
+        if self.pacing_rate().is_some() && now < self.pacing_next {
             return None;
         }
         self.unpaced_transmission()
@@ -652,23 +669,29 @@ impl MicroFlow {
     /// previous release and `now` less the burst allowance (a token bucket in time). One gap is
     /// at most a quarter of the smoothed RTT (BBR's floor of four segments a round trip; 50 ms
     /// before the first sample), so an absurdly low rate, or one that rose after the packet
-    /// went, holds the next packet back no longer than that.
+    /// went, holds the next packet back no longer than that; but never less than `len` bytes
+    /// at the flow's cap.
     fn pace(&mut self, now: Instant, len: u64) {
-        let Some(rate) = self.cc.pacing_rate().filter(|&r| r > 0) else {
+        let Some(rate) = self.pacing_rate().filter(|&r| r > 0) else {
             return;
         };
-        let ns = |bytes: u64| {
+        let ns = |bytes: u64, rate: u64| {
             let t = u128::from(bytes) * 1_000_000_000 / u128::from(rate);
             u64::try_from(t).unwrap_or(u64::MAX)
         };
-        let burst = ns(PACING_BURST_SEGMENTS * self.mss()).max(PACING_BURST_TIME.as_nanos() as u64);
+        let burst =
+            ns(PACING_BURST_SEGMENTS * self.mss(), rate).max(PACING_BURST_TIME.as_nanos() as u64);
         let earliest = Instant::from_nanos(now.as_nanos().saturating_sub(burst));
         let longest = if self.rtt.has_sample() {
             self.rtt.srtt() / 4
         } else {
             Duration::from_millis(50)
         };
-        let gap = Duration::from_nanos(ns(len)).min(longest);
+        // The cap is a hard limit: the quarter-RTT bound does not shorten its gap.
+        let capped = self.rate_cap.map_or(0, |cap| ns(len, cap));
+        let gap = Duration::from_nanos(ns(len, rate))
+            .min(longest)
+            .max(Duration::from_nanos(capped));
         self.pacing_next = self.pacing_next.max(earliest).saturating_add(gap);
     }
 

@@ -279,6 +279,18 @@ impl QosShaper {
         !whole_bond && !follows_estimates
     }
 
+    /// The rate an accelerated connection's flow over a path of `path_rate_bps` may send at
+    /// (bits per second on the wire): the shaper bounds the bond's total, not each path, so a
+    /// micro-flow in start-up could take the whole shaped rate on one path and fill that
+    /// path's own queue, in front of the voice the shaper is there to protect. The path's rate
+    /// at the shaper's fraction, where the paths' rates are the configured ones; `None` where
+    /// accelerated TCP does not queue here, or the rates are PET's estimates (which only
+    /// striped traffic refreshes, see [`QosShaper::takes_ptcp`]).
+    pub fn ptcp_path_cap(&self, path_rate_bps: u64) -> Option<u64> {
+        (self.takes_ptcp() && self.rates == BondRates::Configured)
+            .then(|| self.rates.shaping_rate(path_rate_bps))
+    }
+
     fn refill(&mut self, now: Instant) {
         let dt = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;

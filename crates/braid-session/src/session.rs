@@ -1236,6 +1236,15 @@ impl Session {
         Some(q.classify_headers(headers))
     }
 
+    /// The most an accelerated connection's flow over `path` may send, in bits per second on
+    /// the wire, when its segments queue in `[qos]` ([`QosShaper::ptcp_path_cap`]): the path's
+    /// configured rate at the shaper's fraction. `None`: no cap (no `[qos]`, accelerated TCP
+    /// not shaped, or rates PET measures).
+    pub fn ptcp_rate_cap_bps(&self, path: PathId) -> Option<u64> {
+        let q = self.qos.as_ref()?;
+        q.ptcp_path_cap(self.own_rate_bps(path.index())?)
+    }
+
     /// Queue a segment of pTCP connection `conn` for `path` in `[qos]` class `class` (from
     /// [`Session::ptcp_class`]): it waits, and may be dropped, in JoBS like the class's
     /// packets, and leaves from [`Session::poll_transmit`] on `path` when the shaper lets it.

@@ -1081,22 +1081,14 @@ fn path_policies_keep_a_class_to_its_paths_and_a_flow_class_off_the_resequencer(
     let mut net = Net::new(3, ResequenceMode::Sequence);
     net.client = session(client_config(p), 3);
     net.established();
-    let tx = |net: &Net| -> Vec<u64> {
-        net.client
-            .status()
-            .paths
-            .iter()
-            .map(|p| p.tx_bytes)
-            .collect()
-    };
     // Bulk only: it all goes on path 2.
-    let before = tx(&net);
+    let before = client_tx_bytes(&net);
     for i in 0..100 {
         assert!(net.client.send(net.now, &udp_packet(i, 10, 1000, 1000)));
         net.step(Duration::from_millis(2));
     }
     net.step(Duration::from_millis(300));
-    let after = tx(&net);
+    let after = client_tx_bytes(&net);
     let sent: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     assert!(sent[2] > 100_000, "{sent:?}");
     assert!(sent[0] < 10_000 && sent[1] < 10_000, "{sent:?}");
@@ -1208,13 +1200,7 @@ fn adaptive_srr_learns_the_rates_it_was_not_given() {
     let mut half = Vec::new();
     for (k, chunk) in sent.chunks(5).enumerate() {
         if k == 500 {
-            half = net
-                .client
-                .status()
-                .paths
-                .iter()
-                .map(|p| p.tx_bytes)
-                .collect();
+            half = client_tx_bytes(&net);
         }
         for pkt in chunk {
             // The bond may refuse while SRR still runs on the guessed rates.
@@ -1269,13 +1255,7 @@ fn policies_apply_behind_the_qos_shaper_too() {
     let mut net = Net::new(2, ResequenceMode::Sequence);
     net.client = session(cfg, 3);
     net.established();
-    let before: Vec<u64> = net
-        .client
-        .status()
-        .paths
-        .iter()
-        .map(|p| p.tx_bytes)
-        .collect();
+    let before = client_tx_bytes(&net);
     for i in 0..100 {
         assert!(net.client.send(net.now, &udp_packet(i, 10, 1000, 1000)));
         net.step(Duration::from_millis(2));
@@ -1290,6 +1270,16 @@ fn policies_apply_behind_the_qos_shaper_too() {
         .collect();
     assert!(sent[1] > 100_000 && sent[0] < 10_000, "{sent:?}");
     assert_eq!(st.policy_packets, 100);
+}
+
+/// The bytes the client has sent on each path so far.
+fn client_tx_bytes(net: &Net) -> Vec<u64> {
+    net.client
+        .status()
+        .paths
+        .iter()
+        .map(|p| p.tx_bytes)
+        .collect()
 }
 
 /// Moves pTCP segments between two `StripedConnection`s through the sessions: sealed by one,
@@ -1496,7 +1486,12 @@ fn accelerated_tcp_queues_in_its_qos_class_behind_voice() {
         pet.client = session(cfg, 3);
         pet.established();
         assert_eq!(pet.client.ptcp_class(&headers).is_some(), takes, "{rate}");
+        // Its flows are not capped per path: PET's estimates are not the paths' rates.
+        assert_eq!(pet.client.ptcp_rate_cap_bps(PathId(0)), None, "{rate}");
     }
+    // Each flow is capped at its path's configured rate at the shaper's 0.97.
+    assert_eq!(net.client.ptcp_rate_cap_bps(PathId(0)), Some(9_700_000));
+    assert_eq!(net.client.ptcp_rate_cap_bps(PathId(1)), Some(19_400_000));
 
     let paths = [PathId(0), PathId(1)];
     // Segments as the daemon sizes them for 1500-byte paths: longer than the striper's largest
@@ -1504,9 +1499,16 @@ fn accelerated_tcp_queues_in_its_qos_class_behind_voice() {
     let mut config = braid_ptcp::Config::default();
     config.flow.congestion.mss = 1424;
     let mut client = braid_ptcp::StripedConnection::connect(config, net.now, &paths);
+    // As the daemon caps them (`PtcpTable::cap_rates`): payload bytes of a 1,424-byte
+    // segment that costs the shaper 1,424 + 12 + 86.
+    for p in paths {
+        let cap = net.client.ptcp_rate_cap_bps(p).unwrap() / 8 * 1424 / 1522;
+        client.set_rate_cap(p, Some(cap));
+    }
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let start = net.now;
-    let wire_before: u64 = net.client.status().paths.iter().map(|p| p.tx_bytes).sum();
+    let path_before = client_tx_bytes(&net);
+    let wire_before: u64 = path_before.iter().sum();
     let mut voice = 0u32;
     let got = ptcp_send_all(&mut net, &mut client, &data, false, class, |net| {
         let mut v = packet(1_000_000 + voice, 200);
@@ -1532,6 +1534,17 @@ fn accelerated_tcp_queues_in_its_qos_class_behind_voice() {
         "{wire} bytes on the wire in {took:.2} s: faster than the shaper's {shaped:.0}"
     );
     assert!(took < 5.0, "3 MB at 29 Mbit/s took {took:.2} s");
+    // Nor did either path get more than its own rate: the caps hold each flow to it. (Voice,
+    // striped over both, may add its own bytes to either.)
+    let voice_bytes = f64::from(voice) * (200.0 + 60.0);
+    for (i, rate) in [(0, 10e6), (1, 20e6)] {
+        let sent = st.paths[i].tx_bytes - path_before[i];
+        let cap = 0.97 * rate / 8.0 * (took + 0.005) + voice_bytes;
+        assert!(
+            (sent as f64) <= cap,
+            "path {i}: {sent} bytes in {took:.2} s, above its cap's {cap:.0}"
+        );
+    }
     let (v, bulk) = (&st.classes[0], &st.classes[1]);
     assert_eq!((v.name.as_str(), bulk.name.as_str()), ("voice", "bulk"));
     assert!(

@@ -78,6 +78,8 @@ struct Link {
     spec: LinkSpec,
     free_at: Instant,
     dropped: u64,
+    /// The longest a datagram waited in the queue in front of the link.
+    max_backlog: Duration,
 }
 
 impl Link {
@@ -124,6 +126,7 @@ impl Pair {
             spec: *s,
             free_at: now,
             dropped: 0,
+            max_backlog: Duration::ZERO,
         };
         Pair {
             now,
@@ -159,6 +162,7 @@ impl Pair {
             link.dropped += 1;
             return;
         }
+        link.max_backlog = link.max_backlog.max(backlog);
         let depart = link.free_at.max(now) + transmission_time(len, link.spec.rate_bps);
         link.free_at = depart;
         let spec = link.spec;
@@ -181,6 +185,13 @@ impl Pair {
                 bytes: bytes.clone(),
             }));
         }
+    }
+
+    /// The longest a client-to-server datagram waited in `path`'s queue, and how many that queue
+    /// dropped.
+    pub fn upstream_queue(&self, path: usize) -> (Duration, u64) {
+        let l = &self.links[0][path];
+        (l.max_backlog, l.dropped)
     }
 
     /// Sends everything both ends have to send now.
