@@ -168,6 +168,9 @@ pub struct TcpStatus {
     pub server_accepts: bool,
     /// Server: onward connects started from the client's own address (`[tcp] transparent`).
     pub transparent: u64,
+    /// Connections that queue in a `[qos]` class and whose micro-flows are capped at their
+    /// paths' configured rates (`PtcpTable::cap_rates`).
+    pub rate_capped: u64,
 }
 
 /// One peer in `status`.
@@ -1609,7 +1612,9 @@ impl Daemon {
         let p = &mut self.peers[k];
         if let Some(class) = p.session.ptcp_class(&headers) {
             p.ptcp.set_class(id, class);
-            p.ptcp.cap_rates(id, &p.session);
+            if p.ptcp.cap_rates(id, &p.session) {
+                self.accel.stats.rate_capped += 1;
+            }
         }
     }
 

@@ -51,12 +51,12 @@ pub fn ptcp_overhead(ipv6: bool) -> usize {
 
 /// The payload bytes per second of full segments of `mss` bytes that cost the `[qos]`
 /// shaper `wire_bps` bits per second: each also carries a pTCP data header and
-/// [`WIRE_OVERHEAD_BYTES`].
+/// [`WIRE_OVERHEAD_BYTES`]; at least 1 (a cap of 0 would be no cap).
 pub fn payload_rate(wire_bps: u64, mss: u64) -> u64 {
     let per_segment =
         mss + braid_ptcp::wire::DATA_HEADER_LEN as u64 + u64::from(WIRE_OVERHEAD_BYTES);
     let bytes = u128::from(wire_bps) / 8 * u128::from(mss) / u128::from(per_segment);
-    u64::try_from(bytes).unwrap_or(u64::MAX)
+    u64::try_from(bytes).unwrap_or(u64::MAX).max(1)
 }
 
 /// The MSS of every micro-flow on paths of MTU `mtu` (at least 256 bytes).
@@ -148,18 +148,22 @@ impl PtcpTable {
     /// shaper, which bounds only the bond's total, lets its segments through. The cap is in
     /// wire bits per second; a flow's is in payload bytes, at the shaper's cost of a full
     /// segment (its data header and [`WIRE_OVERHEAD_BYTES`] beyond the MSS).
-    pub fn cap_rates(&mut self, id: u16, session: &Session) {
+    /// Returns whether any path was capped.
+    pub fn cap_rates(&mut self, id: u16, session: &Session) -> bool {
         let mss = self.options.mss;
         let Some(conn) = self.conns.get_mut(&id) else {
-            return;
+            return false;
         };
+        let mut capped = false;
         for i in 0..session.paths() {
             let path = PathId(i as u8);
             let cap = session
                 .ptcp_rate_cap_bps(path)
                 .map(|bps| payload_rate(bps, mss));
+            capped |= cap.is_some();
             conn.set_rate_cap(path, cap);
         }
+        capped
     }
 
     /// Segments for a connection this table does not have (and that were no SYN it could
@@ -442,7 +446,8 @@ mod tests {
     }
 
     impl Pair {
-        fn new() -> Pair {
+        /// `extra` appended to both ends' configs.
+        fn with(extra: &str) -> Pair {
             let (ck, sk) = (
                 PrivateKey::from_random([1; 32]),
                 PrivateKey::from_random([2; 32]),
@@ -452,20 +457,23 @@ mod tests {
                 "role = \"client\"\nprivate_key = \"{}\"\npeer_public_key = \"{}\"\n\
                  [interface]\naddress = [\"10.77.0.2/30\"]\n\
                  [[path]]\nremote = \"192.0.2.1:7000\"\nrate_mbit = 10\n\
-                 [[path]]\nremote = \"192.0.2.1:7000\"\nrate_mbit = 20\n",
+                 [[path]]\nremote = \"192.0.2.1:7000\"\nrate_mbit = 20\n{extra}",
                 ck.to_base64(),
                 sk.public_key().to_base64()
             );
             let server = format!(
                 "role = \"server\"\nprivate_key = \"{}\"\npeer_public_key = \"{}\"\n\
-                 listen = \"0.0.0.0:7000\"\n[interface]\naddress = [\"10.77.0.1/30\"]\n",
+                 listen = \"0.0.0.0:7000\"\n[interface]\naddress = [\"10.77.0.1/30\"]\n{extra}",
                 sk.to_base64(),
                 ck.public_key().to_base64()
             );
             let session_config = |text: &str| {
                 let cfg =
                     crate::config::Config::parse(text, std::path::Path::new("t.toml")).unwrap();
-                cfg.session_config(&cfg.peers[0])
+                let mut s = cfg.session_config(&cfg.peers[0]);
+                // As the daemon adds it.
+                s.qos = cfg.qos.clone();
+                s
             };
             let (c, s) = (session_config(&client), session_config(&server));
             let wall = 1_700_000_000_000_000_000;
@@ -487,7 +495,12 @@ mod tests {
 
         /// A pair whose sessions completed their handshake.
         fn established() -> Pair {
-            let mut n = Pair::new();
+            Pair::established_with("")
+        }
+
+        /// [`Pair::established`] with `extra` in both configs.
+        fn established_with(extra: &str) -> Pair {
+            let mut n = Pair::with(extra);
             while !(n.ends[0].0.is_established() && n.ends[1].0.is_established()) {
                 n.step();
                 assert!(
@@ -550,6 +563,43 @@ mod tests {
                 table.handle_timeout(self.now);
             }
         }
+    }
+
+    #[test]
+    fn with_qos_both_ends_cap_a_connections_flows_at_their_paths_rates() {
+        let qos = "[qos]\n[[qos.class]]\nname = \"all\"\ndefault = true\n";
+        let mut n = Pair::established_with(qos);
+        let id = n.connect().unwrap();
+        let mut server_id = None;
+        while server_id.is_none() {
+            n.step();
+            server_id = n.ends[1].1.accept();
+            assert!(
+                n.now < Instant::ZERO + Duration::from_secs(5),
+                "not accepted"
+            );
+        }
+        // The server caps the flows it accepted, by the rates the client's bond carries.
+        for (end, id) in [(0, id), (1, server_id.unwrap())] {
+            let (session, table) = &mut n.ends[end];
+            assert!(table.cap_rates(id, session), "end {end}");
+            let conn = table.conn(id).unwrap();
+            assert_eq!(
+                conn.rate_cap(PathId(0)),
+                Some(payload_rate(9_700_000, 1300))
+            );
+            assert_eq!(
+                conn.rate_cap(PathId(1)),
+                Some(payload_rate(19_400_000, 1300))
+            );
+            assert!(conn.flows().iter().all(|f| f.pacing_rate().is_some()));
+        }
+        // Without [qos] nothing is capped.
+        let mut n = Pair::established();
+        let id = n.connect().unwrap();
+        let (session, table) = &mut n.ends[0];
+        assert!(!table.cap_rates(id, session));
+        assert_eq!(table.conn(id).unwrap().rate_cap(PathId(0)), None);
     }
 
     #[test]
@@ -750,7 +800,11 @@ mod tests {
     fn a_paths_cap_in_payload_bytes() {
         // 9.7 Mbit/s on the wire in 1,424-byte segments that cost the shaper 1,522 bytes each.
         assert_eq!(payload_rate(9_700_000, 1424), 1_212_500 * 1424 / 1522);
-        assert_eq!(payload_rate(0, 1424), 0);
+        assert_eq!(
+            payload_rate(0, 1424),
+            1,
+            "never 0, which would lift the cap"
+        );
         assert_eq!(
             u128::from(payload_rate(u64::MAX, 1424)),
             u128::from(u64::MAX) / 8 * 1424 / 1522

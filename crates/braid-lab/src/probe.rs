@@ -153,6 +153,10 @@ impl Probe {
                         };
                         let sent_at = u64::from_be_bytes(at.try_into().expect("8 bytes"));
                         let now = t0.elapsed().as_nanos() as u64;
+                        if sent_at > now {
+                            // Not one of ours (a probe from the future).
+                            continue;
+                        }
                         if let Ok(mut r) = rtts.lock() {
                             let rtt = now.saturating_sub(sent_at) as f64 / 1e6;
                             r.push((sent_at as f64 / 1e9, rtt));
@@ -178,13 +182,14 @@ impl Probe {
         let _ = self.receiver.join();
         let _ = self.echo.join();
         let timed = self.rtts.lock().map(|r| r.clone()).unwrap_or_default();
-        summarize(self.spec.dscp, sent, &timed)
+        let seconds = (sent as f64 * self.spec.interval.as_secs_f64()).ceil() as usize;
+        summarize(self.spec.dscp, sent, seconds, &timed)
     }
 }
 
-/// Percentiles of the round trips (nearest rank), and where the slow ones were; `timed` holds
-/// each echo's send time (s) and round trip (ms).
-fn summarize(dscp: u8, sent: u64, timed: &[(f64, f64)]) -> ProbeResult {
+/// Percentiles of the round trips (nearest rank), and where the slow ones were, over a probe
+/// that sent for `seconds`; `timed` holds each echo's send time (s) and round trip (ms).
+fn summarize(dscp: u8, sent: u64, seconds: usize, timed: &[(f64, f64)]) -> ProbeResult {
     let mut sorted: Vec<f64> = timed.iter().map(|&(_, rtt)| rtt).collect();
     sorted.sort_by(f64::total_cmp);
     let slowest = timed.iter().max_by(|a, b| a.1.total_cmp(&b.1));
@@ -192,7 +197,8 @@ fn summarize(dscp: u8, sent: u64, timed: &[(f64, f64)]) -> ProbeResult {
         .iter()
         .map(|&(at, _)| at as usize + 1)
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .max(seconds);
     let mut per_s: Vec<Option<f64>> = vec![None; seconds];
     for &(at, rtt) in timed {
         let m = &mut per_s[at as usize];
@@ -228,22 +234,31 @@ mod tests {
         let v: Vec<(f64, f64)> = (1..=100)
             .map(|i| ((i * 37 % 100) as f64 * 0.02, f64::from(i)))
             .collect();
-        let r = summarize(46, 120, &v);
+        let r = summarize(46, 120, 2, &v);
         assert_eq!(r.received, 100);
         assert_eq!(r.rtt_ms_p50, Some(50.0));
         assert_eq!(r.rtt_ms_p95, Some(95.0));
         assert_eq!(r.rtt_ms_p99, Some(99.0));
         assert_eq!(r.rtt_ms_max, Some(100.0));
         assert_eq!(r.rtt_max_at_s, Some(0.0));
-        assert_eq!(summarize(0, 3, &[]).rtt_ms_p50, None);
-        assert_eq!(summarize(0, 3, &[]).rtt_ms_max_per_s, Vec::new());
-        assert_eq!(summarize(0, 1, &[(0.5, 7.0)]).rtt_ms_p95, Some(7.0));
+        assert_eq!(summarize(0, 3, 0, &[]).rtt_ms_p50, None);
+        assert_eq!(summarize(0, 3, 0, &[]).rtt_ms_max_per_s, Vec::new());
+        assert_eq!(summarize(0, 1, 1, &[(0.5, 7.0)]).rtt_ms_p95, Some(7.0));
     }
 
     #[test]
     fn the_slowest_probe_of_each_second() {
-        let r = summarize(46, 5, &[(0.1, 20.0), (0.9, 25.0), (2.5, 71.0), (2.7, 30.0)]);
-        assert_eq!(r.rtt_ms_max_per_s, vec![Some(25.0), None, Some(71.0)]);
+        // Five seconds of probing; the last two lost everything.
+        let r = summarize(
+            46,
+            5,
+            5,
+            &[(0.1, 20.0), (0.9, 25.0), (2.5, 71.0), (2.7, 30.0)],
+        );
+        assert_eq!(
+            r.rtt_ms_max_per_s,
+            vec![Some(25.0), None, Some(71.0), None, None]
+        );
         assert_eq!(r.rtt_max_at_s, Some(2.5));
     }
 }

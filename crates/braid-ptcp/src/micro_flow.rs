@@ -1198,6 +1198,37 @@ mod tests {
     }
 
     #[test]
+    fn a_capped_flow_is_paced_at_its_cap_though_its_controller_does_not_pace() {
+        let mut f = established();
+        assert_eq!(f.pacing_rate(), None, "CUBIC does not pace");
+        // 12,000 bytes/s: one 1,200-byte packet every 100 ms, longer than the quarter-RTT
+        // bound on a pacing gap (50 ms at most), which must not shorten it.
+        f.set_rate_cap(Some(12_000));
+        assert_eq!(f.pacing_rate(), Some(12_000));
+        let mut now = ms(1_000);
+        while let Some(tx) = f.next_transmission(now) {
+            f.on_sent(now, tx, 1200);
+        }
+        for _ in 0..3 {
+            // The wake-up is the next release (not the RTO), one packet's time at the cap on.
+            let release = f.poll_timeout().unwrap();
+            assert!(release > now, "{release:?}");
+            let tx = f.next_transmission(release).unwrap();
+            f.on_sent(release, tx, 1200);
+            assert_eq!(f.next_transmission(release), None);
+            assert_eq!(
+                f.poll_timeout().unwrap() - release,
+                Duration::from_millis(100)
+            );
+            now = release;
+        }
+        // Lifted: unpaced again.
+        f.set_rate_cap(None);
+        assert_eq!(f.pacing_rate(), None);
+        assert!(f.next_transmission(now).is_some());
+    }
+
+    #[test]
     fn acks_of_unsent_packets_are_ignored() {
         let mut f = established();
         f.handle_segment(ms(20), &ack(50, &[]));

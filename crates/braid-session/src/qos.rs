@@ -33,7 +33,7 @@ pub const MEASURED_SHAPE_FRACTION: f64 = 0.99;
 pub enum BondRates {
     /// The paths' `rate_mbit` from the config: [`SHAPE_FRACTION`].
     Configured,
-    /// PET's estimates: [`MEASURED_SHAPE_FRACTION`].
+    /// PET's estimates (a PET bond, or adaptive SRR's): [`MEASURED_SHAPE_FRACTION`].
     Measured,
 }
 

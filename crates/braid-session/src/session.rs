@@ -613,7 +613,8 @@ impl Session {
                 let bond_bps = p.rates_bps.iter().sum();
                 let pet = p.scheduler == braid_proto::scheduler::SchedulerKind::Pet;
                 let whole_bond = self.cfg.shape_egress.unwrap_or(pet);
-                let rates = if pet {
+                // Adaptive SRR's quanta, and so its shaper, follow PET's estimates too.
+                let rates = if pet || p.adaptive {
                     BondRates::Measured
                 } else {
                     BondRates::Configured
@@ -1241,8 +1242,8 @@ impl Session {
     /// configured rate at the shaper's fraction. `None`: no cap (no `[qos]`, accelerated TCP
     /// not shaped, or rates PET measures).
     pub fn ptcp_rate_cap_bps(&self, path: PathId) -> Option<u64> {
-        let q = self.qos.as_ref()?;
-        q.ptcp_path_cap(self.own_rate_bps(path.index())?)
+        let configured = *self.params.as_ref()?.rates_bps.get(path.index())?;
+        self.qos.as_ref()?.ptcp_path_cap(configured)
     }
 
     /// Queue a segment of pTCP connection `conn` for `path` in `[qos]` class `class` (from

@@ -1470,11 +1470,20 @@ fn accelerated_tcp_queues_in_its_qos_class_behind_voice() {
         None
     );
     assert_eq!(pet_net(server_config()).client.ptcp_class(&headers), None);
-    // Nor a PET bond's [qos], whose rate only striped traffic measures, unless
-    // `[qos] rate_mbit` fixes it.
-    for (rate, takes) in [("", false), ("rate_mbit = 12.0\n", true)] {
+    // Nor a PET bond's [qos], or adaptive SRR's, whose rate only striped traffic measures,
+    // unless `[qos] rate_mbit` fixes it.
+    for (adaptive, rate, takes) in [
+        (false, "", false),
+        (false, "rate_mbit = 12.0\n", true),
+        (true, "", false),
+        (true, "rate_mbit = 12.0\n", true),
+    ] {
         let mut p = params(3, ResequenceMode::Sequence);
-        p.scheduler = SchedulerKind::Pet;
+        if adaptive {
+            p.adaptive = true;
+        } else {
+            p.scheduler = SchedulerKind::Pet;
+        }
         let mut cfg = client_config(p);
         cfg.qos = Some(
             toml::from_str(&format!(

@@ -790,6 +790,8 @@ fn accelerated_tcp_queues_in_the_qos_class_its_ports_select() {
         "client: {c}; logs: {}",
         bed.logs()
     );
+    // Its flows are capped at their paths' configured rates (the shaper bounds the total).
+    assert_eq!(c["tcp"]["rate_capped"], 1, "client: {c}");
     let classes = &c["peers"][0]["session"]["classes"];
     assert_eq!(classes[0]["name"], "bulk5003", "client: {c}");
     let sent = classes[0]["sent"].as_u64().unwrap();
