@@ -22,8 +22,8 @@ pub mod traffic;
 pub use error::LabError;
 pub use netns::{is_root, Netns};
 pub use runner::{
-    run, LabReport, Observer, PtcpLauncher, PtcpOutcome, PtcpTransfer, RunOptions, Tunnel,
-    TunnelLauncher, VariantReport,
+    run, LabReport, Observer, PathSample, PtcpLauncher, PtcpOutcome, PtcpTransfer, RunOptions,
+    StatusSample, StatusSampler, Tunnel, TunnelLauncher, VariantReport,
 };
 pub use scenario::{Mode, Scenario, ScenarioError, Variant};
 pub use testbed::{Links, PathInfo, Testbed};

@@ -9,7 +9,7 @@ use crate::traffic::{self, BulkResult, CpuUse, FlowSpec, TcpStats};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,8 +30,64 @@ pub trait Tunnel {
     fn status(&self) -> Option<serde_json::Value> {
         None
     }
+    /// A way to read the sending end's status (`braid status --json` of the client) while the
+    /// transfer runs, from another thread; `None` if the tunnel has nothing to say.
+    fn status_sampler(&self) -> Option<StatusSampler> {
+        None
+    }
     /// Stop both ends.
     fn stop(self: Box<Self>) -> Result<(), LabError>;
+}
+
+/// Reads the sending end's status ([`Tunnel::status_sampler`]).
+pub type StatusSampler = Box<dyn Fn() -> Option<serde_json::Value> + Send>;
+
+/// How often the `braid` variant samples the client's status during the transfer.
+pub const STATUS_INTERVAL: Duration = Duration::from_millis(250);
+
+/// One sample of the sending end's status ([`VariantReport::status_series`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StatusSample {
+    /// Seconds since the transfer started (within a few ms: the sampler starts just before it).
+    pub t_s: f64,
+    /// The rate the client's egress was shaped at, Mbit/s (PET's shaper, or `[qos]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shaping_mbit: Option<f64>,
+    /// Per path.
+    pub paths: Vec<PathSample>,
+}
+
+/// One path in a [`StatusSample`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PathSample {
+    /// PET's (or adaptive SRR's) estimate of the path's rate, Mbit/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate_mbit: Option<f64>,
+    /// The session's smoothed transmit rate on the path, Mbit/s.
+    pub tx_mbit: f64,
+    /// PET: whether the path is in PET's choice (not blacked out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pet_active: Option<bool>,
+}
+
+/// A [`StatusSample`] from the client's `braid status --json` at `t_s`.
+pub fn status_sample(t_s: f64, status: &serde_json::Value) -> Option<StatusSample> {
+    let session = &status["peers"][0]["session"];
+    let mbit = |v: &serde_json::Value| v.as_f64().map(|b| b / 1e6);
+    let paths = session["paths"]
+        .as_array()?
+        .iter()
+        .map(|p| PathSample {
+            estimate_mbit: mbit(&p["pet_estimate_bps"]),
+            tx_mbit: mbit(&p["tx_bps"]).unwrap_or(0.0),
+            pet_active: p["pet_active"].as_bool(),
+        })
+        .collect();
+    Some(StatusSample {
+        t_s,
+        shaping_mbit: mbit(&session["shaping_rate_bps"]),
+        paths,
+    })
 }
 
 /// Starts a braid tunnel over a testbed: the extension point of the `braid` variant. The
@@ -176,6 +232,10 @@ pub struct VariantReport {
     /// as `braid status --json`): per-path RTT, loss, rates, and the receivers' counters.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tunnel_status: Option<serde_json::Value>,
+    /// `braid`: the sending end's rate estimates and shaping rate every
+    /// [`STATUS_INTERVAL`] during the transfer.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub status_series: Vec<StatusSample>,
 }
 
 /// What the report says about a path.
@@ -717,7 +777,30 @@ fn braid_variant(
             dscp,
         })
         .collect();
+    let sampling = tunnel.status_sampler().map(|read| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let t0 = Instant::now();
+        let thread = std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            let mut next = t0;
+            while !flag.load(Ordering::Relaxed) {
+                let t_s = t0.elapsed().as_secs_f64();
+                if let Some(s) = read().and_then(|v| status_sample(t_s, &v)) {
+                    samples.push(s);
+                }
+                next += STATUS_INTERVAL;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+            samples
+        });
+        (stop, thread)
+    });
     let result = transfer(name, scenario, testbed, &flows, observer);
+    let series = sampling.map_or_else(Vec::new, |(stop, thread)| {
+        stop.store(true, Ordering::Relaxed);
+        thread.join().unwrap_or_default()
+    });
     let status = tunnel.status();
     let stopped = tunnel.stop();
     let r = result?;
@@ -748,6 +831,7 @@ fn braid_variant(
         }
     }
     report.tunnel_status = status;
+    report.status_series = series;
     Ok(report)
 }
 
@@ -837,4 +921,31 @@ fn ptcp_variant(
         tunnel_status: outcome.status,
         ..VariantReport::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_sample_reads_the_estimates_and_the_shaping_rate() {
+        let status = serde_json::json!({"peers": [{"session": {
+            "shaping_rate_bps": 13_500_000u64,
+            "paths": [
+                {"tx_bps": 8.0e6, "pet_estimate_bps": 7_900_000u64, "pet_active": true},
+                {"tx_bps": 0.0},
+            ],
+        }}]});
+        let s = status_sample(1.25, &status).unwrap();
+        assert_eq!(s.t_s, 1.25);
+        assert_eq!(s.shaping_mbit, Some(13.5));
+        assert_eq!(s.paths.len(), 2);
+        assert_eq!(s.paths[0].estimate_mbit, Some(7.9));
+        assert_eq!(s.paths[0].tx_mbit, 8.0);
+        assert_eq!(s.paths[0].pet_active, Some(true));
+        assert_eq!(s.paths[1].estimate_mbit, None);
+        assert_eq!(s.paths[1].pet_active, None);
+        // A daemon with no session yet says nothing.
+        assert_eq!(status_sample(0.0, &serde_json::json!({"peers": []})), None);
+    }
 }

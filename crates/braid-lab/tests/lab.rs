@@ -347,3 +347,20 @@ fn the_probe_times_round_trips_beside_the_transfer() {
     let json = serde_json::to_value(&report).unwrap();
     assert!(json["variants"]["sum"]["probe"]["rtt_ms_p95"].is_number());
 }
+
+/// Every scenario shipped in `examples/lab` parses (the commands in their comments and in the
+/// docs run them).
+#[test]
+fn every_example_scenario_parses() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lab");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            braid_lab::Scenario::from_file(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 10, "{n} scenarios in {}", dir.display());
+}

@@ -8,7 +8,7 @@
 use braid_lab::testbed::{
     client_addr, server_addr, TUNNEL_CLIENT_ADDR, TUNNEL_PREFIX_LEN, TUNNEL_SERVER_ADDR,
 };
-use braid_lab::{LabError, Scenario, Testbed, Tunnel, TunnelLauncher};
+use braid_lab::{LabError, Scenario, StatusSampler, Testbed, Tunnel, TunnelLauncher};
 use braid_session::PrivateKey;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -252,6 +252,11 @@ impl Tunnel for DaemonTunnel {
             "client": status(&self.dir.join("client.sock")),
             "server": status(&self.dir.join("server.sock")),
         }))
+    }
+
+    fn status_sampler(&self) -> Option<StatusSampler> {
+        let socket = self.dir.join("client.sock");
+        Some(Box::new(move || status(&socket)))
     }
 
     fn stop(mut self: Box<Self>) -> Result<(), LabError> {
