@@ -273,8 +273,8 @@ proptest! {
     })]
 
     /// Every byte delivered exactly once and in order under loss, reordering, duplication and
-    /// path death (at least one path survives), with any controller and an eager or a slow reader; the receive
-    /// buffer never exceeds its bound.
+    /// path death (at least one path survives), with any controller, an eager or a slow reader
+    /// and rate caps on some paths; the receive buffer never exceeds its bound.
     #[test]
     fn exactly_once_in_order(
         paths in prop::collection::vec(arb_path(), 1..4),
@@ -289,6 +289,9 @@ proptest! {
             CongestionAlgorithm::Bbr,
         ][..]),
         seed in any::<u64>(),
+        // Rate caps on some paths, in percent of the path's rate (`set_rate_cap`).
+        caps in prop::option::weighted(0.3, prop::collection::vec(
+            prop::option::of(10u64..200), 4)),
     ) {
         let mut specs: Vec<LinkSpec> = paths.iter().map(spec).collect();
         let keep = survivor % specs.len();
@@ -299,6 +302,11 @@ proptest! {
         }
         cfg.flow.congestion.algorithm = algorithm;
         let mut pair = Pair::new(cfg, &specs, seed);
+        for (i, pct) in caps.iter().flatten().enumerate().take(paths.len()) {
+            let cap = pct.map(|p| paths[i].rate_kbps * 1000 / 8 * p / 100);
+            pair.client.set_rate_cap(PathId(i as u8), cap);
+            pair.server.set_rate_cap(PathId(i as u8), cap);
+        }
         let reader = slow_reader.map_or(Reader::EAGER, |(ms, bytes)| Reader {
             period: Duration::from_millis(ms),
             bytes_per_read: bytes,
