@@ -177,8 +177,14 @@ pub fn status(args: &StatusArgs) -> Result<()> {
             let port = t["listen_port"]
                 .as_u64()
                 .map_or(String::new(), |p| format!("redirected to port {p}, "));
+            let capped = t["rate_capped"]
+                .as_u64()
+                .filter(|&n| n > 0)
+                .map_or(String::new(), |n| {
+                    format!("  in [qos], capped at the paths' rates {n}")
+                });
             println!(
-                "TCP accelerated over pTCP: {port}connections {}  active {}  refused {}",
+                "TCP accelerated over pTCP: {port}connections {}  active {}  refused {}{capped}",
                 t["connections"], t["active"], t["refused"]
             );
         }
