@@ -225,6 +225,15 @@ pub fn nft_transparent_ruleset(table: &str) -> String {
     )
 }
 
+/// Server, `[tcp] transparent`: whether `ruleset` (`nft list ruleset`, after this daemon
+/// deleted its own table) still holds another server's transparent table (the rule that
+/// copies [`SOCKET_MARK`] into the conntrack mark): a second `braid up` in the same network
+/// namespace, which still needs the shared `ip` rules ([`ip_rule_commands`]).
+pub fn another_transparent_table(ruleset: &str) -> bool {
+    let rule = format!("meta mark {SOCKET_MARK:#x} ct mark set {SOCKET_MARK:#x}");
+    ruleset.lines().any(|l| l.trim() == rule)
+}
+
 /// Server, `[tcp] transparent`: the `ip` commands that deliver [`REPLY_MARK`] locally (`add`)
 /// or undo that (`add = false`), for IPv4 and IPv6: a rule sending the mark to
 /// [`REPLY_TABLE`], whose one route makes every address local.
@@ -296,6 +305,21 @@ pub fn nft_ruleset(table: &str, prefixes: &[Cidr], own: &[IpAddr], port: u16) ->
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn another_servers_transparent_table_is_found_in_the_ruleset() {
+        // As `nft list ruleset` prints a table of nft_transparent_ruleset.
+        let other = "table inet braid_b1 {\n\tchain output {\n\t\ttype route hook output priority mangle; policy accept;\n\t\tmeta mark 0x62720001 ct mark set 0x62720001\n\t}\n}\n";
+        assert!(another_transparent_table(other));
+        // A client's redirect table, or nothing, is not one.
+        let client = nft_ruleset("braid_c0", &[], &[], 7070);
+        assert!(!another_transparent_table(&client));
+        assert!(!another_transparent_table(""));
+        // Our own script has the rule in the form nft prints it.
+        assert!(another_transparent_table(&nft_transparent_ruleset(
+            "braid_x"
+        )));
+    }
 
     #[test]
     fn a_header_round_trips_and_never_panics() {

@@ -391,8 +391,10 @@ fn install_transparent_rules(table: &str) -> Result<bool, DaemonError> {
             v6 = false;
             continue;
         }
-        remove_transparent_ip_rules(|_| true);
         let _ = delete_nft_table(table);
+        if !another_transparent_server() {
+            remove_transparent_ip_rules(|_| true);
+        }
         return Err(hint(problem));
     }
     if !v6 {
@@ -410,6 +412,18 @@ fn remove_transparent_ip_rules(family: impl Fn(&str) -> bool) {
             let _ = std::process::Command::new("ip").args(&cmd).output();
         }
     }
+}
+
+/// Whether another server's `[tcp] transparent` table is in this network namespace
+/// ([`accel::another_transparent_table`]); `false` if nft cannot say.
+fn another_transparent_server() -> bool {
+    std::process::Command::new("nft")
+        .args(["list", "ruleset"])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success()
+                && accel::another_transparent_table(&String::from_utf8_lossy(&o.stdout))
+        })
 }
 
 /// Runs `nft -f -` with `script` on its standard input.
@@ -1332,7 +1346,9 @@ impl Daemon {
         if let Some(table) = self.accel.nft_table.take() {
             let _ = delete_nft_table(&table);
         }
-        if std::mem::take(&mut self.accel.transparent) {
+        // The `ip` rules are the namespace's, not this daemon's: another transparent server
+        // here still needs them.
+        if std::mem::take(&mut self.accel.transparent) && !another_transparent_server() {
             remove_transparent_ip_rules(|_| true);
         }
     }

@@ -607,7 +607,49 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
         )
     };
     assert_eq!(server_rules(&bed), (true, true, true));
+    // A second transparent server in the namespace (its table, as `braid up` installs it)
+    // still needs the shared ip rules when the first exits.
+    let other = "table inet braid_other {\n chain output {\n  type route hook output priority mangle; policy accept;\n  meta mark 0x62720001 ct mark set 0x62720001\n }\n}\n";
+    let server_ns = bed.ns("s");
+    let nft = |script: &str| {
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &server_ns, "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        assert!(c.wait().unwrap().success(), "nft -f: {script}");
+    };
+    nft(other);
     let mut server = bed.children.remove(0);
+    // SAFETY: SIGTERM to our own child.
+    unsafe {
+        libc::kill(server.id() as i32, libc::SIGTERM);
+    }
+    let _ = server.wait();
+    assert_eq!(
+        server_rules(&bed),
+        (false, true, true),
+        "its own table goes, the rules stay for the other; logs: {}",
+        bed.logs()
+    );
+    nft("delete table inet braid_other\n");
+    // Alone in the namespace, a server takes the rules with it.
+    let mut server = start_daemon(&bed.ns("s"), &bed.dir, "s");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && server_rules(&bed) != (true, true, true) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        server_rules(&bed),
+        (true, true, true),
+        "logs: {}",
+        bed.logs()
+    );
     // SAFETY: SIGTERM to our own child.
     unsafe {
         libc::kill(server.id() as i32, libc::SIGTERM);
