@@ -13,9 +13,9 @@
 //! **Transparent** (`[tcp] transparent`, on by default at the server): the header also names
 //! the connection's source, and the server connects onward *from* it (`IP_TRANSPARENT`), so
 //! the destination sees the client's address as it would through the striped tunnel. The
-//! onward socket carries [`SOCKET_MARK`]; [`nft_transparent_ruleset`] copies it to the
-//! connection's conntrack mark and gives the packets that come back [`REPLY_MARK`], which an
-//! `ip rule` ([`ip_rule_commands`]) routes to the local table, so they reach the socket instead
+//! onward socket carries [`SOCKET_MARK`]; [`nft_transparent_ruleset`] sets [`CONNTRACK_BIT`]
+//! in the connection's conntrack mark and [`REPLY_BIT`] in the mark of the packets that come
+//! back, which an `ip rule` ([`ip_rule_commands`]) routes to the local table, so they reach the socket instead
 //! of following the route to the source into the tunnel. A source the client does not own
 //! (`[[client]]` addresses and routes) is refused, as the tunnel drops such packets.
 //!
@@ -31,12 +31,16 @@ pub const MAGIC: [u8; 4] = *b"BRTA";
 /// The header's version: 2 names the source too; 1 (the destination only) is still read.
 pub const VERSION: u8 = 2;
 
-/// The mark of a transparent onward socket (`SO_MARK`): the nftables rules copy it to the
-/// connection's conntrack mark.
+/// The mark of a transparent onward socket (`SO_MARK`, the whole mark: the socket is
+/// braid's own): the nftables rules set [`CONNTRACK_BIT`] in its connection's conntrack mark.
 pub const SOCKET_MARK: u32 = 0x6272_0001;
-/// The mark of what comes back to a transparent onward socket: routed by the local table.
-pub const REPLY_MARK: u32 = 0x6272_0002;
-/// The routing table (and the `ip rule` preference) that delivers [`REPLY_MARK`] locally.
+/// The one bit of the conntrack mark that says "a transparent onward connection"; the rest of
+/// the conntrack mark is left as other tools set it.
+pub const CONNTRACK_BIT: u32 = 0x0400_0000;
+/// The one bit of the packet mark set on what comes back to a transparent onward socket,
+/// routed by the local table ([`REPLY_TABLE`]); the rest of the mark is left as it was.
+pub const REPLY_BIT: u32 = 0x0800_0000;
+/// The routing table (and the `ip rule` preference) that delivers [`REPLY_BIT`] locally.
 pub const REPLY_TABLE: u32 = 25202;
 
 /// What an accelerated connection carries before its bytes: where the client's TCP was going,
@@ -202,47 +206,54 @@ pub fn transparent_source_plausible(src: SocketAddr) -> bool {
 }
 
 /// Server, `[tcp] transparent`: an `nft -f` script that (re)creates table `inet <table>`
-/// marking what comes back to a transparent onward socket: the socket's [`SOCKET_MARK`]
-/// becomes its connection's conntrack mark (hook `output`), and packets of such a connection
-/// in the reply direction get [`REPLY_MARK`], whether they arrive from outside (`prerouting`;
-/// at mangle priority, before any masquerade is undone, which does not matter: the match is
-/// on the connection's mark) or come from a local server (`output`, a `route` chain, so the
-/// kernel routes them again by the new mark). The marks replace whatever mark the packets
-/// had (no mask).
+/// marking what comes back to a transparent onward socket: a packet of the socket's
+/// [`SOCKET_MARK`] sets [`CONNTRACK_BIT`] in its connection's conntrack mark (hook `output`),
+/// and packets of such a connection in the reply direction get [`REPLY_BIT`], whether they
+/// arrive from outside (`prerouting`; at mangle priority, before any masquerade is undone,
+/// which does not matter: the match is on the connection's mark) or come from a local server
+/// (`output`, a `route` chain, so the kernel routes them again by the new mark). Only those
+/// bits are set and tested: marks other tools (a firewall manager, a container network, a
+/// multi-WAN setup) put on the same packets and connections stay.
 pub fn nft_transparent_ruleset(table: &str) -> String {
     format!(
         "table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n\
          \x20 chain output {{\n\
          \x20   type route hook output priority mangle; policy accept;\n\
-         \x20   meta mark {SOCKET_MARK:#x} ct mark set {SOCKET_MARK:#x}\n\
-         \x20   ct direction reply ct mark {SOCKET_MARK:#x} meta mark set {REPLY_MARK:#x}\n\
+         \x20   meta mark {SOCKET_MARK:#x} ct mark set ct mark or {CONNTRACK_BIT:#x}\n\
+         \x20   {REPLY_RULE}\n\
          \x20 }}\n\
          \x20 chain prerouting {{\n\
          \x20   type filter hook prerouting priority mangle; policy accept;\n\
-         \x20   ct direction reply ct mark {SOCKET_MARK:#x} meta mark set {REPLY_MARK:#x}\n\
+         \x20   {REPLY_RULE}\n\
          \x20 }}\n\
          }}\n"
     )
 }
 
+/// The rule that marks a transparent onward connection's replies.
+const REPLY_RULE: &str =
+    "ct direction reply ct mark and 0x4000000 == 0x4000000 meta mark set meta mark or 0x8000000";
+
 /// Server, `[tcp] transparent`: whether `ruleset` (`nft list ruleset`, after this daemon
 /// deleted its own table) still holds another server's transparent table (the rule that
-/// copies [`SOCKET_MARK`] into the conntrack mark): a second `braid up` in the same network
+/// marks the connections of [`SOCKET_MARK`]): a second `braid up` in the same network
 /// namespace, which still needs the shared `ip` rules ([`ip_rule_commands`]).
 pub fn another_transparent_table(ruleset: &str) -> bool {
-    let rule = format!("meta mark {SOCKET_MARK:#x} ct mark set {SOCKET_MARK:#x}");
-    ruleset.lines().any(|l| l.trim() == rule)
+    let socket = format!("meta mark {SOCKET_MARK:#x} ");
+    ruleset
+        .lines()
+        .any(|l| l.trim().starts_with(&socket) && l.contains("ct mark set"))
 }
 
-/// Server, `[tcp] transparent`: the `ip` commands that deliver [`REPLY_MARK`] locally (`add`)
-/// or undo that (`add = false`), for IPv4 and IPv6: a rule sending the mark to
-/// [`REPLY_TABLE`], whose one route makes every address local.
+/// Server, `[tcp] transparent`: the `ip` commands that deliver [`REPLY_BIT`] locally (`add`)
+/// or undo that (`add = false`), for IPv4 and IPv6: a rule sending packets with the bit (under
+/// its mask) to [`REPLY_TABLE`], whose one route makes every address local.
 pub fn ip_rule_commands(add: bool) -> Vec<Vec<String>> {
     let verb = if add { "add" } else { "del" };
     let mut out = Vec::new();
     for (fam, any) in [("-4", "0.0.0.0/0"), ("-6", "::/0")] {
         let v = |s: &[&str]| s.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
-        let mark = format!("{REPLY_MARK:#x}");
+        let mark = format!("{REPLY_BIT:#x}/{REPLY_BIT:#x}");
         let table = REPLY_TABLE.to_string();
         out.push(v(&[
             fam, "rule", verb, "fwmark", &mark, "lookup", &table, "pref", &table,
@@ -309,7 +320,7 @@ mod tests {
     #[test]
     fn another_servers_transparent_table_is_found_in_the_ruleset() {
         // As `nft list ruleset` prints a table of nft_transparent_ruleset.
-        let other = "table inet braid_b1 {\n\tchain output {\n\t\ttype route hook output priority mangle; policy accept;\n\t\tmeta mark 0x62720001 ct mark set 0x62720001\n\t}\n}\n";
+        let other = "table inet braid_b1 {\n\tchain output {\n\t\ttype route hook output priority mangle; policy accept;\n\t\tmeta mark 0x62720001 ct mark set ct mark | 0x04000000\n\t}\n}\n";
         assert!(another_transparent_table(other));
         // A client's redirect table, or nothing, is not one.
         let client = nft_ruleset("braid_c0", &[], &[], 7070);
@@ -438,16 +449,23 @@ routes = ["10.1.0.0/16"]
         let s = nft_transparent_ruleset("braid_braid0");
         assert!(s.starts_with("table inet braid_braid0\ndelete table inet braid_braid0\n"));
         assert!(s.contains("type route hook output priority mangle"));
-        assert!(s.contains("meta mark 0x62720001 ct mark set 0x62720001"));
+        assert!(s.contains("meta mark 0x62720001 ct mark set ct mark or 0x4000000"));
         assert_eq!(
-            s.matches("ct direction reply ct mark 0x62720001 meta mark set 0x62720002")
-                .count(),
+            s.matches(
+                "ct direction reply ct mark and 0x4000000 == 0x4000000 meta mark set meta mark or 0x8000000"
+            )
+            .count(),
             2
         );
+        // The rule is spelled with the constants' bits.
+        assert!(REPLY_RULE.contains(&format!("{CONNTRACK_BIT:#x} == {CONNTRACK_BIT:#x}")));
+        assert!(REPLY_RULE.ends_with(&format!("or {REPLY_BIT:#x}")));
+        // The socket's own mark carries neither bit: its packets are not taken for replies.
+        assert_eq!(SOCKET_MARK & (CONNTRACK_BIT | REPLY_BIT), 0);
         let add = ip_rule_commands(true);
         assert_eq!(
             add[0].join(" "),
-            "-4 rule add fwmark 0x62720002 lookup 25202 pref 25202"
+            "-4 rule add fwmark 0x8000000/0x8000000 lookup 25202 pref 25202"
         );
         assert_eq!(
             add[3].join(" "),
