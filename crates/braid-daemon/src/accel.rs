@@ -35,8 +35,10 @@ pub const VERSION: u8 = 2;
 /// braid's own): the nftables rules set [`CONNTRACK_BIT`] in its connection's conntrack mark.
 pub const SOCKET_MARK: u32 = 0x6272_0001;
 /// The one bit of the conntrack mark that says "a transparent onward connection"; the rest of
-/// the conntrack mark is left as other tools set it.
-pub const CONNTRACK_BIT: u32 = 0x0400_0000;
+/// the conntrack mark is left as other tools set it. [`SOCKET_MARK`] has it too, so a
+/// multi-WAN setup that saves whole packet marks into the conntrack mark (`ct mark set meta
+/// mark`, iptables' `CONNMARK --save-mark`) keeps it.
+pub const CONNTRACK_BIT: u32 = 0x0200_0000;
 /// The one bit of the packet mark set on what comes back to a transparent onward socket,
 /// routed by the local table ([`REPLY_TABLE`]); the rest of the mark is left as it was.
 pub const REPLY_BIT: u32 = 0x0800_0000;
@@ -232,7 +234,7 @@ pub fn nft_transparent_ruleset(table: &str) -> String {
 
 /// The rule that marks a transparent onward connection's replies.
 const REPLY_RULE: &str =
-    "ct direction reply ct mark and 0x4000000 == 0x4000000 meta mark set meta mark or 0x8000000";
+    "ct direction reply ct mark and 0x2000000 == 0x2000000 meta mark set meta mark or 0x8000000";
 
 /// Server, `[tcp] transparent`: whether `ruleset` (`nft list ruleset`, after this daemon
 /// deleted its own table) still holds another server's transparent table (the rule that
@@ -248,21 +250,58 @@ pub fn another_transparent_table(ruleset: &str) -> bool {
 /// Server, `[tcp] transparent`: the `ip` commands that deliver [`REPLY_BIT`] locally (`add`)
 /// or undo that (`add = false`), for IPv4 and IPv6: a rule sending packets with the bit (under
 /// its mask) to [`REPLY_TABLE`], whose one route makes every address local.
+///
+/// Adding is idempotent, as a second server in the namespace needs: the route is replaced, and
+/// a rule that is already there ("File exists") counts as added ([`already_there`]).
 pub fn ip_rule_commands(add: bool) -> Vec<Vec<String>> {
-    let verb = if add { "add" } else { "del" };
+    let (rule_verb, route_verb) = if add {
+        ("add", "replace")
+    } else {
+        ("del", "del")
+    };
     let mut out = Vec::new();
     for (fam, any) in [("-4", "0.0.0.0/0"), ("-6", "::/0")] {
         let v = |s: &[&str]| s.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
         let mark = format!("{REPLY_BIT:#x}/{REPLY_BIT:#x}");
         let table = REPLY_TABLE.to_string();
         out.push(v(&[
-            fam, "rule", verb, "fwmark", &mark, "lookup", &table, "pref", &table,
+            fam, "rule", rule_verb, "fwmark", &mark, "lookup", &table, "pref", &table,
         ]));
         out.push(v(&[
-            fam, "route", verb, "local", any, "dev", "lo", "table", &table,
+            fam, "route", route_verb, "local", any, "dev", "lo", "table", &table,
         ]));
     }
     out
+}
+
+/// Whether `ip`'s complaint `detail` says the rule it was to add is there already.
+pub fn already_there(detail: &str) -> bool {
+    detail.contains("File exists")
+}
+
+/// The `ip rule del` commands for the rule of braid's previous transparent rules, which set
+/// the packet mark whole (`fwmark 0x62720002`): a server removes one a daemon of that version
+/// left behind.
+pub fn legacy_rule_commands() -> Vec<Vec<String>> {
+    ["-4", "-6"]
+        .iter()
+        .map(|fam| {
+            [
+                fam,
+                "rule",
+                "del",
+                "fwmark",
+                "0x62720002",
+                "lookup",
+                "25202",
+                "pref",
+                "25202",
+            ]
+            .iter()
+            .map(|x| (*x).to_owned())
+            .collect()
+        })
+        .collect()
 }
 
 /// The name of the nftables table of a daemon's TUN device `ifname`.
@@ -320,7 +359,7 @@ mod tests {
     #[test]
     fn another_servers_transparent_table_is_found_in_the_ruleset() {
         // As `nft list ruleset` prints a table of nft_transparent_ruleset.
-        let other = "table inet braid_b1 {\n\tchain output {\n\t\ttype route hook output priority mangle; policy accept;\n\t\tmeta mark 0x62720001 ct mark set ct mark | 0x04000000\n\t}\n}\n";
+        let other = "table inet braid_b1 {\n\tchain output {\n\t\ttype route hook output priority mangle; policy accept;\n\t\tmeta mark 0x62720001 ct mark set ct mark | 0x02000000\n\t}\n}\n";
         assert!(another_transparent_table(other));
         // A client's redirect table, or nothing, is not one.
         let client = nft_ruleset("braid_c0", &[], &[], 7070);
@@ -449,10 +488,10 @@ routes = ["10.1.0.0/16"]
         let s = nft_transparent_ruleset("braid_braid0");
         assert!(s.starts_with("table inet braid_braid0\ndelete table inet braid_braid0\n"));
         assert!(s.contains("type route hook output priority mangle"));
-        assert!(s.contains("meta mark 0x62720001 ct mark set ct mark or 0x4000000"));
+        assert!(s.contains("meta mark 0x62720001 ct mark set ct mark or 0x2000000"));
         assert_eq!(
             s.matches(
-                "ct direction reply ct mark and 0x4000000 == 0x4000000 meta mark set meta mark or 0x8000000"
+                "ct direction reply ct mark and 0x2000000 == 0x2000000 meta mark set meta mark or 0x8000000"
             )
             .count(),
             2
@@ -460,8 +499,10 @@ routes = ["10.1.0.0/16"]
         // The rule is spelled with the constants' bits.
         assert!(REPLY_RULE.contains(&format!("{CONNTRACK_BIT:#x} == {CONNTRACK_BIT:#x}")));
         assert!(REPLY_RULE.ends_with(&format!("or {REPLY_BIT:#x}")));
-        // The socket's own mark carries neither bit: its packets are not taken for replies.
-        assert_eq!(SOCKET_MARK & (CONNTRACK_BIT | REPLY_BIT), 0);
+        // The socket's own mark carries the conntrack bit (a whole-mark save keeps it), not
+        // the reply bit: its packets are not taken for replies.
+        assert_eq!(SOCKET_MARK & CONNTRACK_BIT, CONNTRACK_BIT);
+        assert_eq!(SOCKET_MARK & REPLY_BIT, 0);
         let add = ip_rule_commands(true);
         assert_eq!(
             add[0].join(" "),
@@ -469,7 +510,13 @@ routes = ["10.1.0.0/16"]
         );
         assert_eq!(
             add[3].join(" "),
-            "-6 route add local ::/0 dev lo table 25202"
+            "-6 route replace local ::/0 dev lo table 25202"
+        );
+        assert!(already_there("RTNETLINK answers: File exists"));
+        assert!(!already_there("RTNETLINK answers: Operation not permitted"));
+        assert_eq!(
+            legacy_rule_commands()[0].join(" "),
+            "-4 rule del fwmark 0x62720002 lookup 25202 pref 25202"
         );
         assert_eq!(
             ip_rule_commands(false)[1].join(" "),

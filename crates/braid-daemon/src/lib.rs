@@ -366,12 +366,17 @@ fn install_transparent_rules(table: &str) -> Result<bool, DaemonError> {
         ),
     }
     };
+    let _lock = TransparentLock::take();
     nft(&accel::nft_transparent_ruleset(table)).map_err(|e| {
         hint(format!(
             "cannot install the nftables table inet {table}: {e}"
         ))
     })?;
-    remove_transparent_ip_rules(|_| true);
+    // The rules are added, not deleted and added again: another transparent server in this
+    // namespace may be using them. A rule of the previous version goes.
+    for cmd in accel::legacy_rule_commands() {
+        let _ = std::process::Command::new("ip").args(&cmd).output();
+    }
     let mut v6 = true;
     for cmd in accel::ip_rule_commands(true) {
         let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
@@ -382,6 +387,9 @@ fn install_transparent_rules(table: &str) -> Result<bool, DaemonError> {
             DaemonError::Ip { detail, .. } => detail,
             other => other.to_string(),
         };
+        if accel::already_there(&problem) {
+            continue;
+        }
         if cmd[0] == "-6" {
             if v6 {
                 eprintln!(
@@ -402,6 +410,39 @@ fn install_transparent_rules(table: &str) -> Result<bool, DaemonError> {
         remove_transparent_ip_rules(|family| family == "-6");
     }
     Ok(v6)
+}
+
+/// Transparent servers of one network namespace share the `ip` rules: installing them, and
+/// deciding on exit whether another server still needs them, happen under this lock (an
+/// `flock` on a file named after the namespace), so a server that exits while another starts
+/// cannot take the rules from under it. Without `/run` (or on any error) there is no lock.
+struct TransparentLock {
+    /// Held open (and locked) until dropped.
+    _file: Option<std::fs::File>,
+}
+
+impl TransparentLock {
+    fn take() -> TransparentLock {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::io::AsRawFd;
+        let Ok(ns) = std::fs::metadata("/proc/self/ns/net") else {
+            return TransparentLock { _file: None };
+        };
+        let path = format!("/run/braid-transparent-{}.lock", ns.ino());
+        let Ok(f) = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+        else {
+            return TransparentLock { _file: None };
+        };
+        // SAFETY: flock on a descriptor this function owns; released on close.
+        let locked = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0;
+        TransparentLock {
+            _file: locked.then_some(f),
+        }
+    }
 }
 
 /// Deletes the `ip` rules and routes of `[tcp] transparent` of the families (`-4`, `-6`)
@@ -492,9 +533,13 @@ impl Daemon {
                 eprintln!(
                     "braid: removed the nftables table inet {table} a daemon with [tcp] accelerate left behind"
                 );
-                // A transparent server's leftovers include its ip rules.
+                // A transparent server's leftovers include its ip rules, unless another
+                // transparent server here still uses them.
                 if cfg.role == Role::Responder {
-                    remove_transparent_ip_rules(|_| true);
+                    let _lock = TransparentLock::take();
+                    if !another_transparent_server() {
+                        remove_transparent_ip_rules(|_| true);
+                    }
                 }
             }
         }
@@ -1344,12 +1389,14 @@ impl Daemon {
     /// Removes the nftables table [`Daemon::install_tcp_rules`] or
     /// [`install_transparent_rules`] made, if any, and the latter's `ip` rules.
     fn remove_tcp_rules(&mut self) {
+        let transparent = std::mem::take(&mut self.accel.transparent);
+        let _lock = transparent.then(TransparentLock::take);
         if let Some(table) = self.accel.nft_table.take() {
             let _ = delete_nft_table(&table);
         }
         // The `ip` rules are the namespace's, not this daemon's: another transparent server
         // here still needs them.
-        if std::mem::take(&mut self.accel.transparent) && !another_transparent_server() {
+        if transparent && !another_transparent_server() {
             remove_transparent_ip_rules(|_| true);
         }
     }

@@ -609,7 +609,7 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     assert_eq!(server_rules(&bed), (true, true, true));
     // A second transparent server in the namespace (its table, as `braid up` installs it)
     // still needs the shared ip rules when the first exits.
-    let other = "table inet braid_other {\n chain output {\n  type route hook output priority mangle; policy accept;\n  meta mark 0x62720001 ct mark set ct mark or 0x4000000\n }\n}\n";
+    let other = "table inet braid_other {\n chain output {\n  type route hook output priority mangle; policy accept;\n  meta mark 0x62720001 ct mark set ct mark or 0x2000000\n }\n}\n";
     let server_ns = bed.ns("s");
     let nft = |script: &str| {
         let mut c = Command::new("ip")
