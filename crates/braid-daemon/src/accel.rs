@@ -222,19 +222,28 @@ pub fn nft_transparent_ruleset(table: &str) -> String {
          \x20 chain output {{\n\
          \x20   type route hook output priority mangle; policy accept;\n\
          \x20   meta mark {SOCKET_MARK:#x} ct mark set ct mark or {CONNTRACK_BIT:#x}\n\
-         \x20   {REPLY_RULE}\n\
+         \x20   {reply}\n\
          \x20 }}\n\
          \x20 chain prerouting {{\n\
          \x20   type filter hook prerouting priority mangle; policy accept;\n\
-         \x20   {REPLY_RULE}\n\
+         \x20   {reply}\n\
          \x20 }}\n\
-         }}\n"
+         }}\n",
+        reply = reply_rule()
     )
 }
 
 /// The rule that marks a transparent onward connection's replies.
-const REPLY_RULE: &str =
-    "ct direction reply ct mark and 0x2000000 == 0x2000000 meta mark set meta mark or 0x8000000";
+fn reply_rule() -> String {
+    format!(
+        "ct direction reply ct mark and {CONNTRACK_BIT:#x} == {CONNTRACK_BIT:#x} meta mark set meta mark or {REPLY_BIT:#x}"
+    )
+}
+
+/// `ip`'s arguments as owned strings.
+fn words(args: &[&str]) -> Vec<String> {
+    args.iter().map(|x| (*x).to_owned()).collect()
+}
 
 /// Server, `[tcp] transparent`: whether `ruleset` (`nft list ruleset`, after this daemon
 /// deleted its own table) still holds another server's transparent table (the rule that
@@ -261,13 +270,12 @@ pub fn ip_rule_commands(add: bool) -> Vec<Vec<String>> {
     };
     let mut out = Vec::new();
     for (fam, any) in [("-4", "0.0.0.0/0"), ("-6", "::/0")] {
-        let v = |s: &[&str]| s.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
         let mark = format!("{REPLY_BIT:#x}/{REPLY_BIT:#x}");
         let table = REPLY_TABLE.to_string();
-        out.push(v(&[
+        out.push(words(&[
             fam, "rule", rule_verb, "fwmark", &mark, "lookup", &table, "pref", &table,
         ]));
-        out.push(v(&[
+        out.push(words(&[
             fam, "route", route_verb, "local", any, "dev", "lo", "table", &table,
         ]));
     }
@@ -283,23 +291,21 @@ pub fn already_there(detail: &str) -> bool {
 /// the packet mark whole (`fwmark 0x62720002`): a server removes one a daemon of that version
 /// left behind.
 pub fn legacy_rule_commands() -> Vec<Vec<String>> {
+    let table = REPLY_TABLE.to_string();
     ["-4", "-6"]
         .iter()
         .map(|fam| {
-            [
+            words(&[
                 fam,
                 "rule",
                 "del",
                 "fwmark",
                 "0x62720002",
                 "lookup",
-                "25202",
+                &table,
                 "pref",
-                "25202",
-            ]
-            .iter()
-            .map(|x| (*x).to_owned())
-            .collect()
+                &table,
+            ])
         })
         .collect()
 }
@@ -497,8 +503,8 @@ routes = ["10.1.0.0/16"]
             2
         );
         // The rule is spelled with the constants' bits.
-        assert!(REPLY_RULE.contains(&format!("{CONNTRACK_BIT:#x} == {CONNTRACK_BIT:#x}")));
-        assert!(REPLY_RULE.ends_with(&format!("or {REPLY_BIT:#x}")));
+        assert!(reply_rule().contains(&format!("{CONNTRACK_BIT:#x} == {CONNTRACK_BIT:#x}")));
+        assert!(reply_rule().ends_with(&format!("or {REPLY_BIT:#x}")));
         // The socket's own mark carries the conntrack bit (a whole-mark save keeps it), not
         // the reply bit: its packets are not taken for replies.
         assert_eq!(SOCKET_MARK & CONNTRACK_BIT, CONNTRACK_BIT);

@@ -400,9 +400,7 @@ fn install_transparent_rules(table: &str) -> Result<bool, DaemonError> {
             continue;
         }
         let _ = delete_nft_table(table);
-        if !another_transparent_server() {
-            remove_transparent_ip_rules(|_| true);
-        }
+        release_transparent_ip_rules();
         return Err(hint(problem));
     }
     if !v6 {
@@ -452,6 +450,15 @@ fn remove_transparent_ip_rules(family: impl Fn(&str) -> bool) {
         if family(&cmd[0]) {
             let _ = std::process::Command::new("ip").args(&cmd).output();
         }
+    }
+}
+
+/// Removes the namespace's shared `[tcp] transparent` `ip` rules unless another server's
+/// table here still needs them. The caller holds the [`TransparentLock`] and has deleted its
+/// own table.
+fn release_transparent_ip_rules() {
+    if !another_transparent_server() {
+        remove_transparent_ip_rules(|_| true);
     }
 }
 
@@ -537,9 +544,7 @@ impl Daemon {
                 // transparent server here still uses them.
                 if cfg.role == Role::Responder {
                     let _lock = TransparentLock::take();
-                    if !another_transparent_server() {
-                        remove_transparent_ip_rules(|_| true);
-                    }
+                    release_transparent_ip_rules();
                 }
             }
         }
@@ -1395,9 +1400,9 @@ impl Daemon {
             let _ = delete_nft_table(&table);
         }
         // The `ip` rules are the namespace's, not this daemon's: another transparent server
-        // here still needs them.
-        if transparent && !another_transparent_server() {
-            remove_transparent_ip_rules(|_| true);
+        // here may still need them.
+        if transparent {
+            release_transparent_ip_rules();
         }
     }
 
