@@ -141,6 +141,9 @@ pub struct Row {
     /// The ideal goodput: the sum of independent single-path flows, in Mbit/s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ideal_mbit: Option<f64>,
+    /// The longest time the receiving application waited for data, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall_ms_max: Option<f64>,
 }
 
 /// An experiment's results.
@@ -255,6 +258,7 @@ impl Row {
             ratio: Some(0.0),
             weight: Some(0),
             ideal_mbit: Some(0.0),
+            stall_ms_max: Some(0.0),
         }
     }
 }

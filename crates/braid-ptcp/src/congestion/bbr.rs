@@ -24,6 +24,21 @@
 //! is measured the same, and the flow keeps half its rate for those 200 ms instead of almost
 //! none: on the lab's two paths v1's ProbeRTT cost pTCP about 1% of its goodput.
 //!
+//! A second departure, also from BBR v2/v3 (draft-02, sections 4.5.10 and 4.6.3.3): a bound on
+//! the data in flight learnt from loss, `inflight_hi`. BBR v1 ignores loss, so on a path whose
+//! drop-tail buffer is smaller than the bandwidth-delay product its window of two BDPs keeps
+//! the buffer overflowing (the lab's `bag.toml`: 6% and 14% of the two slow paths' packets
+//! dropped, each drop a head-of-line wait for the connection's one receive buffer). A round
+//! that loses more than [`LOSS_THRESH`] of what it sent is a round with too much in flight:
+//! `inflight_hi` becomes [`BETA`] times what the path held in that round (the bytes it
+//! delivered, v2's `inflight_latest`, at most the round's largest data in flight), never less
+//! than one BDP (so random loss, which empties no queue, cannot take the rate below the path's), and the
+//! window stays below it. In Startup such a round ends the search, as v2's
+//! `BBRCheckStartupHighLoss` (with [`FULL_LOSS_COUNT`] loss events). Each ProbeBW gain-1.25
+//! phase that ends without such a round and that reached the bound raises it, by one segment
+//! and then twice as much each time (v2's `BBRProbeInflightHiUpward`, one step per cycle rather
+//! than per acknowledgement).
+//!
 //! Not implemented: Linux's long-term bandwidth sampling (policer detection), its ACK
 //! aggregation allowance and the restart-from-idle pacing adjustment.
 
@@ -56,6 +71,16 @@ pub const PROBE_RTT_CWND_GAIN: f64 = 0.5;
 const FULL_BW_THRESH: f64 = 1.25;
 /// ... this many rounds in a row (section 4.3.2.2).
 const FULL_BW_COUNT: u32 = 3;
+/// `BBRLossThresh` (BBR v2/v3): a round that loses more than this fraction of the data it
+/// delivered and lost had too much in flight.
+pub const LOSS_THRESH: f64 = 0.02;
+/// The share of a lossy round's largest data in flight that `inflight_hi` keeps: v2's
+/// `BBRBeta` (0.7) is applied to a window v2 then cruises 15% below (`BBRHeadroom`); this one
+/// cruises at the bound itself.
+pub const BETA: f64 = 0.85;
+/// `BBRFullLossCnt` (v3): loss events a round of Startup needs, beside [`LOSS_THRESH`], to end
+/// Startup.
+pub const FULL_LOSS_COUNT: u32 = 6;
 /// Pace 1% below the estimate, as `tcp_bbr.c` (`bbr_pacing_margin_percent`), so that the
 /// bottleneck queue drains.
 const PACING_MARGIN: f64 = 0.99;
@@ -137,6 +162,21 @@ pub struct Bbr {
     /// A congestion event began fast recovery; the next sample starts packet conservation.
     recovery_entering: bool,
     packet_conservation: bool,
+    /// `BBR.inflight_hi`, bytes: the most in flight the path took without too much loss
+    /// (`u64::MAX` until a round loses more than [`LOSS_THRESH`]).
+    inflight_hi: u64,
+    /// How much the next ProbeBW probe that reaches `inflight_hi` raises it, bytes.
+    probe_up_step: u64,
+    /// This round so far: bytes acknowledged, bytes declared lost, samples that declared a
+    /// loss, and the most in flight before an acknowledgement.
+    round_acked: u64,
+    round_lost: u64,
+    round_loss_events: u32,
+    round_peak_in_flight: u64,
+    /// A round with too much in flight ended during the current gain-1.25 phase.
+    probe_up_lossy: bool,
+    /// The current gain-1.25 phase had `inflight_hi` in flight at some point.
+    probe_up_reached_hi: bool,
 }
 
 impl Bbr {
@@ -171,6 +211,14 @@ impl Bbr {
             recovery_start: None,
             recovery_entering: false,
             packet_conservation: false,
+            inflight_hi: u64::MAX,
+            probe_up_step: config.mss,
+            round_acked: 0,
+            round_lost: 0,
+            round_loss_events: 0,
+            round_peak_in_flight: 0,
+            probe_up_lossy: false,
+            probe_up_reached_hi: false,
         }
     }
 
@@ -193,6 +241,10 @@ impl Bbr {
     /// Whether Startup found the pipe full.
     pub fn filled_pipe(&self) -> bool {
         self.filled_pipe
+    }
+    /// `inflight_hi`, bytes (`u64::MAX` before a round lost too much).
+    pub fn inflight_hi(&self) -> u64 {
+        self.inflight_hi
     }
 
     /// `gain x bytes / interval` in bytes per second, less the pacing margin.
@@ -274,6 +326,15 @@ impl Bbr {
     }
 
     fn advance_cycle_phase(&mut self, now: Instant) {
+        if self.pacing_gain > 1.0 && self.state == BbrState::ProbeBw {
+            // A probe that reached the bound without too much loss: the path takes more.
+            if self.probe_up_reached_hi && !self.probe_up_lossy && self.inflight_hi != u64::MAX {
+                self.inflight_hi = self.inflight_hi.saturating_add(self.probe_up_step);
+                self.probe_up_step = self.probe_up_step.saturating_mul(2);
+            }
+        }
+        self.probe_up_lossy = false;
+        self.probe_up_reached_hi = false;
         self.cycle_stamp = now;
         self.cycle_index = (self.cycle_index + 1) % PACING_GAIN_CYCLE.len();
         self.pacing_gain = PACING_GAIN_CYCLE[self.cycle_index];
@@ -288,7 +349,46 @@ impl Bbr {
             self.round_count += 1;
             self.round_start = true;
             self.packet_conservation = false;
+            self.end_loss_round();
         }
+        self.round_acked += rs.newly_acked;
+        self.round_lost += rs.newly_lost;
+        self.round_loss_events += u32::from(rs.newly_lost > 0);
+        self.round_peak_in_flight = self.round_peak_in_flight.max(rs.prior_in_flight);
+        if self.pacing_gain > 1.0 && self.at_inflight_hi(rs) {
+            self.probe_up_reached_hi = true;
+        }
+    }
+
+    /// The sample had `inflight_hi` in flight, to within a segment.
+    fn at_inflight_hi(&self, rs: &RateSample) -> bool {
+        self.inflight_hi != u64::MAX && rs.prior_in_flight + self.mss() >= self.inflight_hi
+    }
+
+    /// v2's `IsInflightTooHigh` and `BBRHandleInflightTooHigh`, once per round: a round that
+    /// lost more than [`LOSS_THRESH`] sets `inflight_hi` to [`BETA`] times what the path held
+    /// in it (at least a BDP), and, in Startup with [`FULL_LOSS_COUNT`] loss events, ends
+    /// Startup.
+    fn end_loss_round(&mut self) {
+        let (acked, lost) = (self.round_acked, self.round_lost);
+        let too_high = lost > 0 && lost as f64 > LOSS_THRESH * (acked + lost) as f64;
+        if too_high {
+            let floor = self.inflight(1.0).max(self.min_pipe_cwnd());
+            // What the path held: the round's acknowledged bytes (v2's `inflight_latest`, one
+            // round's delivery), no more than it ever had in flight.
+            let held = self.round_acked.min(self.round_peak_in_flight);
+            let bound = (BETA * held as f64) as u64;
+            self.inflight_hi = bound.max(floor);
+            self.probe_up_step = self.mss();
+            self.probe_up_lossy = true;
+            if self.state == BbrState::Startup && self.round_loss_events >= FULL_LOSS_COUNT {
+                self.filled_pipe = true;
+            }
+        }
+        self.round_acked = 0;
+        self.round_lost = 0;
+        self.round_loss_events = 0;
+        self.round_peak_in_flight = 0;
     }
 
     /// `BBRUpdateBtlBw`: application-limited samples count only if they raise the estimate.
@@ -308,8 +408,12 @@ impl Bbr {
         let rt_prop = self.rt_prop.unwrap_or(Duration::ZERO);
         let full_length = now.saturating_duration_since(self.cycle_stamp) > rt_prop;
         let next = if self.pacing_gain > 1.0 {
+            // The probe also ends once it reached `inflight_hi`, which the window does not
+            // pass (v2's `BBRIsTimeToGoDown` stops probing up at the bound as well).
             full_length
-                && (rs.newly_lost > 0 || rs.prior_in_flight >= self.inflight(self.pacing_gain))
+                && (rs.newly_lost > 0
+                    || rs.prior_in_flight >= self.inflight(self.pacing_gain)
+                    || self.at_inflight_hi(rs))
         } else if self.pacing_gain < 1.0 {
             full_length || rs.prior_in_flight <= self.inflight(1.0)
         } else {
@@ -443,7 +547,10 @@ impl Bbr {
                 self.cwnd = self.cwnd.max(self.min_pipe_cwnd());
             }
         }
-        self.cwnd = self.cwnd.min(self.config.max_window);
+        self.cwnd = self
+            .cwnd
+            .min(self.config.max_window)
+            .min(self.inflight_hi.max(self.min_pipe_cwnd()));
         if self.state == BbrState::ProbeRtt {
             self.cwnd = self.cwnd.min(self.probe_rtt_cwnd());
         }
@@ -579,12 +686,47 @@ mod tests {
         Bbr::new(CongestionConfig::default(), 1)
     }
 
+    /// One round of `samples` acknowledgements over `rtt_ms` that together acknowledge `acked`
+    /// bytes and declare `lost` lost (each sample some of both), with `peak` bytes in flight
+    /// before each.
+    fn lossy_round(d: &mut Drive, b: &mut Bbr, acked: u64, lost: u64, samples: u64, peak: u64) {
+        let start = d.delivered;
+        let last_sent = d.now + Duration::from_millis(1);
+        let step = Duration::from_millis(100) / samples as u32;
+        for i in 0..samples {
+            let (a, l) = (acked / samples, lost / samples);
+            d.now = d.now + step;
+            let rs = RateSample {
+                delivered: acked,
+                interval: Some(Duration::from_millis(150)),
+                prior_delivered: start,
+                total_delivered: d.delivered + a,
+                last_sent: last_sent + step * i as u32,
+                newly_acked: a,
+                newly_lost: l,
+                prior_in_flight: peak,
+                in_flight: peak - a - l,
+                rtt: Some(Duration::from_millis(150)),
+                ..RateSample::default()
+            };
+            d.delivered += a;
+            b.on_rate_sample(d.now, &rs);
+        }
+    }
+
     /// Startup, then Drain, then ProbeBW on a 1 MB/s, 100 ms path (BDP 100 000 bytes).
     fn cruising(d: &mut Drive) -> Bbr {
         let mut b = bbr();
         d.rounds(&mut b, 6, 1_000_000, 100, 250_000, false);
         d.round(&mut b, 1_000_000, 100, 50_000, false);
         assert_eq!(b.state(), BbrState::ProbeBw);
+        b
+    }
+
+    /// [`cruising`], then four rounds at one BDP in flight.
+    fn settled(d: &mut Drive) -> Bbr {
+        let mut b = cruising(d);
+        d.rounds(&mut b, 4, 1_000_000, 100, 100_000, false);
         b
     }
 
@@ -745,8 +887,7 @@ mod tests {
     #[test]
     fn random_loss_costs_one_round_of_conservation_not_the_rate() {
         let mut d = Drive::new();
-        let mut b = cruising(&mut d);
-        d.rounds(&mut b, 4, 1_000_000, 100, 100_000, false);
+        let mut b = settled(&mut d);
         let (w, bw) = (b.window(), b.btl_bw());
         // One packet lost: the window holds what is in flight plus what was acknowledged.
         b.on_congestion_event(d.now, ago(d.now, 50));
@@ -776,8 +917,7 @@ mod tests {
     #[test]
     fn timeout_drops_to_one_segment_then_restores() {
         let mut d = Drive::new();
-        let mut b = cruising(&mut d);
-        d.rounds(&mut b, 4, 1_000_000, 100, 100_000, false);
+        let mut b = settled(&mut d);
         let w = b.window();
         b.on_timeout(d.now, 100_000);
         assert_eq!(b.window(), MSS);
@@ -795,5 +935,95 @@ mod tests {
         d.delivered += MSS;
         d.round(&mut b, 1_000_000, 100, 10_000, false);
         assert_eq!(b.window(), w);
+    }
+
+    #[test]
+    fn a_round_that_loses_too_much_bounds_the_window_and_clean_probes_raise_the_bound() {
+        let mut d = Drive::new();
+        let mut b = settled(&mut d);
+        assert_eq!(b.inflight_hi(), u64::MAX);
+        assert!(b.window() > 200_000, "two BDPs: {}", b.window());
+        // 150 000 bytes delivered in a 150 ms round (a queue of 50 ms), 4% lost: the bound is
+        // 0.85 x 150 000, above one BDP and its quanta (107 200).
+        lossy_round(&mut d, &mut b, 150_000, 6_000, 5, 200_000);
+        assert_eq!(b.inflight_hi(), u64::MAX, "judged when the round ends");
+        d.round(&mut b, 1_000_000, 100, 30_000, false);
+        assert_eq!(b.inflight_hi(), 127_500);
+        assert!(b.window() <= 127_500, "{}", b.window());
+        // Clean rounds that reach the bound: each gain-1.25 phase raises it, by one segment
+        // and then twice as much each time.
+        let mut his = vec![b.inflight_hi()];
+        for _ in 0..90 {
+            d.round(&mut b, 1_000_000, 100, 30_000, false);
+            assert!(b.window() <= b.inflight_hi());
+            if b.inflight_hi() != *his.last().unwrap() {
+                his.push(b.inflight_hi());
+            }
+        }
+        let steps: Vec<u64> = his.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(steps.len() >= 3, "{his:?}");
+        assert_eq!(steps[..3], [MSS, 2 * MSS, 4 * MSS], "{his:?}");
+        // Another lossy round: a new bound from it, and the step back to one segment.
+        lossy_round(&mut d, &mut b, 140_000, 7_000, 5, 200_000);
+        d.round(&mut b, 1_000_000, 100, 30_000, false);
+        assert_eq!(b.inflight_hi(), 119_000);
+        for _ in 0..64 {
+            d.round(&mut b, 1_000_000, 100, 30_000, false);
+            if b.inflight_hi() != 119_000 {
+                break;
+            }
+        }
+        assert_eq!(b.inflight_hi(), 119_000 + MSS);
+    }
+
+    #[test]
+    fn a_round_that_loses_little_or_probes_that_do_not_reach_the_bound_change_nothing() {
+        let mut d = Drive::new();
+        let mut b = settled(&mut d);
+        // 1% lost: not too much.
+        lossy_round(&mut d, &mut b, 150_000, 1_500, 5, 200_000);
+        d.round(&mut b, 1_000_000, 100, 100_000, false);
+        assert_eq!(b.inflight_hi(), u64::MAX);
+        lossy_round(&mut d, &mut b, 150_000, 6_000, 5, 200_000);
+        d.round(&mut b, 1_000_000, 100, 0, false);
+        assert_eq!(b.inflight_hi(), 127_500);
+        // 100 000 bytes in flight at most: the probes never reach the bound.
+        d.rounds(&mut b, 64, 1_000_000, 100, 0, false);
+        assert_eq!(b.inflight_hi(), 127_500);
+    }
+
+    #[test]
+    fn loss_never_bounds_the_window_below_one_bdp() {
+        let mut d = Drive::new();
+        let mut b = settled(&mut d);
+        // Random loss in a round that delivered little: the bound is one BDP plus three send
+        // quanta, not 0.85 x 40 000.
+        lossy_round(&mut d, &mut b, 40_000, 2_400, 2, 60_000);
+        d.round(&mut b, 1_000_000, 100, 100_000, false);
+        assert_eq!(b.inflight_hi(), 100_000 + 3 * 2 * MSS);
+        assert_eq!(b.btl_bw(), 1_000_000);
+        d.rounds(&mut b, 4, 1_000_000, 100, 100_000, false);
+        assert_eq!(b.window(), 100_000 + 3 * 2 * MSS);
+    }
+
+    #[test]
+    fn heavy_loss_in_startup_ends_it_at_the_bound() {
+        let mut b = bbr();
+        let mut d = Drive::new();
+        for rate in [100_000, 200_000, 400_000] {
+            d.round(&mut b, rate, 100, 1_000_000, false);
+        }
+        assert_eq!(b.state(), BbrState::Startup);
+        // Five loss events are not enough, however much they lose ...
+        lossy_round(&mut d, &mut b, 60_000, 12_000, 5, 120_000);
+        d.round(&mut b, 600_000, 100, 100_000, false);
+        assert_eq!(b.state(), BbrState::Startup);
+        assert_eq!(b.inflight_hi(), 51_000);
+        // ... six end Startup.
+        lossy_round(&mut d, &mut b, 60_000, 12_000, 6, 120_000);
+        d.round(&mut b, 600_000, 100, 100_000, false);
+        assert!(b.filled_pipe());
+        assert_eq!(b.state(), BbrState::Drain);
+        assert!(b.window() <= b.inflight_hi());
     }
 }

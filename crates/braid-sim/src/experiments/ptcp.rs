@@ -107,6 +107,8 @@ pub(super) struct Link {
     delay: Duration,
     queue_bytes: u64,
     free_at: Instant,
+    /// Datagrams put on the link, dropped or not.
+    offered: u64,
     dropped: u64,
     dropped_early: u64,
     red: Option<Red>,
@@ -123,6 +125,7 @@ impl Link {
             delay: spec.rtt / 2,
             queue_bytes: bdp.max(8 * 1500),
             free_at: Instant::ZERO,
+            offered: 0,
             dropped: 0,
             dropped_early: 0,
             red: None,
@@ -154,6 +157,11 @@ impl Link {
         self.dropped
     }
 
+    /// Datagrams put on the link, dropped or not.
+    pub(super) fn offered(&self) -> u64 {
+        self.offered
+    }
+
     /// Datagrams RED dropped before the queue was full.
     #[cfg(test)]
     pub(super) fn dropped_early(&self) -> u64 {
@@ -177,6 +185,7 @@ impl Link {
     /// is full.
     pub(super) fn send(&mut self, now: Instant, len: u64) -> Option<Instant> {
         let len = len + LINK_OVERHEAD;
+        self.offered += 1;
         if self.loss > 0.0 && splitmix_unit(&mut self.loss_rng) < self.loss {
             self.dropped += 1;
             return None;

@@ -1,6 +1,8 @@
 //! pTCP's micro-flow congestion controllers side by side (issue 6): NewReno, CUBIC and BBR on
 //! one path with random loss, on the same path without loss, and over two paths of different
-//! round-trip times striped by one connection.
+//! round-trip times striped by one connection, and over the three paths of issue 5's BAG
+//! scenario behind drop-tail queues shallower than the slow paths' bandwidth-delay products,
+//! with the usual receive buffer and with one small enough to freeze the flows.
 //!
 //! The lossy path is the lab's: 4 Mbit/s, 40 ms each way, a drop-tail queue of 64 KB and 1%
 //! random loss each way (a radio link, not congestion). A loss-based controller halves its
@@ -33,6 +35,17 @@ pub const TWO_PATHS: [PathSpec; 2] = [
     PathSpec::steady(2_000_000, 200),
 ];
 
+/// The BAG paths of issue 5 (the lab's `bag.toml`): 8 Mbit/s at 20 ms, 4 at 200 ms and 2 at
+/// 500 ms round trip ...
+pub const BAG_PATHS: [PathSpec; 3] = [
+    PathSpec::steady(8_000_000, 20),
+    PathSpec::steady(4_000_000, 200),
+    PathSpec::steady(2_000_000, 500),
+];
+/// ... each behind a 64 KB drop-tail queue, as in the lab: less than the 100 and 125 KB
+/// bandwidth-delay products of the slow two.
+pub const BAG_QUEUE_BYTES: u64 = 64 << 10;
+
 /// What one run measured.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CcRun {
@@ -44,13 +57,27 @@ pub struct CcRun {
     pub rtt_min: Vec<Duration>,
     /// Datagrams the links dropped (queue full or random loss), both ways.
     pub dropped: u64,
+    /// Datagrams put on the links, both ways.
+    pub offered: u64,
+    /// The longest time the receiving application waited for data in the window.
+    pub stall_max: Duration,
 }
 
 /// One bulk connection of `algorithm` over `links` (its `PathId(i)` is `links[i]`), with a
 /// receive buffer of twice the paper's rule at the RTTs under load of `specs`.
 fn run_links(links: Vec<[Link; 2]>, specs: &[PathSpec], algorithm: CongestionAlgorithm) -> CcRun {
+    let buffer = 2 * Config::receive_buffer_for(&loaded(specs, false));
+    run_links_with_buffer(links, buffer, algorithm)
+}
+
+/// [`run_links`] with a receive buffer of `receive_buffer_bytes`.
+fn run_links_with_buffer(
+    links: Vec<[Link; 2]>,
+    receive_buffer_bytes: u64,
+    algorithm: CongestionAlgorithm,
+) -> CcRun {
     let mut config = Config {
-        receive_buffer_bytes: 2 * Config::receive_buffer_for(&loaded(specs, false)),
+        receive_buffer_bytes,
         ..Config::default()
     };
     config.flow.congestion.algorithm = algorithm;
@@ -64,13 +91,19 @@ fn run_links(links: Vec<[Link; 2]>, specs: &[PathSpec], algorithm: CongestionAlg
     let chunk = vec![0x5a; 64 << 10];
     let mut buf = vec![0; 256 << 10];
     let (mut read, mut at_warm) = (0, None);
+    let (mut last_read, mut stall_max) = (warm, Duration::ZERO);
     let mut next_tick = warm;
     let mut rtt_sum = vec![Duration::ZERO; paths.len()];
     let mut ticks = 0u32;
     loop {
         let c = &mut net.conns[0];
         fill(&mut c.client, &chunk);
-        read += drain(&mut c.server, &mut buf);
+        let n = drain(&mut c.server, &mut buf);
+        read += n;
+        if n > 0 && net.now >= warm && net.now <= end {
+            stall_max = stall_max.max(net.now.saturating_duration_since(last_read));
+            last_read = net.now;
+        }
         if at_warm.is_none() && net.now >= warm {
             at_warm = Some(read);
         }
@@ -95,6 +128,12 @@ fn run_links(links: Vec<[Link; 2]>, specs: &[PathSpec], algorithm: CongestionAlg
             .iter()
             .map(|l| l[0].dropped() + l[1].dropped())
             .sum(),
+        offered: net
+            .links
+            .iter()
+            .map(|l| l[0].offered() + l[1].offered())
+            .sum(),
+        stall_max: stall_max.max(end.saturating_duration_since(last_read)),
     }
 }
 
@@ -114,12 +153,31 @@ pub fn run_two_paths(algorithm: CongestionAlgorithm) -> CcRun {
     run_links(links, &TWO_PATHS, algorithm)
 }
 
+/// [`BAG_PATHS`] behind [`BAG_QUEUE_BYTES`] each, no random loss; with a receive buffer of
+/// `receive_buffer_bytes`, or twice the paper's rule.
+pub fn run_shallow(algorithm: CongestionAlgorithm, receive_buffer_bytes: Option<u64>) -> CcRun {
+    let link = |p| Link::lossy(p, BAG_QUEUE_BYTES, 0.0, 0);
+    let links = BAG_PATHS.iter().map(|&p| [link(p), link(p)]).collect();
+    match receive_buffer_bytes {
+        Some(b) => run_links_with_buffer(links, b, algorithm),
+        None => run_links(links, &BAG_PATHS, algorithm),
+    }
+}
+
+/// The small receive buffer of the `shallow-1mib` scenario: it, not the paths, limits the
+/// connection, so the flows are frozen in turn.
+pub const SMALL_RECEIVE_BUFFER: u64 = 1 << 20;
+
 /// The scenarios, in the order of the table: name and capacity in bit/s.
-pub const SCENARIOS: [(&str, u64); 3] = [
+pub const SCENARIOS: [(&str, u64); 5] = [
     ("lossy", LOSSY_PATH.rate_bps),
     ("lossless", LOSSY_PATH.rate_bps),
     ("two-paths", TWO_PATHS[0].rate_bps + TWO_PATHS[1].rate_bps),
+    ("shallow", BAG_RATE),
+    ("shallow-1mib", BAG_RATE),
 ];
+/// The sum of [`BAG_PATHS`]' rates, bit/s.
+const BAG_RATE: u64 = BAG_PATHS[0].rate_bps + BAG_PATHS[1].rate_bps + BAG_PATHS[2].rate_bps;
 /// The controllers compared, by name.
 pub const ALGORITHMS: [&str; 3] = ["newreno", "cubic", "bbr"];
 
@@ -135,6 +193,8 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
             match SCENARIOS[s].0 {
                 "lossy" => run_lossy(algorithm, LOSS, seed),
                 "lossless" => run_lossy(algorithm, 0.0, seed),
+                "shallow" => run_shallow(algorithm, None),
+                "shallow-1mib" => run_shallow(algorithm, Some(SMALL_RECEIVE_BUFFER)),
                 _ => run_two_paths(algorithm),
             }
         },
@@ -163,6 +223,8 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
                 goodput_ratio: Some(round(r.goodput_bps / capacity as f64, 3)),
                 delay_ms_mean: Some(round(rtt_ms.iter().sum::<f64>() / rtt_ms.len() as f64, 1)),
                 delay_ms_max: Some(round(rtt_ms.iter().copied().fold(0.0, f64::max), 1)),
+                loss_pct: Some(round(100.0 * r.dropped as f64 / r.offered.max(1) as f64, 2)),
+                stall_ms_max: Some(round(r.stall_max.as_secs_f64() * 1e3, 1)),
                 ..Row::default()
             }
         })
@@ -171,6 +233,8 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
     let (bbr_lossy, cubic_lossy) = (get("lossy", "bbr"), get("lossy", "cubic"));
     let (bbr_clean, cubic_clean) = (get("lossless", "bbr"), get("lossless", "cubic"));
     let bbr_two = get("two-paths", "bbr");
+    let bbr_shallow = get("shallow", "bbr");
+    let bbr_window = get("shallow-1mib", "bbr");
     let checks = vec![
         (
             "1% random loss: BBR at least 80% of the path, CUBIC below 60%".into(),
@@ -195,9 +259,22 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
                     .zip(TWO_PATHS)
                     .all(|(&r, p)| r <= 2 * p.rtt),
         ),
+        (
+            "three BAG paths behind 64 KB queues: BBR fills at least 90% of them and the \
+             receiver never waits 100 ms for data"
+                .into(),
+            bbr_shallow.goodput_bps >= 0.9 * BAG_RATE as f64
+                && bbr_shallow.stall_max < Duration::from_millis(100),
+        ),
+        (
+            "the same with a 1 MiB receive buffer, which freezes the flows in turn: BBR fills \
+             at least 90% of them"
+                .into(),
+            bbr_window.goodput_bps >= 0.9 * BAG_RATE as f64,
+        ),
     ];
     let plot = Plot {
-        title: "pTCP micro-flow congestion control: 1: 1% loss, 2: lossless, 3: two paths".into(),
+        title: "pTCP micro-flow congestion control: 1: 1% loss, 2: lossless, 3: two paths, 4: shallow queues, 5: same, 1 MiB buffer".into(),
         x_label: "scenario".into(),
         y_label: "goodput / capacity".into(),
         log_x: false,
@@ -231,6 +308,8 @@ pub fn run(seed: u64, progress: Progress<'_>) -> Output {
             "goodput_ratio",
             "delay_ms_mean",
             "delay_ms_max",
+            "loss_pct",
+            "stall_ms_max",
         ],
         checks,
     }
@@ -241,7 +320,9 @@ mod tests {
     use super::*;
 
     /// The claims (BBR >= 80% under 1% loss where CUBIC < 60%; >= 85% without loss at a mean
-    /// RTT <= 2x base; two flows of 40 and 200 ms fill >= 85% of both paths) hold at seed 1
+    /// RTT <= 2x base; two flows of 40 and 200 ms fill >= 85% of both paths; the BAG paths
+    /// behind shallow queues filled >= 90% without a 100 ms wait, and >= 90% with a 1 MiB
+    /// receive buffer) hold at seed 1
     /// (`braid sim ptcp-cc` prints the table).
     #[test]
     fn claims_hold() {
