@@ -28,16 +28,23 @@
 //! the data in flight learnt from loss, `inflight_hi`. BBR v1 ignores loss, so on a path whose
 //! drop-tail buffer is smaller than the bandwidth-delay product its window of two BDPs keeps
 //! the buffer overflowing (the lab's `bag.toml`: 6% and 14% of the two slow paths' packets
-//! dropped, each drop a head-of-line wait for the connection's one receive buffer). A round
-//! that loses more than [`LOSS_THRESH`] of what it sent is a round with too much in flight:
-//! `inflight_hi` becomes [`BETA`] times what the path held in that round (the bytes it
-//! delivered, v2's `inflight_latest`, at most the round's largest data in flight), never less
-//! than one BDP (so random loss, which empties no queue, cannot take the rate below the path's), and the
-//! window stays below it. In Startup such a round ends the search, as v2's
-//! `BBRCheckStartupHighLoss` (with [`FULL_LOSS_COUNT`] loss events). Each ProbeBW gain-1.25
-//! phase that ends without such a round and that reached the bound raises it, by one segment
-//! and then twice as much each time (v2's `BBRProbeInflightHiUpward`, one step per cycle rather
-//! than per acknowledgement).
+//! dropped, each drop a head-of-line wait for the connection's one receive buffer).
+//!
+//! - A loss round (its own round marker, v3's `loss_round_delivered`) that loses more than
+//!   [`LOSS_THRESH`] of what it carried had too much in flight: `inflight_hi` becomes [`BETA`]
+//!   times what the path held in that round (the bytes it delivered, v2's `inflight_latest`,
+//!   at most the round's largest data in flight).
+//! - Only rounds that can tell count: in Startup a round with [`FULL_LOSS_COUNT`] loss events,
+//!   which also ends Startup (v3's `BBRCheckStartupHighLoss`); in ProbeBW the rounds of a
+//!   gain-1.25 probe and the [`PROBE_LOSS_ROUNDS`] after it (v2 lowers `inflight_hi` on its
+//!   probes' losses); never a round with application-limited samples. Random loss puts one
+//!   lost packet in a round of a few dozen, which is over 2%: a first version without these
+//!   gates held a 20 Mbit/s 200 ms path with 1% loss at 0.28-0.41 of its rate.
+//! - The window stays below the bound, which is never less than one BDP (and three quanta) of
+//!   the current estimates, so it follows a `BtlBw` that grows.
+//! - Each gain-1.25 phase that reaches the bound without a lossy round raises it, by one
+//!   segment and then twice as much each time (v2's `BBRProbeInflightHiUpward`, one step per
+//!   probe rather than per acknowledgement).
 //!
 //! Not implemented: Linux's long-term bandwidth sampling (policer detection), its ACK
 //! aggregation allowance and the restart-from-idle pacing adjustment.
@@ -74,13 +81,16 @@ const FULL_BW_COUNT: u32 = 3;
 /// `BBRLossThresh` (BBR v2/v3): a round that loses more than this fraction of the data it
 /// delivered and lost had too much in flight.
 pub const LOSS_THRESH: f64 = 0.02;
-/// The share of a lossy round's largest data in flight that `inflight_hi` keeps: v2's
-/// `BBRBeta` (0.7) is applied to a window v2 then cruises 15% below (`BBRHeadroom`); this one
-/// cruises at the bound itself.
+/// The share of what the path held in a lossy round (its delivered bytes, at most its largest
+/// data in flight) that `inflight_hi` keeps: v2's `BBRBeta` (0.7) is applied to a window v2
+/// then cruises 15% below (`BBRHeadroom`); this one cruises at the bound itself.
 pub const BETA: f64 = 0.85;
 /// `BBRFullLossCnt` (v3): loss events a round of Startup needs, beside [`LOSS_THRESH`], to end
 /// Startup.
 pub const FULL_LOSS_COUNT: u32 = 6;
+/// Loss rounds after a ProbeBW gain-1.25 phase whose losses still lower `inflight_hi`: the
+/// probe's own round, and the next, in which the losses of its last packets are found.
+pub const PROBE_LOSS_ROUNDS: u32 = 2;
 /// Pace 1% below the estimate, as `tcp_bbr.c` (`bbr_pacing_margin_percent`), so that the
 /// bottleneck queue drains.
 const PACING_MARGIN: f64 = 0.99;
@@ -173,6 +183,14 @@ pub struct Bbr {
     round_lost: u64,
     round_loss_events: u32,
     round_peak_in_flight: u64,
+    /// Where the loss round ends: v3's `loss_round_delivered`, apart from the round of the
+    /// other estimates, which recovery and ProbeRTT restart.
+    loss_round_delivered: u64,
+    /// This loss round had an application-limited sample.
+    round_app_limited: bool,
+    /// Loss rounds of ProbeBW still judged: [`PROBE_LOSS_ROUNDS`] from the start of each
+    /// gain-1.25 phase, counted down once it is over.
+    probe_loss_rounds: u32,
     /// A round with too much in flight ended during the current gain-1.25 phase.
     probe_up_lossy: bool,
     /// The current gain-1.25 phase had `inflight_hi` in flight at some point.
@@ -217,6 +235,9 @@ impl Bbr {
             round_lost: 0,
             round_loss_events: 0,
             round_peak_in_flight: 0,
+            loss_round_delivered: 0,
+            round_app_limited: false,
+            probe_loss_rounds: 0,
             probe_up_lossy: false,
             probe_up_reached_hi: false,
         }
@@ -329,9 +350,12 @@ impl Bbr {
         if self.pacing_gain > 1.0 && self.state == BbrState::ProbeBw {
             // A probe that reached the bound without too much loss: the path takes more.
             if self.probe_up_reached_hi && !self.probe_up_lossy && self.inflight_hi != u64::MAX {
-                self.inflight_hi = self.inflight_hi.saturating_add(self.probe_up_step);
+                self.inflight_hi = self.bound().saturating_add(self.probe_up_step);
                 self.probe_up_step = self.probe_up_step.saturating_mul(2);
             }
+        }
+        if PACING_GAIN_CYCLE[(self.cycle_index + 1) % PACING_GAIN_CYCLE.len()] > 1.0 {
+            self.probe_loss_rounds = PROBE_LOSS_ROUNDS;
         }
         self.probe_up_lossy = false;
         self.probe_up_reached_hi = false;
@@ -349,8 +373,12 @@ impl Bbr {
             self.round_count += 1;
             self.round_start = true;
             self.packet_conservation = false;
+        }
+        if rs.newly_acked > 0 && rs.prior_delivered >= self.loss_round_delivered {
+            self.loss_round_delivered = rs.total_delivered;
             self.end_loss_round();
         }
+        self.round_app_limited |= rs.is_app_limited;
         self.round_acked += rs.newly_acked;
         self.round_lost += rs.newly_lost;
         self.round_loss_events += u32::from(rs.newly_lost > 0);
@@ -360,19 +388,42 @@ impl Bbr {
         }
     }
 
-    /// The sample had `inflight_hi` in flight, to within a segment.
-    fn at_inflight_hi(&self, rs: &RateSample) -> bool {
-        self.inflight_hi != u64::MAX && rs.prior_in_flight + self.mss() >= self.inflight_hi
+    /// The window's bound from loss: `inflight_hi`, but never below one BDP (and its quanta)
+    /// of the current estimates, so a bound set while `BtlBw` was lower does not hold the flow
+    /// there. `u64::MAX` before any round lost too much.
+    fn bound(&self) -> u64 {
+        match self.inflight_hi {
+            u64::MAX => u64::MAX,
+            hi => hi.max(self.inflight(1.0)).max(self.min_pipe_cwnd()),
+        }
     }
 
-    /// v2's `IsInflightTooHigh` and `BBRHandleInflightTooHigh`, once per round: a round that
-    /// lost more than [`LOSS_THRESH`] sets `inflight_hi` to [`BETA`] times what the path held
-    /// in it (at least a BDP), and, in Startup with [`FULL_LOSS_COUNT`] loss events, ends
-    /// Startup.
+    /// The sample had the bound in flight, to within a segment.
+    fn at_inflight_hi(&self, rs: &RateSample) -> bool {
+        self.inflight_hi != u64::MAX && rs.prior_in_flight + self.mss() >= self.bound()
+    }
+
+    /// v2's `IsInflightTooHigh` and `BBRHandleInflightTooHigh`, once per loss round: a round
+    /// that lost more than [`LOSS_THRESH`] sets `inflight_hi` to [`BETA`] times what the path
+    /// held in it (at least a BDP). Only rounds that can tell: in Startup a round with
+    /// [`FULL_LOSS_COUNT`] loss events, which also ends Startup (v3's
+    /// `BBRCheckStartupHighLoss`); in ProbeBW a round of a gain-1.25 probe or of the
+    /// [`PROBE_LOSS_ROUNDS`] after it (v2 lowers `inflight_hi` only on its probes' losses);
+    /// never a round with application-limited samples. A round of a few dozen packets that
+    /// loses one to random loss is over 2%, and must not bound the window.
     fn end_loss_round(&mut self) {
         let (acked, lost) = (self.round_acked, self.round_lost);
         let too_high = lost > 0 && lost as f64 > LOSS_THRESH * (acked + lost) as f64;
-        if too_high {
+        let judged = !self.round_app_limited
+            && match self.state {
+                BbrState::Startup => self.round_loss_events >= FULL_LOSS_COUNT,
+                BbrState::ProbeBw => self.probe_loss_rounds > 0,
+                BbrState::Drain | BbrState::ProbeRtt => false,
+            };
+        if self.state == BbrState::ProbeBw && self.pacing_gain <= 1.0 {
+            self.probe_loss_rounds = self.probe_loss_rounds.saturating_sub(1);
+        }
+        if too_high && judged {
             let floor = self.inflight(1.0).max(self.min_pipe_cwnd());
             // What the path held: the round's acknowledged bytes (v2's `inflight_latest`, one
             // round's delivery), no more than it ever had in flight.
@@ -381,10 +432,11 @@ impl Bbr {
             self.inflight_hi = bound.max(floor);
             self.probe_up_step = self.mss();
             self.probe_up_lossy = true;
-            if self.state == BbrState::Startup && self.round_loss_events >= FULL_LOSS_COUNT {
+            if self.state == BbrState::Startup {
                 self.filled_pipe = true;
             }
         }
+        self.round_app_limited = false;
         self.round_acked = 0;
         self.round_lost = 0;
         self.round_loss_events = 0;
@@ -547,10 +599,7 @@ impl Bbr {
                 self.cwnd = self.cwnd.max(self.min_pipe_cwnd());
             }
         }
-        self.cwnd = self
-            .cwnd
-            .min(self.config.max_window)
-            .min(self.inflight_hi.max(self.min_pipe_cwnd()));
+        self.cwnd = self.cwnd.min(self.config.max_window).min(self.bound());
         if self.state == BbrState::ProbeRtt {
             self.cwnd = self.cwnd.min(self.probe_rtt_cwnd());
         }
@@ -686,10 +735,18 @@ mod tests {
         Bbr::new(CongestionConfig::default(), 1)
     }
 
-    /// One round of `samples` acknowledgements over `rtt_ms` that together acknowledge `acked`
-    /// bytes and declare `lost` lost (each sample some of both), with `peak` bytes in flight
-    /// before each.
-    fn lossy_round(d: &mut Drive, b: &mut Bbr, acked: u64, lost: u64, samples: u64, peak: u64) {
+    /// One round of `samples` acknowledgements that together acknowledge `acked` bytes over
+    /// 150 ms and declare `lost` lost (each sample some of both), with `peak` bytes in flight
+    /// before each; `app`: application-limited.
+    fn lossy_round(
+        d: &mut Drive,
+        b: &mut Bbr,
+        acked: u64,
+        lost: u64,
+        samples: u64,
+        peak: u64,
+        app: bool,
+    ) {
         let start = d.delivered;
         let last_sent = d.now + Duration::from_millis(1);
         let step = Duration::from_millis(100) / samples as u32;
@@ -707,7 +764,7 @@ mod tests {
                 prior_in_flight: peak,
                 in_flight: peak - a - l,
                 rtt: Some(Duration::from_millis(150)),
-                ..RateSample::default()
+                is_app_limited: app,
             };
             d.delivered += a;
             b.on_rate_sample(d.now, &rs);
@@ -721,6 +778,32 @@ mod tests {
         d.round(&mut b, 1_000_000, 100, 50_000, false);
         assert_eq!(b.state(), BbrState::ProbeBw);
         b
+    }
+
+    /// Rounds at one BDP in flight until a ProbeBW gain-1.25 phase is on.
+    fn to_probe(d: &mut Drive, b: &mut Bbr) {
+        for _ in 0..32 {
+            if b.pacing_gain() > 1.0 {
+                return;
+            }
+            d.round(b, 1_000_000, 100, 0, false);
+        }
+        panic!("no probe in 32 rounds");
+    }
+
+    /// In a probe ([`to_probe`]), a [`lossy_round`], then the round that judges it.
+    fn probe_loss(
+        d: &mut Drive,
+        b: &mut Bbr,
+        acked: u64,
+        lost: u64,
+        samples: u64,
+        peak: u64,
+        app: bool,
+    ) {
+        to_probe(d, b);
+        lossy_round(d, b, acked, lost, samples, peak, app);
+        d.round(b, 1_000_000, 100, 0, false);
     }
 
     /// [`cruising`], then four rounds at one BDP in flight.
@@ -938,14 +1021,15 @@ mod tests {
     }
 
     #[test]
-    fn a_round_that_loses_too_much_bounds_the_window_and_clean_probes_raise_the_bound() {
+    fn a_probe_round_that_loses_too_much_bounds_the_window_and_clean_probes_raise_the_bound() {
         let mut d = Drive::new();
         let mut b = settled(&mut d);
         assert_eq!(b.inflight_hi(), u64::MAX);
         assert!(b.window() > 200_000, "two BDPs: {}", b.window());
-        // 150 000 bytes delivered in a 150 ms round (a queue of 50 ms), 4% lost: the bound is
-        // 0.85 x 150 000, above one BDP and its quanta (107 200).
-        lossy_round(&mut d, &mut b, 150_000, 6_000, 5, 200_000);
+        // In a probe, 150 000 bytes delivered in a 150 ms round (a queue of 50 ms), 4% lost:
+        // the bound is 0.85 x 150 000, above one BDP and its quanta (107 200).
+        to_probe(&mut d, &mut b);
+        lossy_round(&mut d, &mut b, 150_000, 6_000, 5, 200_000, false);
         assert_eq!(b.inflight_hi(), u64::MAX, "judged when the round ends");
         d.round(&mut b, 1_000_000, 100, 30_000, false);
         assert_eq!(b.inflight_hi(), 127_500);
@@ -963,9 +1047,10 @@ mod tests {
         let steps: Vec<u64> = his.windows(2).map(|w| w[1] - w[0]).collect();
         assert!(steps.len() >= 3, "{his:?}");
         assert_eq!(steps[..3], [MSS, 2 * MSS, 4 * MSS], "{his:?}");
-        // Another lossy round: a new bound from it, and the step back to one segment.
-        lossy_round(&mut d, &mut b, 140_000, 7_000, 5, 200_000);
-        d.round(&mut b, 1_000_000, 100, 30_000, false);
+        // Another lossy probe, with less in flight than it acknowledged and less than the
+        // last lossy round: a bound from this round's largest flight, and the step back to one
+        // segment.
+        probe_loss(&mut d, &mut b, 150_000, 6_000, 5, 140_000, false);
         assert_eq!(b.inflight_hi(), 119_000);
         for _ in 0..64 {
             d.round(&mut b, 1_000_000, 100, 30_000, false);
@@ -977,53 +1062,103 @@ mod tests {
     }
 
     #[test]
-    fn a_round_that_loses_little_or_probes_that_do_not_reach_the_bound_change_nothing() {
+    fn only_a_probes_rounds_of_more_than_two_percent_loss_not_application_limited_set_the_bound() {
         let mut d = Drive::new();
         let mut b = settled(&mut d);
-        // 1% lost: not too much.
-        lossy_round(&mut d, &mut b, 150_000, 1_500, 5, 200_000);
-        d.round(&mut b, 1_000_000, 100, 100_000, false);
-        assert_eq!(b.inflight_hi(), u64::MAX);
-        lossy_round(&mut d, &mut b, 150_000, 6_000, 5, 200_000);
+        // Cruising, the probe's rounds over: loss there is not the probe's.
+        // (133 000 bytes in flight end the probe: 1.25 BDPs and three quanta are 132 200.)
+        to_probe(&mut d, &mut b);
+        for gain in [0.75, 1.0] {
+            for _ in 0..8 {
+                if b.pacing_gain() == gain {
+                    break;
+                }
+                d.round(&mut b, 1_000_000, 100, 33_000, false);
+            }
+            assert_eq!(b.pacing_gain(), gain);
+        }
         d.round(&mut b, 1_000_000, 100, 0, false);
-        assert_eq!(b.inflight_hi(), 127_500);
-        // 100 000 bytes in flight at most: the probes never reach the bound.
-        d.rounds(&mut b, 64, 1_000_000, 100, 0, false);
-        assert_eq!(b.inflight_hi(), 127_500);
+        assert_eq!(b.pacing_gain(), 1.0);
+        lossy_round(&mut d, &mut b, 150_000, 6_000, 5, 200_000, false);
+        d.round(&mut b, 1_000_000, 100, 0, false);
+        assert_eq!(b.inflight_hi(), u64::MAX, "cruising");
+        // In a probe: application-limited, then exactly 2%: neither counts.
+        probe_loss(&mut d, &mut b, 150_000, 6_000, 5, 200_000, true);
+        assert_eq!(b.inflight_hi(), u64::MAX, "application-limited");
+        probe_loss(&mut d, &mut b, 147_000, 3_000, 5, 200_000, false);
+        assert_eq!(b.inflight_hi(), u64::MAX, "2%");
+        // 2.5% does.
+        probe_loss(&mut d, &mut b, 146_250, 3_750, 5, 200_000, false);
+        assert_eq!(b.inflight_hi(), 124_312);
     }
 
     #[test]
-    fn loss_never_bounds_the_window_below_one_bdp() {
+    fn probes_that_do_not_reach_the_bound_do_not_raise_it() {
         let mut d = Drive::new();
         let mut b = settled(&mut d);
-        // Random loss in a round that delivered little: the bound is one BDP plus three send
+        probe_loss(&mut d, &mut b, 176_500, 7_000, 5, 200_000, false);
+        assert_eq!(b.inflight_hi(), 150_025);
+        // 133 000 bytes in flight: each probe ends at 1.25 BDPs and its quanta (132 200),
+        // below the bound.
+        let (mut probes, mut gain) = (0, b.pacing_gain());
+        for _ in 0..64 {
+            d.round(&mut b, 1_000_000, 100, 33_000, false);
+            probes += u32::from(gain > 1.0 && b.pacing_gain() <= 1.0);
+            gain = b.pacing_gain();
+        }
+        assert!(probes >= 3, "{probes} probes");
+        assert_eq!(b.inflight_hi(), 150_025);
+    }
+
+    #[test]
+    fn the_bound_is_never_below_one_bdp_of_the_current_estimates() {
+        let mut d = Drive::new();
+        let mut b = settled(&mut d);
+        // A lossy probe round that delivered little: the bound is one BDP plus three send
         // quanta, not 0.85 x 40 000.
-        lossy_round(&mut d, &mut b, 40_000, 2_400, 2, 60_000);
-        d.round(&mut b, 1_000_000, 100, 100_000, false);
+        probe_loss(&mut d, &mut b, 40_000, 2_400, 2, 60_000, false);
         assert_eq!(b.inflight_hi(), 100_000 + 3 * 2 * MSS);
         assert_eq!(b.btl_bw(), 1_000_000);
         d.rounds(&mut b, 4, 1_000_000, 100, 100_000, false);
         assert_eq!(b.window(), 100_000 + 3 * 2 * MSS);
+        // The path turns out faster: the window follows one BDP of the new rate.
+        d.rounds(&mut b, 4, 2_000_000, 100, 100_000, false);
+        assert_eq!(b.btl_bw(), 2_000_000);
+        assert_eq!(b.window(), 200_000 + 3 * 2 * MSS);
+        // A probe that reaches it raises the bound from there, not from the old 107 200.
+        for _ in 0..32 {
+            d.round(&mut b, 2_000_000, 100, 10_000, false);
+            if b.inflight_hi() != 100_000 + 3 * 2 * MSS {
+                break;
+            }
+        }
+        assert_eq!(b.inflight_hi(), 200_000 + 3 * 2 * MSS + MSS);
     }
 
     #[test]
-    fn heavy_loss_in_startup_ends_it_at_the_bound() {
+    fn startup_is_bounded_and_ended_only_by_a_round_of_six_loss_events() {
         let mut b = bbr();
         let mut d = Drive::new();
         for rate in [100_000, 200_000, 400_000] {
             d.round(&mut b, rate, 100, 1_000_000, false);
         }
+        // One random loss in a small round: 4.8%, but one event.
+        lossy_round(&mut d, &mut b, 24_000, 1_200, 1, 30_000, false);
+        d.round(&mut b, 800_000, 100, 100_000, false);
+        // Two rounds of five events each, however much they lose.
+        lossy_round(&mut d, &mut b, 60_000, 12_000, 5, 120_000, false);
+        d.round(&mut b, 1_600_000, 100, 100_000, false);
+        lossy_round(&mut d, &mut b, 60_000, 12_000, 5, 120_000, false);
+        d.round(&mut b, 3_200_000, 100, 100_000, false);
         assert_eq!(b.state(), BbrState::Startup);
-        // Five loss events are not enough, however much they lose ...
-        lossy_round(&mut d, &mut b, 60_000, 12_000, 5, 120_000);
-        d.round(&mut b, 600_000, 100, 100_000, false);
-        assert_eq!(b.state(), BbrState::Startup);
-        assert_eq!(b.inflight_hi(), 51_000);
-        // ... six end Startup.
-        lossy_round(&mut d, &mut b, 60_000, 12_000, 6, 120_000);
-        d.round(&mut b, 600_000, 100, 100_000, false);
+        assert_eq!(b.inflight_hi(), u64::MAX);
+        // Six end Startup at the bound (here one BDP and its quanta: 0.85 x 60 000 is less).
+        lossy_round(&mut d, &mut b, 60_000, 12_000, 6, 120_000, false);
+        let floor = b.inflight(1.0);
+        d.round(&mut b, 6_400_000, 100, 100_000, false);
         assert!(b.filled_pipe());
-        assert_eq!(b.state(), BbrState::Drain);
-        assert!(b.window() <= b.inflight_hi());
+        assert_ne!(b.state(), BbrState::Startup);
+        assert_eq!(b.inflight_hi(), floor);
+        assert!(b.window() <= b.inflight(1.0), "{}", b.window());
     }
 }
