@@ -407,9 +407,9 @@ impl Bbr {
         }
     }
 
-    /// The window's bound from loss: `inflight_hi`, but never below one BDP (and its quanta)
-    /// of the current estimates, so a bound set while `BtlBw` was lower does not hold the flow
-    /// there. `u64::MAX` before any round lost too much.
+    /// The window's bound from loss: `inflight_hi`, but never below [`BOUND_FLOOR_GAIN`] BDPs
+    /// (and three quanta) of the current estimates, so a bound set while `BtlBw` was lower
+    /// does not hold the flow there. `u64::MAX` before any round lost too much.
     fn bound(&self) -> u64 {
         match self.inflight_hi {
             u64::MAX => u64::MAX,
@@ -425,8 +425,10 @@ impl Bbr {
     }
 
     /// v2's `IsInflightTooHigh` and `BBRHandleInflightTooHigh`, once per loss round: a round
-    /// that lost more than [`LOSS_THRESH`] sets `inflight_hi` to [`BETA`] times what the path
-    /// held in it (at least a BDP). Only rounds that can tell: in Startup a round with
+    /// that lost more than [`LOSS_THRESH`], and more than [`RANDOM_LOSS_MULTIPLE`] times the
+    /// loss rate of the rounds that do not probe (which it then updates), sets `inflight_hi`
+    /// to [`BETA`] times what the path held in it (at least the floor of [`Bbr::bound`]).
+    /// Only rounds that can tell: in Startup a round with
     /// [`FULL_LOSS_COUNT`] loss events, which also ends Startup (v3's
     /// `BBRCheckStartupHighLoss`); in ProbeBW a round of a gain-1.25 probe or of the
     /// [`PROBE_LOSS_ROUNDS`] after it (v2 lowers `inflight_hi` only on its probes' losses);
