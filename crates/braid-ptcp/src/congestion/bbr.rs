@@ -33,9 +33,9 @@
 //! - A loss round (its own round marker, v3's `loss_round_delivered`) that loses more than
 //!   [`LOSS_THRESH`] of what it carried, and more than [`RANDOM_LOSS_MULTIPLE`] times the loss
 //!   rate of the rounds that do not probe (a departure from v2: random loss of 2-3% is not a
-//!   full queue), had too much in flight: `inflight_hi` becomes [`BETA`]
-//!   times what the path held in that round (the bytes it delivered, v2's `inflight_latest`,
-//!   at most the round's largest data in flight).
+//!   full queue), had too much in flight: `inflight_hi` becomes [`BETA`] times what the path
+//!   held in that round (the bytes it delivered, v2's `inflight_latest`, at most the round's
+//!   largest data in flight).
 //! - Only rounds that can tell count: in Startup a round with [`FULL_LOSS_COUNT`] loss events,
 //!   which also ends Startup (v3's `BBRCheckStartupHighLoss`); in ProbeBW the rounds of a
 //!   gain-1.25 probe and the [`PROBE_LOSS_ROUNDS`] after it (v2 lowers `inflight_hi` on its
@@ -367,8 +367,9 @@ impl Bbr {
 
     fn advance_cycle_phase(&mut self, now: Instant) {
         if self.pacing_gain > 1.0 && self.state == BbrState::ProbeBw {
-            // A probe that reached the bound without too much loss: the path takes more.
-            if self.probe_up_reached_hi && !self.probe_up_lossy && self.inflight_hi != u64::MAX {
+            // A probe that reached the bound (so there is one) without too much loss: the path
+            // takes more.
+            if self.probe_up_reached_hi && !self.probe_up_lossy {
                 self.inflight_hi = self.bound().saturating_add(self.probe_up_step);
                 self.probe_up_step = self.probe_up_step.saturating_mul(2);
             }
@@ -413,25 +414,28 @@ impl Bbr {
     fn bound(&self) -> u64 {
         match self.inflight_hi {
             u64::MAX => u64::MAX,
-            hi => hi
-                .max(self.inflight(BOUND_FLOOR_GAIN))
-                .max(self.min_pipe_cwnd()),
+            hi => hi.max(self.bound_floor()),
         }
     }
 
-    /// The sample had the bound in flight, to within a segment.
+    /// The least the bound from loss ever is: [`BOUND_FLOOR_GAIN`] BDPs and three quanta, at
+    /// least the smallest window.
+    fn bound_floor(&self) -> u64 {
+        self.inflight(BOUND_FLOOR_GAIN).max(self.min_pipe_cwnd())
+    }
+
+    /// The sample had the bound in flight, to within a segment (never before there is one).
     fn at_inflight_hi(&self, rs: &RateSample) -> bool {
-        self.inflight_hi != u64::MAX && rs.prior_in_flight + self.mss() >= self.bound()
+        rs.prior_in_flight + self.mss() >= self.bound()
     }
 
     /// v2's `IsInflightTooHigh` and `BBRHandleInflightTooHigh`, once per loss round: a round
     /// that lost more than [`LOSS_THRESH`], and more than [`RANDOM_LOSS_MULTIPLE`] times the
     /// loss rate of the rounds that do not probe (which it then updates), sets `inflight_hi`
-    /// to [`BETA`] times what the path held in it (at least the floor of [`Bbr::bound`]).
-    /// Only rounds that can tell: in Startup a round with
-    /// [`FULL_LOSS_COUNT`] loss events, which also ends Startup (v3's
-    /// `BBRCheckStartupHighLoss`); in ProbeBW a round of a gain-1.25 probe or of the
-    /// [`PROBE_LOSS_ROUNDS`] after it (v2 lowers `inflight_hi` only on its probes' losses);
+    /// to [`BETA`] times what the path held in it (at least [`Bbr::bound_floor`]). Only rounds
+    /// that can tell: in Startup a round with [`FULL_LOSS_COUNT`] loss events, which also ends
+    /// Startup (v3's `BBRCheckStartupHighLoss`); in ProbeBW a round of a gain-1.25 probe or of
+    /// the [`PROBE_LOSS_ROUNDS`] after it (v2 lowers `inflight_hi` only on its probes' losses);
     /// never a round with application-limited samples. A round of a few dozen packets that
     /// loses one to random loss is over 2%, and must not bound the window.
     fn end_loss_round(&mut self) {
@@ -459,12 +463,10 @@ impl Bbr {
             self.base_total = (1.0 - LOSS_BASELINE_GAIN) * self.base_total + (acked + lost) as f64;
         }
         if sets_bound {
-            let floor = self.inflight(BOUND_FLOOR_GAIN).max(self.min_pipe_cwnd());
             // What the path held: the round's acknowledged bytes (v2's `inflight_latest`, one
             // round's delivery), no more than it ever had in flight.
-            let held = self.round_acked.min(self.round_peak_in_flight);
-            let bound = (BETA * held as f64) as u64;
-            self.inflight_hi = bound.max(floor);
+            let held = acked.min(self.round_peak_in_flight);
+            self.inflight_hi = ((BETA * held as f64) as u64).max(self.bound_floor());
             self.probe_up_step = self.mss();
             self.probe_up_lossy = true;
             if self.state == BbrState::Startup {
