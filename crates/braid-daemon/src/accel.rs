@@ -270,7 +270,7 @@ pub fn ip_rule_commands(add: bool) -> Vec<Vec<String>> {
     };
     let mut out = Vec::new();
     for (fam, any) in [("-4", "0.0.0.0/0"), ("-6", "::/0")] {
-        let mark = format!("{REPLY_BIT:#x}/{REPLY_BIT:#x}");
+        let mark = reply_fwmark();
         let table = REPLY_TABLE.to_string();
         out.push(words(&[
             fam, "rule", rule_verb, "fwmark", &mark, "lookup", &table, "pref", &table,
@@ -280,6 +280,11 @@ pub fn ip_rule_commands(add: bool) -> Vec<Vec<String>> {
         ]));
     }
     out
+}
+
+/// The `fwmark` of the `ip` rule that delivers [`REPLY_BIT`] locally: the bit under its mask.
+pub fn reply_fwmark() -> String {
+    format!("{REPLY_BIT:#x}/{REPLY_BIT:#x}")
 }
 
 /// Whether `ip`'s complaint `detail` says the rule it was to add is there already.

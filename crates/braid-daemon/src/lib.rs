@@ -670,9 +670,8 @@ impl Daemon {
             let table = accel::nft_table(&cfg.ifname);
             accel.transparent_v6 = install_transparent_rules(&table)?;
             eprintln!(
-                "braid: accelerated TCP is connected onward from the clients' addresses (nftables table inet {table}, ip rule fwmark {:#x}/{:#x} lookup {})",
-                accel::REPLY_BIT,
-                accel::REPLY_BIT,
+                "braid: accelerated TCP is connected onward from the clients' addresses (nftables table inet {table}, ip rule fwmark {} lookup {})",
+                accel::reply_fwmark(),
                 accel::REPLY_TABLE
             );
             accel.nft_table = Some(table);
