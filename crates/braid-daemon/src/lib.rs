@@ -24,6 +24,7 @@ use crate::ptcp_table::{PtcpTable, TableOptions};
 use crate::tcp_pair::Pair;
 use braid_proto::time::Instant;
 use braid_proto::PathId;
+use braid_session::cookie::{CookieGuard, Verdict};
 use braid_session::{Role, Session};
 use mio::net::UdpSocket;
 use mio::unix::SourceFd;
@@ -103,6 +104,16 @@ const TCP_BASE: usize = 1 << 20;
 /// Accelerated TCP connections at once at most; more are closed at once (and counted).
 const MAX_TCP_PAIRS: usize = 1024;
 
+/// A server's handshake guard, for `braid status`.
+#[derive(Debug, Serialize)]
+pub struct GuardStatus {
+    /// Whether initiations now need a cookie.
+    pub under_load: bool,
+    /// What it has done since start.
+    #[serde(flatten)]
+    pub counters: braid_session::cookie::GuardCounters,
+}
+
 /// What `braid status` shows.
 #[derive(Debug, Serialize)]
 pub struct Status {
@@ -123,6 +134,9 @@ pub struct Status {
     /// Server with `[[client]]` tables: datagrams no client's session claimed (unknown key or
     /// index, malformed; dropped unanswered).
     pub unclaimed_datagrams: u64,
+    /// Server: what the handshake guard did (`braid_session::cookie`). `None` on a client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handshake_guard: Option<GuardStatus>,
     /// Whether the TUN device runs with the kernel's offloads (TSO/USO super-packets read and
     /// GRO-coalesced writes), or moves one packet per system call.
     pub tun_offload: bool,
@@ -304,6 +318,9 @@ struct Daemon {
     send_errors: u64,
     unrouted: u64,
     unclaimed: u64,
+    /// Server: checks every initiation's MACs before any Diffie-Hellman work, and under load
+    /// answers with cookies (`braid_session::cookie`).
+    guard: Option<CookieGuard>,
     tun_readable: bool,
     /// Receive buffer for (possibly GRO-coalesced) datagrams.
     rx: Vec<u8>,
@@ -321,6 +338,18 @@ pub(crate) fn sock_index(role: Role, path: usize) -> usize {
         Role::Initiator => path,
         Role::Responder => 0,
     }
+}
+
+/// A server's handshake guard (`braid_session::cookie`), seeded from the OS; none on a client.
+pub(crate) fn handshake_guard(cfg: &Config) -> Result<Option<CookieGuard>, DaemonError> {
+    Ok(match cfg.role {
+        Role::Responder => Some(CookieGuard::new(
+            &cfg.private_key.public_key(),
+            Instant::ZERO,
+            random_seed()?,
+        )),
+        Role::Initiator => None,
+    })
 }
 
 /// 32 bytes from the OS for a session's randomness (ephemeral keys, indices).
@@ -593,6 +622,7 @@ impl Daemon {
             metrics::serve(l, text.clone());
             text
         });
+        let guard = handshake_guard(&cfg)?;
         let mut peers = Vec::new();
         for p in &cfg.peers {
             let seed = random_seed()?;
@@ -732,6 +762,7 @@ impl Daemon {
             send_errors: 0,
             unrouted: 0,
             unclaimed: 0,
+            guard,
             tun_readable: true,
             rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
             out: vec![0u8; (MAX_BATCH + 1) * DATAGRAM_ROOM],
@@ -1127,7 +1158,8 @@ impl Daemon {
                 .peers
                 .iter()
                 .position(|p| p.session.owns_index(receiver_index)),
-            braid_wire::outer::Outer::HandshakeResponse { .. } => None,
+            braid_wire::outer::Outer::HandshakeResponse { .. }
+            | braid_wire::outer::Outer::CookieReply { .. } => None,
         }
     }
 
@@ -1161,6 +1193,20 @@ impl Daemon {
                     let end = (at + stride).min(m.len).min(RX_BUFFER_BYTES);
                     let datagram = &self.rx[base + at..base + end];
                     at = end;
+                    if let Some(g) = &mut self.guard {
+                        match g.check(now, m.addr, datagram) {
+                            Verdict::Pass => {}
+                            Verdict::Drop => continue,
+                            Verdict::Reply(reply) => {
+                                let sent =
+                                    self.sockets[i].as_ref().map(|s| s.send_to(&reply, m.addr));
+                                if !matches!(sent, Some(Ok(_))) {
+                                    self.send_errors += 1;
+                                }
+                                continue;
+                            }
+                        }
+                    }
                     let Some(c) = self.claim(datagram) else {
                         self.unclaimed += 1;
                         continue;
@@ -1756,6 +1802,10 @@ impl Daemon {
                 .collect(),
             unrouted_packets: self.unrouted,
             unclaimed_datagrams: self.unclaimed,
+            handshake_guard: self.guard.as_ref().map(|g| GuardStatus {
+                under_load: g.under_load(self.now()),
+                counters: g.counters(),
+            }),
             tun_offload: self.tun.offload(),
             tun_rx_packets: self.tun_rx,
             tun_rx_errors: self.tun_rx_errors,

@@ -183,6 +183,44 @@ pub fn render(st: &Status) -> String {
         "Datagrams no client's session claimed (dropped)",
         st.unclaimed_datagrams as f64,
     );
+    if let Some(g) = &st.handshake_guard {
+        let c = &g.counters;
+        for (name, help, v) in [
+            (
+                "handshake_bad_mac",
+                "Handshake initiations dropped for a wrong mac1, before any Diffie-Hellman work",
+                c.bad_mac,
+            ),
+            (
+                "handshake_cookies_sent",
+                "Cookie replies sent instead of handshakes, under load",
+                c.cookies_sent,
+            ),
+            (
+                "handshake_rate_limited",
+                "Initiations with a good cookie dropped because their source was over its rate",
+                c.rate_limited,
+            ),
+            (
+                "handshake_passed",
+                "Initiations the guard handed on to the handshake",
+                c.passed,
+            ),
+            (
+                "handshake_load_events",
+                "Times the server came under handshake load",
+                c.load_events,
+            ),
+        ] {
+            scalar(&mut reg, name, help, v as f64);
+        }
+        scalar(
+            &mut reg,
+            "handshake_under_load",
+            "1 while handshake initiations need a cookie",
+            f64::from(u8::from(g.under_load)),
+        );
+    }
     per_peer(
         &mut reg,
         "ptcp_connections",

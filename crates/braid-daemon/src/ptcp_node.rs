@@ -24,6 +24,7 @@ use crate::{net, random_id, random_seed, wall_ns, DaemonError};
 use braid_proto::time::Instant;
 use braid_proto::PathId;
 use braid_ptcp::{CongestionAlgorithm, StripedConnection};
+use braid_session::cookie::{CookieGuard, Verdict};
 use braid_session::{Role, Session, SessionStatus};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
@@ -71,6 +72,8 @@ pub struct NodeStats {
 pub struct PtcpNode {
     role: Role,
     session: Session,
+    /// Server: the handshake guard, as in `braid up` (`braid_session::cookie`).
+    guard: Option<CookieGuard>,
     sockets: Vec<Option<UdpSocket>>,
     /// Each socket's GSO state: a path's datagrams go out in one `sendmsg` per batch.
     gso: Vec<Option<quinn_udp::UdpSocketState>>,
@@ -131,9 +134,11 @@ impl PtcpNode {
             },
         )
         .with_first_id(random_id()?);
+        let guard = crate::handshake_guard(cfg)?;
         Ok(PtcpNode {
             role: cfg.role,
             session,
+            guard,
             gso: {
                 let states = gso::states(&sockets)?;
                 // The node reads one datagram per call: no receive coalescing.
@@ -295,6 +300,16 @@ impl PtcpNode {
                 Err(_) => return,
             };
             let now = self.now();
+            if let Some(g) = &mut self.guard {
+                match g.check(now, from, &self.rx[..n]) {
+                    Verdict::Pass => {}
+                    Verdict::Drop => continue,
+                    Verdict::Reply(reply) => {
+                        let _ = sock.send_to(&reply, from);
+                        continue;
+                    }
+                }
+            }
             let arrived_on = (self.role == Role::Initiator).then_some(PathId(i as u8));
             let Ok(path) = self.session.handle_datagram(now, arrived_on, &self.rx[..n]) else {
                 continue;

@@ -1,6 +1,8 @@
 //! The braid session, sans-IO: everything one end of a bond does between its TUN device and its
 //! UDP sockets, as a state machine.
 //!
+//! - [`cookie`]: handshake flood protection (WireGuard's cookie MACs, cookie replies under load,
+//!   a rate limit per source).
 //! - [`keys`]: static X25519 keys as base64.
 //! - [`noise`]: the Noise IK handshake's parameters, with injected randomness.
 //! - [`params`]: the bond parameters the initiator chooses and sends in the handshake.
@@ -12,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cookie;
 pub mod endpoint;
 pub mod keys;
 pub mod noise;

@@ -21,8 +21,10 @@ pub const PATTERN: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 /// flags, which say whether the responder takes accelerated TCP; v4: accelerated TCP's header
 /// version 2, which names the source for a transparent onward connection and which a v3
 /// server refuses) fail the handshake (`bad_handshake`) rather than establish a session in
-/// which every probe, or every accelerated connection, would be dropped.
-pub const PROLOGUE: &[u8] = b"braid v4";
+/// which every probe, or every accelerated connection, would be dropped. v5: an initiation ends
+/// in the cookie MACs (`crate::cookie`); a v4 initiation fails the v5 server's `mac1` check
+/// (`bad_mac`) before any of this.
+pub const PROLOGUE: &[u8] = b"braid v5";
 
 struct SeededRng(ChaCha20Rng);
 

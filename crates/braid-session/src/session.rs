@@ -33,6 +33,7 @@
 //! with [`Session::seal_ptcp`] whenever there are some; call [`Session::handle_timeout`] when
 //! [`Session::poll_timeout`] says. `now` must never go backwards.
 
+use crate::cookie::{CookieKeys, COOKIE_LIFETIME};
 use crate::endpoint::{Endpoint, EndpointConfig};
 use crate::keys::{PrivateKey, PublicKey};
 use crate::noise::{SeededResolver, PATTERN, PROLOGUE};
@@ -189,9 +190,13 @@ pub enum DropReason {
     DecryptFailed,
     /// Decrypted, but the inner packet did not parse or names another path.
     BadInner,
+    /// An initiation whose `mac1` is wrong: not keyed by this end's public key (a peer of
+    /// another braid version, or one told the wrong server key), dropped before any
+    /// Diffie-Hellman work (`crate::cookie`).
+    BadMac,
 }
 
-const DROP_REASONS: usize = 11;
+const DROP_REASONS: usize = 12;
 
 fn drop_index(r: DropReason) -> usize {
     r as usize
@@ -247,6 +252,11 @@ pub struct SessionStatus {
     pub established: bool,
     /// Handshakes completed.
     pub handshakes: u64,
+    /// Initiator: cookie replies received (the responder was under load; `crate::cookie`).
+    pub cookie_replies: u64,
+    /// Times the peer turned out to have restarted (a new instance in its handshake), and the
+    /// bond started afresh.
+    pub peer_restarts: u64,
     /// Per path.
     pub paths: Vec<PathStatus>,
     /// Packets delivered to the application (the TUN).
@@ -362,10 +372,17 @@ struct PendingHandshake {
     local_index: u32,
     sent_at: Instant,
     path: usize,
+    /// The initiation's `mac1`: a cookie reply to it is sealed with it as associated data.
+    mac1: [u8; outer::MAC_LEN],
+    /// A cookie reply answered it: retry on the same path, with the cookie.
+    cookie_replied: bool,
 }
 
 #[derive(Clone, Debug, Default)]
 struct PathState {
+    /// Initiator: the responder's cookie for this path's source address, and when it came
+    /// (`crate::cookie`).
+    cookie: Option<(Instant, [u8; outer::MAC_LEN])>,
     up: bool,
     last_rx: Option<Instant>,
     probe_id: u32,
@@ -444,9 +461,19 @@ pub struct Session {
     pending: Option<PendingHandshake>,
     next_handshake_path: usize,
     last_init_timestamp: u64,
+    /// This session's instance: random, drawn once. A peer that sees it change knows this end
+    /// restarted (rekeys keep it), and starts its endpoint afresh.
+    instance: u64,
+    /// The peer's instance, from its last accepted handshake message.
+    peer_instance: Option<u64>,
+    /// Times the peer turned out to have restarted, and the endpoint started afresh.
+    peer_restarts: u64,
     control: VecDeque<(usize, Vec<u8>)>,
     next_tick: Instant,
     handshakes: u64,
+    /// The MAC keys from the responder's public key (`crate::cookie`).
+    cookie_keys: CookieKeys,
+    cookie_replies: u64,
     send_dropped: u64,
     dropped: [u64; DROP_REASONS],
     inner: Vec<u8>,
@@ -503,9 +530,17 @@ impl Session {
             pending: None,
             next_handshake_path: 0,
             last_init_timestamp: 0,
+            instance: 0,
+            peer_instance: None,
+            peer_restarts: 0,
             control: VecDeque::new(),
             next_tick: now,
             handshakes: 0,
+            cookie_keys: CookieKeys::new(&match cfg.role {
+                Role::Initiator => cfg.peer_public_key,
+                Role::Responder => cfg.private_key.public_key(),
+            }),
+            cookie_replies: 0,
             send_dropped: 0,
             dropped: [0; DROP_REASONS],
             inner: vec![0; INNER_MAX],
@@ -532,6 +567,7 @@ impl Session {
             ptcp: PtcpCounters::default(),
             cfg,
         };
+        s.instance = s.rng.next_u64();
         if let Some(p) = s.cfg.bond.clone() {
             s.adopt_params(p, now, None);
         }
@@ -569,24 +605,8 @@ impl Session {
         if self.params.as_ref() == Some(&p) {
             return;
         }
-        let mut receiver = p.resequencer_config();
-        if self.cfg.release_pacing_pct > 0 {
-            self.release_rate_bps =
-                pacing_rate(p.rates_bps.iter().sum(), self.cfg.release_pacing_pct);
-            receiver.pacing = Some(Pacing {
-                rate_bps: self.release_rate_bps,
-                burst_bytes: RELEASE_BURST_PACKETS * u64::from(p.max_packet),
-            });
-        }
-        let config = EndpointConfig {
-            striper: p.striper_config(),
-            receiver,
-            credits: p.credits(),
-        };
-        match Endpoint::new(&config) {
+        match self.new_endpoint(&p) {
             Ok(mut e) => {
-                e.set_duplicate_dscp(self.cfg.duplicate_dscp);
-                e.set_policies(p.policies.clone());
                 self.paths = (0..p.rates_bps.len())
                     .map(|i| {
                         let known = heard_on.is_none_or(|h| h.index() == i);
@@ -635,6 +655,58 @@ impl Session {
         }
     }
 
+    /// Records the peer's instance from an accepted handshake message; whether it is a new
+    /// instance of a peer this session knew (the peer restarted).
+    fn note_peer_instance(&mut self, instance: u64) -> bool {
+        let restarted = self.peer_instance.is_some_and(|i| i != instance);
+        self.peer_instance = Some(instance);
+        if restarted {
+            self.peer_restarts += 1;
+        }
+        restarted
+    }
+
+    /// Initiator: the server restarted, so its striper and receiver start from zero; ours must
+    /// too, or each end would wait for sequence numbers the other never sends. The paths keep
+    /// their state (up, disabled, measured delays); what was queued for the old bond goes.
+    fn restart_endpoint(&mut self) {
+        let Some(p) = self.params.clone() else {
+            return;
+        };
+        let Ok(mut e) = self.new_endpoint(&p) else {
+            return;
+        };
+        for (i, path) in self.paths.iter().enumerate() {
+            if !path.up {
+                e.set_path_active(PathId(i as u8), false);
+            }
+        }
+        self.endpoint = Some(e);
+        self.resend.clear();
+    }
+
+    /// A fresh endpoint for the bond `p` (and the receiver's paced release rate).
+    fn new_endpoint(&mut self, p: &BondParams) -> Result<Endpoint, ()> {
+        let mut receiver = p.resequencer_config();
+        if self.cfg.release_pacing_pct > 0 {
+            self.release_rate_bps =
+                pacing_rate(p.rates_bps.iter().sum(), self.cfg.release_pacing_pct);
+            receiver.pacing = Some(Pacing {
+                rate_bps: self.release_rate_bps,
+                burst_bytes: RELEASE_BURST_PACKETS * u64::from(p.max_packet),
+            });
+        }
+        let config = EndpointConfig {
+            striper: p.striper_config(),
+            receiver,
+            credits: p.credits(),
+        };
+        let mut e = Endpoint::new(&config).map_err(|_| ())?;
+        e.set_duplicate_dscp(self.cfg.duplicate_dscp);
+        e.set_policies(p.policies.clone());
+        Ok(e)
+    }
+
     fn random_index(&mut self) -> u32 {
         self.rng.next_u32()
     }
@@ -657,6 +729,7 @@ impl Session {
         let peer = self.cfg.peer_public_key.0;
         let local_index = self.random_index();
         let mut payload = self.wall(now).to_be_bytes().to_vec();
+        payload.extend(self.instance.to_be_bytes());
         payload.extend(self.params.as_ref().map(|p| p.encode()).unwrap_or_default());
         let path = self.next_handshake_path % self.paths.len();
         // Prefer a path that is up; never one that is disabled.
@@ -682,20 +755,24 @@ impl Session {
             return;
         };
         self.next_handshake_path = path + 1;
-        let outer = Outer::HandshakeInit {
-            path: PathId(path as u8),
-            sender_index: local_index,
-            noise: &msg[..n],
-        };
-        let mut dgram = vec![0u8; outer.buffer_len()];
-        if outer.emit_into(&mut dgram).is_ok() {
-            self.control.push_back((path, dgram));
-        }
+        let cookie = self.paths[path]
+            .cookie
+            .filter(|(at, _)| now.saturating_duration_since(*at) < COOKIE_LIFETIME)
+            .map(|(_, c)| c);
+        let (dgram, mac1) = self.cookie_keys.initiation(
+            PathId(path as u8),
+            local_index,
+            &msg[..n],
+            cookie.as_ref(),
+        );
+        self.control.push_back((path, dgram));
         self.pending = Some(PendingHandshake {
             state,
             local_index,
             sent_at: now,
             path,
+            mac1,
+            cookie_replied: false,
         });
     }
 
@@ -741,9 +818,13 @@ impl Session {
         path: PathId,
         sender_index: u32,
         noise: &[u8],
+        datagram: &[u8],
     ) -> Result<(), DropReason> {
         if self.cfg.role != Role::Responder {
             return Err(self.drop(DropReason::UnexpectedHandshake));
+        }
+        if !self.cookie_keys.mac1_ok(datagram) {
+            return Err(self.drop(DropReason::BadMac));
         }
         let private = self.cfg.private_key.0;
         let prologue = prologue(path, sender_index);
@@ -772,7 +853,14 @@ impl Session {
         if ts <= self.last_init_timestamp {
             return Err(self.drop(DropReason::StaleInitiation));
         }
-        let params = match BondParams::decode(&payload[8..n]) {
+        let Some(instance) = payload
+            .get(8..16)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes)
+        else {
+            return Err(self.drop(DropReason::BadParams));
+        };
+        let params = match BondParams::decode(&payload[16..n]) {
             Ok(p) => p,
             Err(_) => return Err(self.drop(DropReason::BadParams)),
         };
@@ -782,6 +870,7 @@ impl Session {
         let local_index = self.random_index();
         let mut msg = vec![0u8; 1024];
         let handed = encode_response(&Response {
+            instance: self.instance,
             addresses: self.cfg.handed_addresses.clone(),
             accepts_tcp: self.cfg.accepts_tcp,
         });
@@ -792,6 +881,11 @@ impl Session {
             return Err(self.drop(DropReason::BadHandshake));
         };
         self.last_init_timestamp = ts;
+        if self.note_peer_instance(instance) {
+            // The client restarted: its striper and receiver start from zero, so the bond
+            // starts afresh here too, even with the same parameters (a rekey keeps them).
+            self.params = None;
+        }
         self.adopt_params(params, now, Some(path));
         let keys = self.new_keyset(now, local_index, sender_index, transport);
         self.install_keys(now, keys);
@@ -832,6 +926,10 @@ impl Session {
         let Some(response) = decode_response(&payload[..n]) else {
             return Err(self.drop(DropReason::BadParams));
         };
+        if self.note_peer_instance(response.instance) {
+            // The server restarted: start the endpoint afresh (module docs, "Restarts").
+            self.restart_endpoint();
+        }
         self.handed = response.addresses;
         self.peer_accepts_tcp = response.accepts_tcp;
         let Ok(transport) = pending.state.into_stateless_transport_mode() else {
@@ -839,6 +937,34 @@ impl Session {
         };
         let keys = self.new_keyset(now, pending.local_index, sender_index, transport);
         self.install_keys(now, keys);
+        Ok(())
+    }
+
+    /// Initiator: a responder under load answered the pending initiation with a cookie for
+    /// this path's source address. Keep it; the retry goes out on this path with it.
+    fn handle_cookie_reply(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        receiver_index: u32,
+        nonce: &[u8; outer::COOKIE_NONCE_LEN],
+        sealed: &[u8; outer::ENCRYPTED_COOKIE_LEN],
+    ) -> Result<(), DropReason> {
+        let Some(pending) = self.pending.as_mut().filter(|p| {
+            self.cfg.role == Role::Initiator
+                && p.local_index == receiver_index
+                && p.path == path.index()
+        }) else {
+            return Err(self.drop(DropReason::UnexpectedHandshake));
+        };
+        let Some(cookie) = self.cookie_keys.open_cookie(&pending.mac1, nonce, sealed) else {
+            return Err(self.drop(DropReason::BadHandshake));
+        };
+        pending.cookie_replied = true;
+        if let Some(p) = self.paths.get_mut(path.index()) {
+            p.cookie = Some((now, cookie));
+        }
+        self.cookie_replies += 1;
         Ok(())
     }
 
@@ -859,7 +985,8 @@ impl Session {
         let path = match outer {
             Outer::HandshakeInit { path, .. }
             | Outer::HandshakeResponse { path, .. }
-            | Outer::Transport { path, .. } => path,
+            | Outer::Transport { path, .. }
+            | Outer::CookieReply { path, .. } => path,
         };
         if arrived_on.is_some_and(|a| a != path) {
             return Err(self.drop(DropReason::WrongPath));
@@ -869,7 +996,17 @@ impl Session {
                 sender_index,
                 noise,
                 ..
-            } => self.handle_init(now, path, sender_index, noise)?,
+            } => self.handle_init(now, path, sender_index, noise, bytes)?,
+            Outer::CookieReply {
+                receiver_index,
+                nonce,
+                cookie,
+                ..
+            } => {
+                // Not the peer's authenticated traffic: the path is not heard from.
+                self.handle_cookie_reply(now, path, receiver_index, &nonce, &cookie)?;
+                return Ok(path);
+            }
             Outer::HandshakeResponse {
                 sender_index,
                 receiver_index,
@@ -1695,7 +1832,8 @@ impl Session {
                 && self.paths.iter().all(|p| !p.up);
             if retry || rekey || all_dark {
                 if let Some(p) = &self.pending {
-                    self.next_handshake_path = p.path + 1;
+                    // After a cookie reply, the same path (its source has the cookie).
+                    self.next_handshake_path = p.path + usize::from(!p.cookie_replied);
                 }
                 self.start_handshake(now);
             }
@@ -1747,6 +1885,8 @@ impl Session {
             role: self.cfg.role,
             established: self.current.is_some(),
             handshakes: self.handshakes,
+            cookie_replies: self.cookie_replies,
+            peer_restarts: self.peer_restarts,
             paths,
             delivered_packets: rx.delivered,
             lost_packets: rx.lost,
@@ -1807,6 +1947,7 @@ pub fn initiator_key(private_key: &PrivateKey, datagram: &[u8]) -> Option<Public
         path,
         sender_index,
         noise,
+        ..
     }) = Outer::parse(datagram)
     else {
         return None;
@@ -1831,6 +1972,8 @@ pub fn initiator_key(private_key: &PrivateKey, datagram: &[u8]) -> Option<Public
 /// the responder offers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Response {
+    /// The responder's instance (`Session::instance`).
+    instance: u64,
     addresses: Vec<(IpAddr, u8)>,
     accepts_tcp: bool,
 }
@@ -1840,11 +1983,11 @@ const FEATURES: u8 = 0x80;
 /// Feature flag: the responder takes accelerated TCP.
 const FEATURE_ACCEPTS_TCP: u8 = 0x01;
 
-/// Encode a handshake response: per handed address its IP version (4 or 6), its 4 or 16 bytes
-/// and its prefix length; then, if the responder offers anything, [`FEATURES`] and a flags
-/// byte. Nothing at all: no addresses, no features.
+/// Encode a handshake response: the responder's instance (8 bytes); per handed address its IP
+/// version (4 or 6), its 4 or 16 bytes and its prefix length; then, if the responder offers
+/// anything, [`FEATURES`] and a flags byte. Only the instance: no addresses, no features.
 fn encode_response(r: &Response) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = r.instance.to_be_bytes().to_vec();
     for (a, prefix) in &r.addresses {
         match a {
             IpAddr::V4(v4) => {
@@ -1867,8 +2010,12 @@ fn encode_response(r: &Response) -> Vec<u8> {
 /// The inverse of [`encode_response`]; `None` for anything malformed (a wrong record tag, a
 /// truncated address, a prefix longer than the address, unknown feature bits, anything after
 /// the features).
-fn decode_response(mut bytes: &[u8]) -> Option<Response> {
-    let mut out = Response::default();
+fn decode_response(bytes: &[u8]) -> Option<Response> {
+    let (instance, mut bytes) = bytes.split_first_chunk::<8>()?;
+    let mut out = Response {
+        instance: u64::from_be_bytes(*instance),
+        ..Response::default()
+    };
     while let Some((&version, rest)) = bytes.split_first() {
         let (addr, bits, rest): (IpAddr, u8, &[u8]) = match version {
             4 => {
@@ -1934,6 +2081,7 @@ const ALL_REASONS: [DropReason; DROP_REASONS] = [
     DropReason::Replayed,
     DropReason::DecryptFailed,
     DropReason::BadInner,
+    DropReason::BadMac,
 ];
 
 #[cfg(test)]
@@ -1948,14 +2096,18 @@ mod tests {
         ];
         for accepts_tcp in [false, true] {
             let r = Response {
+                instance: 0x0102_0304_0506_0708,
                 addresses: a.clone(),
                 accepts_tcp,
             };
             assert_eq!(decode_response(&encode_response(&r)), Some(r));
         }
-        assert_eq!(decode_response(&[]), Some(Response::default()));
-        let tcp_only = decode_response(&[FEATURES, FEATURE_ACCEPTS_TCP]).unwrap();
+        assert_eq!(decode_response(&[0; 8]), Some(Response::default()));
+        assert_eq!(decode_response(&[0; 7]), None, "no instance");
+        let tcp_only =
+            decode_response(&[0, 0, 0, 0, 0, 0, 0, 9, FEATURES, FEATURE_ACCEPTS_TCP]).unwrap();
         assert!(tcp_only.accepts_tcp && tcp_only.addresses.is_empty());
+        assert_eq!(tcp_only.instance, 9);
         for bad in [
             &[5u8, 1, 2, 3, 4, 24][..],
             &[4, 10, 77, 0, 2][..],
@@ -1967,10 +2119,12 @@ mod tests {
             &[FEATURES, 0x02][..],
             &[FEATURES, FEATURE_ACCEPTS_TCP, 4, 10, 0, 0, 1, 32][..],
         ] {
-            assert_eq!(decode_response(bad), None, "{bad:?}");
+            let with_instance = [&[0u8; 8][..], bad].concat();
+            assert_eq!(decode_response(&with_instance), None, "{bad:?}");
         }
-        let many: Vec<u8> = (0..=MAX_HANDED_ADDRESSES)
-            .flat_map(|_| [4, 10, 0, 0, 1, 32])
+        let many: Vec<u8> = [0u8; 8]
+            .into_iter()
+            .chain((0..=MAX_HANDED_ADDRESSES).flat_map(|_| [4, 10, 0, 0, 1, 32]))
             .collect();
         assert_eq!(decode_response(&many), None);
     }

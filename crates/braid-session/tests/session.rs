@@ -6,9 +6,12 @@ use braid_proto::scheduler::SchedulerKind;
 use braid_proto::striper::MarkerPosition;
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
+use braid_session::cookie::{CookieGuard, CookieKeys, Verdict, LOAD_BURST};
 use braid_session::session::DropReason;
 use braid_session::{BondParams, PrivateKey, Role, Session, SessionConfig};
+use braid_wire::outer::Outer;
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 
 fn params(paths: usize, mode: ResequenceMode) -> BondParams {
     BondParams {
@@ -55,6 +58,14 @@ struct Net {
     /// FIFO that frees at `free_at`.
     rate_bps: Vec<Option<u64>>,
     free_at: Vec<Instant>,
+    /// The server's front door, as the daemon runs it, if any: every datagram to the server
+    /// passes it first, from the client's address for its path ([`client_source`]).
+    guard: Option<CookieGuard>,
+}
+
+/// The client's source address on path `p`, as the server's guard sees it.
+fn client_source(p: usize) -> SocketAddr {
+    SocketAddr::from(([198, 51, 100, 1], 40_000 + p as u16))
 }
 
 /// The client's session config for the bond `p`, with the keys every test uses.
@@ -104,6 +115,7 @@ impl Net {
             captured: Vec::new(),
             rate_bps: vec![None; paths],
             free_at: vec![Instant::ZERO; paths],
+            guard: None,
         }
     }
 
@@ -190,6 +202,16 @@ impl Net {
                 d
             };
             for (_, p, to_server, bytes) in due {
+                if let (true, Some(g)) = (to_server, &mut self.guard) {
+                    match g.check(self.now, client_source(p), &bytes) {
+                        Verdict::Pass => {}
+                        Verdict::Drop => continue,
+                        Verdict::Reply(r) => {
+                            self.server_wire(p, &r);
+                            continue;
+                        }
+                    }
+                }
                 if to_server {
                     // The server learns paths from packets; the client knows its sockets.
                     let _ = self.server.handle_datagram(self.now, None, &bytes);
@@ -282,6 +304,18 @@ fn replayed_and_forged_datagrams_are_dropped_silently() {
         );
     }
     // Forge: flip a ciphertext byte of a real packet; garbage; a handshake from another key.
+    // An initiation whose mac1 is wrong is dropped before any Diffie-Hellman work.
+    let (_, mut init) = captured[0].clone();
+    assert!(matches!(
+        Outer::parse(&init),
+        Ok(Outer::HandshakeInit { .. })
+    ));
+    let at = init.len() - 32;
+    init[at] ^= 1;
+    assert_eq!(
+        net.server.handle_datagram(net.now, None, &init),
+        Err(DropReason::BadMac)
+    );
     let (_, mut forged) = captured.last().unwrap().clone();
     let n = forged.len();
     forged[n - 1] ^= 1;
@@ -428,10 +462,55 @@ fn a_restarted_server_is_found_again_quickly() {
     net.step(Duration::from_millis(1500));
     assert!(net.client.status().handshakes > before);
     assert!(net.server.is_established());
-    let n = net.to_server.len();
-    net.client.send(net.now, &packet(1, 300));
-    net.step(Duration::from_millis(100));
-    assert_eq!(net.to_server.len(), n + 1);
+    assert_eq!(net.client.status().peer_restarts, 1);
+    both_ways_again(&mut net);
+}
+
+/// After one end restarted, traffic flows both ways from where the bond started afresh.
+fn both_ways_again(net: &mut Net) {
+    let (n, m) = (net.to_server.len(), net.to_client.len());
+    for i in 0..100 {
+        net.client.send(net.now, &packet(i, 300));
+        net.server.send(net.now, &packet(1000 + i, 300));
+        net.step(Duration::from_millis(2));
+    }
+    net.step(Duration::from_millis(300));
+    let sent_up: Vec<_> = (0..100).map(|i| packet(i, 300)).collect();
+    let sent_down: Vec<_> = (0..100).map(|i| packet(1000 + i, 300)).collect();
+    assert_eq!(net.to_server[n..], sent_up[..]);
+    assert_eq!(net.to_client[m..], sent_down[..]);
+}
+
+/// The client restarts (a reboot, `systemctl restart`) while the server runs on: its new
+/// session has the same keys and bond parameters but starts its sequence numbers at zero, so
+/// the server, seeing a new instance rather than a rekey, starts its endpoint afresh too.
+#[test]
+fn a_restarted_client_carries_traffic_both_ways_again() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.established();
+    for i in 0..300 {
+        net.client.send(net.now, &packet(i, 300));
+        net.server.send(net.now, &packet(i, 300));
+        net.step(Duration::from_millis(1));
+    }
+    net.step(Duration::from_millis(200));
+    assert_eq!(net.to_client.len(), 300);
+    net.client = Session::new(
+        client_config(params(2, ResequenceMode::Sequence)),
+        net.now,
+        [7; 32],
+        1_700_000_000_000_000_000 + net.now.as_nanos(),
+    );
+    net.step(Duration::from_millis(200));
+    assert!(net.client.is_established());
+    assert_eq!(net.server.status().peer_restarts, 1);
+    both_ways_again(&mut net);
+    // A rekey is not a restart: the bond goes on.
+    let before = net.server.status().handshakes;
+    net.step(Duration::from_secs(125));
+    assert!(net.server.status().handshakes > before);
+    assert_eq!(net.server.status().peer_restarts, 1);
+    both_ways_again(&mut net);
 }
 
 #[test]
@@ -1564,4 +1643,44 @@ fn accelerated_tcp_queues_in_its_qos_class_behind_voice() {
     assert_eq!(v.drops, 0, "{v:?}");
     assert!(v.delay_ms_max <= 5.0, "voice waited behind the bulk: {v:?}");
     assert!(st.ptcp.expect("pTCP carried").sent > 2000);
+}
+
+/// A flood of initiations that know the server's key (good `mac1`) from one address, as the
+/// daemon's guard sees it: the guard comes under load and answers the client's first
+/// initiation with a cookie; the client's retry on the same path carries `mac2` and the session
+/// is established; none of the flood reaches the session.
+#[test]
+fn under_a_handshake_flood_the_client_gets_in_with_a_cookie() {
+    let server_pub = PrivateKey::from_random([2; 32]).public_key();
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.guard = Some(CookieGuard::new(&server_pub, Instant::ZERO, [6; 32]));
+    // The flood: initiations with a good mac1 and nothing behind it.
+    let keys = CookieKeys::new(&server_pub);
+    let (flood, _) = keys.initiation(PathId(0), 1, &[0x55; 100], None);
+    let attacker = SocketAddr::from(([203, 0, 113, 9], 666));
+    let mut established_at = None;
+    for step in 0..50u64 {
+        let g = net.guard.as_mut().unwrap();
+        for _ in 0..LOAD_BURST {
+            let v = g.check(net.now, attacker, &flood);
+            assert!(v == Verdict::Pass || matches!(v, Verdict::Reply(_)));
+        }
+        net.step(Duration::from_millis(100));
+        if established_at.is_none() && net.client.is_established() {
+            established_at = Some(step);
+        }
+    }
+    let g = net.guard.as_ref().unwrap().counters();
+    assert!(established_at.is_some(), "{g:?}");
+    assert!(net.server.is_established());
+    assert!(net.client.status().cookie_replies >= 1);
+    assert!(g.load_events >= 1 && g.cookies_sent > 1000, "{g:?}");
+    // The flood got through only while the guard was not yet under load (its first burst).
+    assert!(g.passed <= LOAD_BURST + 10, "{g:?}");
+    // The bond works.
+    for i in 0..20 {
+        net.client.send(net.now, &packet(i, 300));
+    }
+    net.step(Duration::from_millis(300));
+    assert_eq!(net.to_server.len(), 20);
 }

@@ -189,6 +189,26 @@ pub fn status(args: &StatusArgs) -> Result<()> {
             );
         }
     }
+    if let Some(g) = v["handshake_guard"].as_object() {
+        let n = |k: &str| g.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+        if g.get("under_load") == Some(&serde_json::Value::Bool(true))
+            || n("bad_mac") + n("cookies_sent") + n("rate_limited") > 0
+        {
+            println!(
+                "handshakes: {}  passed {}  bad mac1 {}  cookies sent {}  rate-limited {}  times under load {}",
+                if g.get("under_load") == Some(&serde_json::Value::Bool(true)) {
+                    "UNDER LOAD (cookies required)"
+                } else {
+                    "not under load"
+                },
+                n("passed"),
+                n("bad_mac"),
+                n("cookies_sent"),
+                n("rate_limited"),
+                n("load_events")
+            );
+        }
+    }
     if v["unrouted_packets"].as_u64().unwrap_or(0) + v["unclaimed_datagrams"].as_u64().unwrap_or(0)
         > 0
     {
@@ -220,8 +240,18 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
     } else {
         String::new()
     };
+    let cookies = s["cookie_replies"]
+        .as_u64()
+        .filter(|&n| n > 0)
+        .map_or(String::new(), |n| {
+            format!("  cookie replies {n} (the server was under handshake load)")
+        });
+    let restarts = s["peer_restarts"]
+        .as_u64()
+        .filter(|&n| n > 0)
+        .map_or(String::new(), |n| format!("  peer restarts {n}"));
     println!(
-        "{who}{}  handshakes {}",
+        "{who}{}  handshakes {}{restarts}{cookies}",
         if s["established"].as_bool() == Some(true) {
             "established"
         } else {

@@ -31,6 +31,8 @@ struct Bed {
     tcp: bool,
     /// With `tcp`: the server runs without `[tcp] accelerate` (only the client has it).
     tcp_client_only: bool,
+    /// The server's public key (base64), once `up` made it.
+    server_public: String,
 }
 
 impl Bed {
@@ -54,6 +56,7 @@ impl Bed {
             extra_paths: String::new(),
             tcp: false,
             tcp_client_only: false,
+            server_public: String::new(),
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -87,6 +90,7 @@ impl Bed {
     fn up(&mut self, remote2: Option<SocketAddr>) {
         let (ck, cp) = key();
         let (sk, sp) = key();
+        self.server_public = sp.clone();
         let server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:7000\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"{v6s}]\noffload = {offload}\n[control]\nsocket = \"{}/s.sock\"\n",
@@ -150,6 +154,31 @@ impl Bed {
 
     fn logs(&self) -> String {
         logs(&self.dir, &["c", "s"])
+    }
+
+    /// Stops the client daemon and starts it again (same config, new session); its status
+    /// once it is established, or `None` if it is not within `wait`.
+    fn restart_client(&mut self, wait: Duration) -> Option<serde_json::Value> {
+        // The client is the last daemon `up` started.
+        let mut client = self.children.pop().unwrap();
+        // SAFETY: SIGTERM to our own child.
+        unsafe {
+            libc::kill(client.id() as i32, libc::SIGTERM);
+        }
+        client.wait().unwrap();
+        self.children
+            .push(start_daemon(&self.ns("c"), &self.dir, "c"));
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            let s = self.status("c");
+            if s.as_ref()
+                .is_some_and(|s| s["peers"][0]["session"]["established"] == true)
+            {
+                return s;
+            }
+        }
+        None
     }
 
     /// Path two's relay, on the server side: port 7100 to the server's 7000.
@@ -900,7 +929,13 @@ fn forged_and_replayed_packets_are_rejected() {
         .iter()
         .map(|d| d[1].as_u64().unwrap())
         .sum();
-    assert!(dropped >= sent - 1, "dropped {dropped} of {sent}: {st}");
+    // The fake initiations' mac1 is wrong: the handshake guard drops them before the session.
+    let bad_mac = st["handshake_guard"]["bad_mac"].as_u64().unwrap();
+    assert_eq!(bad_mac, 50, "{st}");
+    assert!(
+        dropped + bad_mac >= sent - 1,
+        "dropped {dropped} + {bad_mac} of {sent}: {st}"
+    );
     // The tunnel still works, and the server never answered the forgeries with a handshake.
     transfer(
         bed.ns("c"),
@@ -1310,4 +1345,100 @@ fn paths_come_and_go_at_run_time() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no path is named `wifi`"));
+}
+
+/// A flood of handshake initiations that know the server's public key (a good `mac1`, so only
+/// the cookie stops them): the server comes under load and answers them with cookie replies
+/// instead of doing Diffie-Hellman work; the running tunnel keeps carrying TCP; and a client
+/// restarted in the middle of the flood gets its handshake through with a cookie.
+#[test]
+fn a_handshake_flood_gets_cookies_and_a_restarted_client_still_gets_in() {
+    need_root!();
+    use braid_session::cookie::CookieKeys;
+    use braid_session::PublicKey;
+    let mut bed = Bed::new(11);
+    bed.up(None);
+    let server = PublicKey::from_base64(&bed.server_public).unwrap();
+    let keys = CookieKeys::new(&server);
+    let stop = Arc::new(AtomicBool::new(false));
+    let replies = Arc::new(AtomicU64::new(0));
+    let flood = {
+        let (stop, replies) = (stop.clone(), replies.clone());
+        in_ns(&bed.ns("c"), move || {
+            let s = UdpSocket::bind("10.61.1.1:0").unwrap();
+            s.set_nonblocking(true).unwrap();
+            let target: SocketAddr = "10.61.1.2:7000".parse().unwrap();
+            let mut buf = [0u8; 128];
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // Initiations in bursts of ten every 5 ms (at most 2,000 a second), each with
+                // its own index and a good mac1.
+                for _ in 0..10 {
+                    let mut d = vec![0x33u8; 160];
+                    d[..4].copy_from_slice(&[1, 0x10, 0, 0]);
+                    d[4..8].copy_from_slice(&(sent as u32).to_be_bytes());
+                    keys.seal_init(&mut d, None);
+                    let _ = s.send_to(&d, target);
+                    sent += 1;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                while let Ok(n) = s.recv(&mut buf) {
+                    if n == 64 && buf[1] == 0x13 {
+                        replies.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            sent
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    // The established tunnel carries TCP through the flood.
+    transfer(
+        bed.ns("c"),
+        bed.ns("s"),
+        "10.77.0.1:5011".parse().unwrap(),
+        2 << 20,
+    );
+    let st = bed.status("s").unwrap();
+    assert_eq!(st["handshake_guard"]["under_load"], true, "{st}");
+    // Restart the client mid-flood: its new session must handshake through the guard.
+    let established = bed.restart_client(Duration::from_secs(10));
+    stop.store(true, Ordering::Relaxed);
+    let sent = flood.join().unwrap();
+    let c = established.unwrap_or_else(|| panic!("no handshake under the flood: {}", bed.logs()));
+    assert!(
+        c["peers"][0]["session"]["cookie_replies"].as_u64().unwrap() >= 1,
+        "{c}"
+    );
+    let st = bed.status("s").unwrap();
+    let g = &st["handshake_guard"];
+    let passed = g["passed"].as_u64().unwrap();
+    let cookies = g["cookies_sent"].as_u64().unwrap();
+    assert!(g["load_events"].as_u64().unwrap() >= 1, "{st}");
+    assert!(
+        cookies > sent / 2,
+        "{cookies} cookies for {sent} initiations: {st}"
+    );
+    assert!(replies.load(Ordering::Relaxed) > 0, "{st}");
+    // Past the first burst, the flood did not reach the handshake: what passed is that burst
+    // and the clients' own initiations.
+    assert!(passed < 200, "{passed} initiations passed: {st}");
+    both_ways(&bed, 1 << 20, 1 << 20);
+}
+
+/// A client daemon restarted while the server runs (a reboot, `systemctl restart`): its new
+/// session starts from scratch, and traffic flows both ways again.
+#[test]
+fn a_restarted_client_carries_traffic_both_ways_again() {
+    need_root!();
+    let mut bed = Bed::new(12);
+    bed.up(None);
+    both_ways(&bed, 1 << 20, 1 << 20);
+    let c = bed.restart_client(Duration::from_secs(5));
+    assert!(
+        c.is_some(),
+        "no handshake after the restart: {}",
+        bed.logs()
+    );
+    both_ways(&bed, 1 << 20, 1 << 20);
 }
