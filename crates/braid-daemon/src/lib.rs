@@ -1194,7 +1194,8 @@ impl Daemon {
                     let datagram = &self.rx[base + at..base + end];
                     at = end;
                     if let Some(g) = &mut self.guard {
-                        match g.check(now, m.addr, datagram) {
+                        let known = self.peers.iter().any(|p| p.addrs.contains(&Some(m.addr)));
+                        match g.check(now, m.addr, known, datagram) {
                             Verdict::Pass => {}
                             Verdict::Drop => continue,
                             Verdict::Reply(reply) => {

@@ -301,7 +301,8 @@ impl PtcpNode {
             };
             let now = self.now();
             if let Some(g) = &mut self.guard {
-                match g.check(now, from, &self.rx[..n]) {
+                let known = self.peers.contains(&Some(from));
+                match g.check(now, from, known, &self.rx[..n]) {
                     Verdict::Pass => {}
                     Verdict::Drop => continue,
                     Verdict::Reply(reply) => {

@@ -22,7 +22,10 @@
 //!   address carries `mac2` keyed by the cookie ([`CookieKeys::seal_init`]). A flood from
 //!   spoofed addresses therefore gets cookie replies (64 bytes, smaller than an initiation, so
 //!   no amplification) and no DH; initiations that prove their address are limited to
-//!   [`SOURCE_RATE`] a second per source address (an IPv6 source counts by its /64).
+//!   [`SOURCE_RATE`] a second per source address (an IPv6 source counts by its /64), except
+//!   that a source the server already has authenticated traffic from (a running client's path,
+//!   rekeying) counts by its exact address and port, so a neighbour behind the same address
+//!   (carrier-grade NAT) cannot use up its share.
 //!
 //! A cookie reply carries no handshake: the initiator keeps it per path (each path has its own
 //! source address) and retries on that path when its retry timer fires.
@@ -122,7 +125,7 @@ impl CookieKeys {
 
     /// Writes `mac1`, and `mac2` keyed by `cookie` (zero without one), into the last 32 bytes
     /// of an emitted initiation; returns `mac1`. `datagram` must be at least 32 bytes long.
-    pub fn seal_init(&self, datagram: &mut [u8], cookie: Option<&[u8; MAC_LEN]>) -> [u8; MAC_LEN] {
+    fn seal_init(&self, datagram: &mut [u8], cookie: Option<&[u8; MAC_LEN]>) -> [u8; MAC_LEN] {
         let at1 = datagram.len() - INIT_MACS_LEN;
         let mac1 = mac(&self.mac1, &datagram[..at1]);
         datagram[at1..at1 + MAC_LEN].copy_from_slice(&mac1);
@@ -231,6 +234,15 @@ impl Bucket {
     }
 }
 
+/// Whose rate an initiation counts against under load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum SourceKey {
+    /// An unknown source: its IPv4 address, or its IPv6 /64.
+    Address(IpAddr),
+    /// A source with authenticated traffic: its exact address and port.
+    Known(SocketAddr),
+}
+
 /// What [`CookieGuard::check`] decided about a datagram.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -267,7 +279,7 @@ pub struct CookieGuard {
     rng: ChaCha20Rng,
     load: Bucket,
     under_load_until: Option<Instant>,
-    sources: HashMap<IpAddr, Bucket>,
+    sources: HashMap<SourceKey, Bucket>,
     last_prune: Instant,
     counters: GuardCounters,
 }
@@ -302,8 +314,16 @@ impl CookieGuard {
         self.under_load_until.is_some_and(|t| now < t)
     }
 
-    /// Checks a datagram from `source` before it reaches any session.
-    pub fn check(&mut self, now: Instant, source: SocketAddr, datagram: &[u8]) -> Verdict {
+    /// Checks a datagram from `source` before it reaches any session. `known`: the driver has
+    /// authenticated traffic from exactly this address and port (a peer's path), so under load
+    /// it gets a rate of its own rather than its address's.
+    pub fn check(
+        &mut self,
+        now: Instant,
+        source: SocketAddr,
+        known: bool,
+        datagram: &[u8],
+    ) -> Verdict {
         let Ok(Outer::HandshakeInit {
             path,
             sender_index,
@@ -335,7 +355,12 @@ impl CookieGuard {
             self.counters.cookies_sent += 1;
             return Verdict::Reply(self.reply(path, sender_index, &mac1, cookie));
         }
-        if !self.source_allows(now, source.ip()) {
+        let key = if known {
+            SourceKey::Known(source)
+        } else {
+            SourceKey::Address(address_key(source.ip()))
+        };
+        if !self.source_allows(now, key) {
             self.counters.rate_limited += 1;
             return Verdict::Drop;
         }
@@ -389,32 +414,41 @@ impl CookieGuard {
         out
     }
 
-    /// Takes a token from `ip`'s bucket (an IPv6 address counts by its /64).
-    fn source_allows(&mut self, now: Instant, ip: IpAddr) -> bool {
-        let key = match ip {
-            IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => {
-                    let mut o = a.octets();
-                    o[8..].fill(0);
-                    IpAddr::V6(o.into())
-                }
-            },
-            v4 => v4,
-        };
+    /// Takes a token from `key`'s bucket. A new unknown source is refused while
+    /// [`MAX_SOURCES`] are tracked; a known one never (there are only as many as the peers'
+    /// paths).
+    fn source_allows(&mut self, now: Instant, key: SourceKey) -> bool {
         if now.saturating_duration_since(self.last_prune) >= Duration::from_secs(1) {
             // A bucket idle for a second is full again: forgetting it changes nothing.
             self.sources
                 .retain(|_, b| now.saturating_duration_since(b.last) < Duration::from_secs(1));
             self.last_prune = now;
         }
-        if !self.sources.contains_key(&key) && self.sources.len() >= MAX_SOURCES {
+        if matches!(key, SourceKey::Address(_))
+            && !self.sources.contains_key(&key)
+            && self.sources.len() >= MAX_SOURCES
+        {
             return false;
         }
         self.sources
             .entry(key)
             .or_insert_with(|| Bucket::full(now, SOURCE_RATE, SOURCE_BURST))
             .take(now, SOURCE_RATE, SOURCE_BURST)
+    }
+}
+
+/// An unknown source's rate key: an IPv4 address (also when mapped into IPv6), or an IPv6 /64.
+fn address_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut o = a.octets();
+                o[8..].fill(0);
+                IpAddr::V6(o.into())
+            }
+        },
+        v4 => v4,
     }
 }
 
@@ -445,7 +479,7 @@ mod tests {
     fn load(g: &mut CookieGuard, keys: &CookieKeys, now: Instant) {
         for i in 0..LOAD_BURST {
             let d = init(keys, i as u32, None);
-            assert_eq!(g.check(now, src(9), &d), Verdict::Pass);
+            assert_eq!(g.check(now, src(9), false, &d), Verdict::Pass);
         }
     }
 
@@ -478,19 +512,22 @@ mod tests {
         let mut d = init(&keys, 1, None);
         let last = d.len() - 20;
         d[last] ^= 1;
-        assert_eq!(g.check(at(0), src(1), &d), Verdict::Drop);
+        assert_eq!(g.check(at(0), src(1), false, &d), Verdict::Drop);
         let stranger = CookieKeys::new(&PrivateKey([9; 32]).public_key());
         assert_eq!(
-            g.check(at(0), src(1), &init(&stranger, 1, None)),
+            g.check(at(0), src(1), false, &init(&stranger, 1, None)),
             Verdict::Drop
         );
         assert_eq!(g.counters().bad_mac, 2);
-        assert_eq!(g.check(at(0), src(1), b"garbage"), Verdict::Pass);
-        assert_eq!(g.check(at(0), src(1), &init(&keys, 1, None)), Verdict::Pass);
+        assert_eq!(g.check(at(0), src(1), false, b"garbage"), Verdict::Pass);
+        assert_eq!(
+            g.check(at(0), src(1), false, &init(&keys, 1, None)),
+            Verdict::Pass
+        );
         assert_eq!(g.counters().passed, 1);
         // Wrong MACs do not count towards the load.
         for _ in 0..10 * LOAD_BURST {
-            assert_eq!(g.check(at(1), src(1), &d), Verdict::Drop);
+            assert_eq!(g.check(at(1), src(1), false, &d), Verdict::Drop);
         }
         assert!(!g.under_load(at(1)));
     }
@@ -502,7 +539,7 @@ mod tests {
         load(&mut g, &keys, at(0));
         assert!(!g.under_load(at(0)));
         let first = init(&keys, 77, None);
-        let Verdict::Reply(reply) = g.check(at(0), src(4000), &first) else {
+        let Verdict::Reply(reply) = g.check(at(0), src(4000), false, &first) else {
             panic!("under load: a cookie reply");
         };
         assert!(g.under_load(at(0)));
@@ -524,21 +561,61 @@ mod tests {
         assert_eq!(keys.open_cookie(&[0; 16], &nonce, &cookie), None);
         let c = keys.open_cookie(&mac1, &nonce, &cookie).expect("opens");
         let retry = init(&keys, 78, Some(&c));
-        assert_eq!(g.check(at(0), src(4000), &retry), Verdict::Pass);
+        assert_eq!(g.check(at(0), src(4000), false, &retry), Verdict::Pass);
         // The cookie is bound to the address and port it was sent to.
         assert!(matches!(
-            g.check(at(0), src(4001), &retry),
+            g.check(at(0), src(4001), false, &retry),
             Verdict::Reply(_)
         ));
         let elsewhere = SocketAddr::from(([192, 0, 2, 2], 4000));
         assert!(matches!(
-            g.check(at(0), elsewhere, &retry),
+            g.check(at(0), elsewhere, false, &retry),
             Verdict::Reply(_)
         ));
         // Out of load a second after the last initiation that found it so.
         assert!(g.under_load(at(999)));
         assert!(!g.under_load(at(1000)));
-        assert_eq!(g.check(at(1000), src(1), &first), Verdict::Pass);
+        assert_eq!(g.check(at(1000), src(1), false, &first), Verdict::Pass);
+    }
+
+    /// A neighbour behind the client's address (carrier-grade NAT) that holds cookies of its
+    /// own uses up the address's rate; a source the server has authenticated traffic from has
+    /// its own, and is never refused for a full table.
+    #[test]
+    fn a_known_source_keeps_its_own_rate_under_load() {
+        let keys = CookieKeys::new(&responder());
+        let mut g = CookieGuard::new(&responder(), at(0), [7; 32]);
+        load(&mut g, &keys, at(0));
+        let cookie_for = |g: &mut CookieGuard, s: SocketAddr, known: bool| {
+            let d = init(&keys, 1, None);
+            let Verdict::Reply(r) = g.check(at(0), s, known, &d) else {
+                panic!("a cookie reply");
+            };
+            let Ok(Outer::CookieReply { nonce, cookie, .. }) = Outer::parse(&r) else {
+                panic!();
+            };
+            let mac1: [u8; 16] = d[d.len() - 32..d.len() - 16].try_into().unwrap();
+            keys.open_cookie(&mac1, &nonce, &cookie).unwrap()
+        };
+        let (client, neighbour) = (src(7000), src(7001));
+        let cn = cookie_for(&mut g, neighbour, false);
+        let from_neighbour = init(&keys, 2, Some(&cn));
+        while g.check(at(0), neighbour, false, &from_neighbour) == Verdict::Pass {}
+        let cc = cookie_for(&mut g, client, true);
+        let from_client = init(&keys, 3, Some(&cc));
+        // As an unknown source the client would share the neighbour's empty bucket.
+        assert_eq!(g.check(at(0), client, false, &from_client), Verdict::Drop);
+        assert_eq!(g.check(at(0), client, true, &from_client), Verdict::Pass);
+        // Fill the table with other addresses: the known source still gets in.
+        for i in 0..MAX_SOURCES as u32 {
+            let _ = g.source_allows(
+                at(0),
+                SourceKey::Address(IpAddr::V4((i + 1).to_be_bytes().into())),
+            );
+        }
+        let other = SocketAddr::from(([198, 51, 100, 5], 9));
+        assert!(!g.source_allows(at(0), SourceKey::Address(other.ip())));
+        assert!(g.source_allows(at(0), SourceKey::Known(other)));
     }
 
     #[test]
@@ -548,7 +625,7 @@ mod tests {
         load(&mut g, &keys, at(0));
         let cookie_for = |g: &mut CookieGuard, s: SocketAddr, now| {
             let d = init(&keys, 1, None);
-            let Verdict::Reply(r) = g.check(now, s, &d) else {
+            let Verdict::Reply(r) = g.check(now, s, false, &d) else {
                 panic!("a cookie reply");
             };
             let Ok(Outer::CookieReply { nonce, cookie, .. }) = Outer::parse(&r) else {
@@ -561,30 +638,33 @@ mod tests {
         let c = cookie_for(&mut g, a, at(0));
         let good = init(&keys, 2, Some(&c));
         let passed = (0..20)
-            .filter(|_| g.check(at(0), a, &good) == Verdict::Pass)
+            .filter(|_| g.check(at(0), a, false, &good) == Verdict::Pass)
             .count() as u64;
         assert_eq!(passed, SOURCE_BURST);
         assert_eq!(g.counters().rate_limited, 20 - SOURCE_BURST);
         // Another port of the same address shares the address's bucket.
         let b = src(5001);
         let cb = cookie_for(&mut g, b, at(0));
-        assert_eq!(g.check(at(0), b, &init(&keys, 3, Some(&cb))), Verdict::Drop);
+        assert_eq!(
+            g.check(at(0), b, false, &init(&keys, 3, Some(&cb))),
+            Verdict::Drop
+        );
         // 1 / SOURCE_RATE later there is one more token.
         let later = at(1000 / SOURCE_RATE);
-        assert_eq!(g.check(later, a, &good), Verdict::Pass);
-        assert_eq!(g.check(later, a, &good), Verdict::Drop);
+        assert_eq!(g.check(later, a, false, &good), Verdict::Pass);
+        assert_eq!(g.check(later, a, false, &good), Verdict::Drop);
         // An IPv6 source counts by its /64.
         let v6 = |last: u16| SocketAddr::from(([0x2001, 0xdb8, 0, 1, 0, 0, 0, last], 7000));
         let c6 = cookie_for(&mut g, v6(1), at(0));
         for _ in 0..SOURCE_BURST {
             assert_eq!(
-                g.check(at(0), v6(1), &init(&keys, 4, Some(&c6))),
+                g.check(at(0), v6(1), false, &init(&keys, 4, Some(&c6))),
                 Verdict::Pass
             );
         }
         let c6b = cookie_for(&mut g, v6(2), at(0));
         assert_eq!(
-            g.check(at(0), v6(2), &init(&keys, 5, Some(&c6b))),
+            g.check(at(0), v6(2), false, &init(&keys, 5, Some(&c6b))),
             Verdict::Drop
         );
     }
@@ -595,7 +675,7 @@ mod tests {
         let mut g = CookieGuard::new(&responder(), at(0), [4; 32]);
         load(&mut g, &keys, at(0));
         let d = init(&keys, 1, None);
-        let Verdict::Reply(r) = g.check(at(0), src(6000), &d) else {
+        let Verdict::Reply(r) = g.check(at(0), src(6000), false, &d) else {
             panic!();
         };
         let Ok(Outer::CookieReply { nonce, cookie, .. }) = Outer::parse(&r) else {
@@ -609,10 +689,10 @@ mod tests {
         while now < COOKIE_SECRET_LIFETIME.as_millis() as u64 + 1000 {
             now += 900;
             for _ in 0..LOAD_BURST {
-                let _ = g.check(at(now), src(9), &d);
+                let _ = g.check(at(now), src(9), false, &d);
             }
             assert!(g.under_load(at(now)));
-            let verdict = g.check(at(now), src(6000), &good);
+            let verdict = g.check(at(now), src(6000), false, &good);
             if now < COOKIE_SECRET_LIFETIME.as_millis() as u64 {
                 assert_eq!(verdict, Verdict::Pass, "at {now} ms");
             } else {
@@ -634,13 +714,13 @@ mod tests {
             let mut g = CookieGuard::new(&responder(), at(0), [6; 32]);
             if loaded {
                 load(&mut g, &keys, at(0));
-                let _ = g.check(at(0), src(9), &init(&keys, 1, None));
+                let _ = g.check(at(0), src(9), false, &init(&keys, 1, None));
             }
             let mut d = body;
             if as_init && d.len() >= 4 {
                 d[..4].copy_from_slice(&[1, 0x10, 0, 0]);
             }
-            let v = g.check(at(0), src(1), &d);
+            let v = g.check(at(0), src(1), false, &d);
             if as_init && d.len() >= 40 && !keys.mac1_ok(&d) {
                 proptest::prop_assert_eq!(v, Verdict::Drop);
             }
@@ -652,13 +732,19 @@ mod tests {
         let mut g = CookieGuard::new(&responder(), at(0), [5; 32]);
         for i in 0..MAX_SOURCES as u32 + 10 {
             assert_eq!(
-                g.source_allows(at(0), IpAddr::V4(i.to_be_bytes().into())),
+                g.source_allows(
+                    at(0),
+                    SourceKey::Address(IpAddr::V4(i.to_be_bytes().into()))
+                ),
                 (i as usize) < MAX_SOURCES
             );
         }
         assert_eq!(g.sources.len(), MAX_SOURCES);
         // A second later the idle buckets are forgotten.
-        assert!(g.source_allows(at(1000), IpAddr::V4([10, 0, 0, 1].into())));
+        assert!(g.source_allows(
+            at(1000),
+            SourceKey::Address(IpAddr::V4([10, 0, 0, 1].into()))
+        ));
         assert_eq!(g.sources.len(), 1);
     }
 }

@@ -376,6 +376,8 @@ struct PendingHandshake {
     mac1: [u8; outer::MAC_LEN],
     /// A cookie reply answered it: retry on the same path, with the cookie.
     cookie_replied: bool,
+    /// It carried a cookie already (a nonzero `mac2`).
+    had_cookie: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -569,7 +571,7 @@ impl Session {
         };
         s.instance = s.rng.next_u64();
         if let Some(p) = s.cfg.bond.clone() {
-            s.adopt_params(p, now, None);
+            s.adopt_params(p, now, None, false);
         }
         s
     }
@@ -601,8 +603,16 @@ impl Session {
     /// Run the bond `p`. A responder (`heard_on` = the handshake's path) starts with only that
     /// path in the rotation: it does not know where the others end until their first
     /// authenticated packet, and what it striped onto them before would be lost.
-    fn adopt_params(&mut self, p: BondParams, now: Instant, heard_on: Option<PathId>) {
-        if self.params.as_ref() == Some(&p) {
+    /// Sets the bond up for `p` (a fresh endpoint), unless it already runs `p` and `afresh` is
+    /// false. Paths other than `heard_on` (if given) stay out of the rotation until heard from.
+    fn adopt_params(
+        &mut self,
+        p: BondParams,
+        now: Instant,
+        heard_on: Option<PathId>,
+        afresh: bool,
+    ) {
+        if !afresh && self.params.as_ref() == Some(&p) {
             return;
         }
         match self.new_endpoint(&p) {
@@ -624,6 +634,8 @@ impl Session {
                     })
                     .collect();
                 self.endpoint = Some(e);
+                // Resends of the old bond's packets would reach a receiver that never knew them.
+                self.resend.clear();
                 self.retransmit = p.retransmit
                     && p.resequence == braid_proto::resequence::ResequenceMode::Sequence;
                 let n = if self.retransmit { self.paths.len() } else { 0 };
@@ -773,6 +785,7 @@ impl Session {
             path,
             mac1,
             cookie_replied: false,
+            had_cookie: cookie.is_some(),
         });
     }
 
@@ -836,10 +849,12 @@ impl Session {
         let Ok(mut state) = state else {
             return Err(self.drop(DropReason::BadHandshake));
         };
-        let mut payload = vec![0u8; 1024];
-        let Ok(n) = state.read_message(noise, &mut payload) else {
+        let mut buf = vec![0u8; 1024];
+        let Ok(n) = state.read_message(noise, &mut buf) else {
             return Err(self.drop(DropReason::BadHandshake));
         };
+        // Only what the peer sent: a short payload must fail the reads below, not slice past it.
+        let payload = &buf[..n];
         if state.get_remote_static() != Some(&self.cfg.peer_public_key.0[..]) {
             return Err(self.drop(DropReason::UnknownPeer));
         }
@@ -860,7 +875,7 @@ impl Session {
         else {
             return Err(self.drop(DropReason::BadParams));
         };
-        let params = match BondParams::decode(&payload[16..n]) {
+        let params = match BondParams::decode(&payload[16..]) {
             Ok(p) => p,
             Err(_) => return Err(self.drop(DropReason::BadParams)),
         };
@@ -881,12 +896,10 @@ impl Session {
             return Err(self.drop(DropReason::BadHandshake));
         };
         self.last_init_timestamp = ts;
-        if self.note_peer_instance(instance) {
-            // The client restarted: its striper and receiver start from zero, so the bond
-            // starts afresh here too, even with the same parameters (a rekey keeps them).
-            self.params = None;
-        }
-        self.adopt_params(params, now, Some(path));
+        // The client restarted: its striper and receiver start from zero, so the bond starts
+        // afresh here too, even with the same parameters (a rekey keeps them).
+        let restarted = self.note_peer_instance(instance);
+        self.adopt_params(params, now, Some(path), restarted);
         let keys = self.new_keyset(now, local_index, sender_index, transport);
         self.install_keys(now, keys);
         let outer = Outer::HandshakeResponse {
@@ -960,7 +973,10 @@ impl Session {
         let Some(cookie) = self.cookie_keys.open_cookie(&pending.mac1, nonce, sealed) else {
             return Err(self.drop(DropReason::BadHandshake));
         };
-        pending.cookie_replied = true;
+        // Stay on the path for the retry only if this initiation had no cookie yet: a cookie
+        // reply to one that had (a secret rotated, or a reply forged by someone who sees this
+        // path's initiations) must not keep the handshake off the other paths.
+        pending.cookie_replied = !pending.had_cookie;
         if let Some(p) = self.paths.get_mut(path.index()) {
             p.cookie = Some((now, cookie));
         }
@@ -2087,6 +2103,43 @@ const ALL_REASONS: [DropReason; DROP_REASONS] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An initiation from the configured peer, authenticated, whose payload is too short for a
+    /// timestamp, an instance and bond parameters: refused, never a panic (the peer may be a
+    /// proxy's client, and a panic would take every client's tunnel down).
+    #[test]
+    fn a_short_authenticated_initiation_payload_is_refused() {
+        let ck = PrivateKey::from_random([1; 32]);
+        let sk = PrivateKey::from_random([2; 32]);
+        for len in [0usize, 7, 8, 12, 15, 16] {
+            let mut server = Session::new(
+                SessionConfig::new(Role::Responder, sk.clone(), ck.public_key(), None),
+                Instant::ZERO,
+                [4; 32],
+                0,
+            );
+            let (server_key, pro) = (sk.public_key(), prologue(PathId(0), 9));
+            let mut state = snow::Builder::with_resolver(
+                PATTERN.parse().unwrap(),
+                Box::new(SeededResolver::new([5; 32])),
+            )
+            .local_private_key(&ck.0)
+            .and_then(|b| b.remote_public_key(&server_key.0))
+            .and_then(|b| b.prologue(&pro))
+            .and_then(|b| b.build_initiator())
+            .unwrap();
+            let payload: Vec<u8> = (0..len).map(|i| if i < 8 { 0xFF } else { 0 }).collect();
+            let mut msg = vec![0u8; 1024];
+            let n = state.write_message(&payload, &mut msg).unwrap();
+            let (d, _) =
+                CookieKeys::new(&sk.public_key()).initiation(PathId(0), 9, &msg[..n], None);
+            assert_eq!(
+                server.handle_datagram(Instant::ZERO, None, &d),
+                Err(DropReason::BadParams),
+                "{len}-byte payload"
+            );
+        }
+    }
 
     #[test]
     fn handshake_responses_round_trip_and_garbage_is_refused() {

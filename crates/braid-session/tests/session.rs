@@ -203,7 +203,7 @@ impl Net {
             };
             for (_, p, to_server, bytes) in due {
                 if let (true, Some(g)) = (to_server, &mut self.guard) {
-                    match g.check(self.now, client_source(p), &bytes) {
+                    match g.check(self.now, client_source(p), false, &bytes) {
                         Verdict::Pass => {}
                         Verdict::Drop => continue,
                         Verdict::Reply(r) => {
@@ -447,6 +447,8 @@ fn rekey_keeps_traffic_flowing() {
 fn a_restarted_server_is_found_again_quickly() {
     let mut net = Net::new(2, ResequenceMode::Sequence);
     net.established();
+    // Traffic both ways first, so both stripers are past sequence number zero.
+    send_both_ways(&mut net, 300);
     // The server restarts: same keys, no session state.
     let ck = PrivateKey::from_random([1; 32]);
     let sk = PrivateKey::from_random([2; 32]);
@@ -464,6 +466,19 @@ fn a_restarted_server_is_found_again_quickly() {
     assert!(net.server.is_established());
     assert_eq!(net.client.status().peer_restarts, 1);
     both_ways_again(&mut net);
+}
+
+/// `n` packets each way, all delivered.
+fn send_both_ways(net: &mut Net, n: u32) {
+    let (up, down) = (net.to_server.len(), net.to_client.len());
+    for i in 0..n {
+        net.client.send(net.now, &packet(i, 300));
+        net.server.send(net.now, &packet(i, 300));
+        net.step(Duration::from_millis(1));
+    }
+    net.step(Duration::from_millis(200));
+    assert_eq!(net.to_server.len(), up + n as usize);
+    assert_eq!(net.to_client.len(), down + n as usize);
 }
 
 /// After one end restarted, traffic flows both ways from where the bond started afresh.
@@ -488,13 +503,8 @@ fn both_ways_again(net: &mut Net) {
 fn a_restarted_client_carries_traffic_both_ways_again() {
     let mut net = Net::new(2, ResequenceMode::Sequence);
     net.established();
-    for i in 0..300 {
-        net.client.send(net.now, &packet(i, 300));
-        net.server.send(net.now, &packet(i, 300));
-        net.step(Duration::from_millis(1));
-    }
-    net.step(Duration::from_millis(200));
-    assert_eq!(net.to_client.len(), 300);
+    send_both_ways(&mut net, 300);
+    let old_init = net.captured[0].1.clone();
     net.client = Session::new(
         client_config(params(2, ResequenceMode::Sequence)),
         net.now,
@@ -503,6 +513,12 @@ fn a_restarted_client_carries_traffic_both_ways_again() {
     );
     net.step(Duration::from_millis(200));
     assert!(net.client.is_established());
+    assert_eq!(net.server.status().peer_restarts, 1);
+    // A replay of the old instance's initiation is stale, not another restart.
+    assert_eq!(
+        net.server.handle_datagram(net.now, None, &old_init),
+        Err(DropReason::StaleInitiation)
+    );
     assert_eq!(net.server.status().peer_restarts, 1);
     both_ways_again(&mut net);
     // A rekey is not a restart: the bond goes on.
@@ -1647,8 +1663,9 @@ fn accelerated_tcp_queues_in_its_qos_class_behind_voice() {
 
 /// A flood of initiations that know the server's key (good `mac1`) from one address, as the
 /// daemon's guard sees it: the guard comes under load and answers the client's first
-/// initiation with a cookie; the client's retry on the same path carries `mac2` and the session
-/// is established; none of the flood reaches the session.
+/// initiation with a cookie; the client's retry a second later, on the same path, carries
+/// `mac2` and the session is established; the guard passes none of the flood after its first
+/// burst.
 #[test]
 fn under_a_handshake_flood_the_client_gets_in_with_a_cookie() {
     let server_pub = PrivateKey::from_random([2; 32]).public_key();
@@ -1662,7 +1679,7 @@ fn under_a_handshake_flood_the_client_gets_in_with_a_cookie() {
     for step in 0..50u64 {
         let g = net.guard.as_mut().unwrap();
         for _ in 0..LOAD_BURST {
-            let v = g.check(net.now, attacker, &flood);
+            let v = g.check(net.now, attacker, false, &flood);
             assert!(v == Verdict::Pass || matches!(v, Verdict::Reply(_)));
         }
         net.step(Duration::from_millis(100));
@@ -1671,9 +1688,13 @@ fn under_a_handshake_flood_the_client_gets_in_with_a_cookie() {
         }
     }
     let g = net.guard.as_ref().unwrap().counters();
-    assert!(established_at.is_some(), "{g:?}");
+    // One cookie reply, then the retry (handshake_retry: 1 s) on the same path gets in.
+    assert!(
+        established_at.is_some_and(|s| s <= 11),
+        "{established_at:?} {g:?}"
+    );
     assert!(net.server.is_established());
-    assert!(net.client.status().cookie_replies >= 1);
+    assert_eq!(net.client.status().cookie_replies, 1);
     assert!(g.load_events >= 1 && g.cookies_sent > 1000, "{g:?}");
     // The flood got through only while the guard was not yet under load (its first burst).
     assert!(g.passed <= LOAD_BURST + 10, "{g:?}");
@@ -1683,4 +1704,73 @@ fn under_a_handshake_flood_the_client_gets_in_with_a_cookie() {
     }
     net.step(Duration::from_millis(300));
     assert_eq!(net.to_server.len(), 20);
+}
+
+/// A cookie reply keeps the client's retry on its path once: a reply to an initiation that
+/// already carried a cookie (a secret rotated, or a reply forged by someone who sees that
+/// path) lets the retries go round the paths again, and a reply that names another path than
+/// its initiation's is refused.
+#[test]
+fn a_cookie_reply_steers_the_retry_at_most_once() {
+    let server_pub = PrivateKey::from_random([2; 32]).public_key();
+    let mut client = session(client_config(params(2, ResequenceMode::Sequence)), 3);
+    let mut buf = vec![0u8; 2048];
+    let mut init_on = |c: &mut Session, now: Instant| {
+        (0..2).find_map(|p| {
+            c.poll_transmit(now, PathId(p), &mut buf)
+                .map(|n| (p, buf[..n].to_vec()))
+        })
+    };
+    let (flood, _) = CookieKeys::new(&server_pub).initiation(PathId(0), 1, &[0x55; 100], None);
+    let load = |g: &mut CookieGuard, now: Instant| {
+        for _ in 0..=LOAD_BURST {
+            let _ = g.check(now, client_source(9), false, &flood);
+        }
+        assert!(g.under_load(now));
+    };
+    let loaded = |seed: u8, now: Instant| {
+        let mut g = CookieGuard::new(&server_pub, now, [seed; 32]);
+        load(&mut g, now);
+        g
+    };
+    let mut guard = loaded(1, Instant::ZERO);
+    client.handle_timeout(Instant::ZERO);
+    let (p, init) = init_on(&mut client, Instant::ZERO).expect("an initiation");
+    let Verdict::Reply(reply) = guard.check(Instant::ZERO, client_source(p as usize), false, &init)
+    else {
+        panic!("under load: a cookie reply");
+    };
+    // The same reply with another path's number, on that path: refused.
+    let mut moved = reply;
+    moved[2] = 1 - p;
+    assert_eq!(
+        client.handle_datagram(Instant::ZERO, Some(PathId(1 - p)), &moved),
+        Err(DropReason::UnexpectedHandshake)
+    );
+    assert!(client
+        .handle_datagram(Instant::ZERO, Some(PathId(p)), &reply)
+        .is_ok());
+    assert_eq!(client.status().cookie_replies, 1);
+    // The retry goes out on the same path, with mac2.
+    let t1 = Instant::ZERO + Duration::from_millis(1001);
+    client.handle_timeout(t1);
+    let (p1, retry) = init_on(&mut client, t1).expect("a retry");
+    assert_eq!(p1, p);
+    assert_ne!(&retry[retry.len() - 16..], &[0u8; 16], "mac2 is set");
+    load(&mut guard, t1);
+    assert_eq!(
+        guard.check(t1, client_source(p as usize), false, &retry),
+        Verdict::Pass
+    );
+    // Another cookie reply to that retry (another guard: another secret) is kept, but the
+    // next retry moves on to the other path.
+    let Verdict::Reply(again) = loaded(2, t1).check(t1, client_source(p as usize), false, &retry)
+    else {
+        panic!("a cookie reply");
+    };
+    assert!(client.handle_datagram(t1, Some(PathId(p)), &again).is_ok());
+    let t2 = t1 + Duration::from_millis(1001);
+    client.handle_timeout(t2);
+    let (p2, _) = init_on(&mut client, t2).expect("a retry");
+    assert_eq!(p2, 1 - p);
 }

@@ -1374,10 +1374,8 @@ fn a_handshake_flood_gets_cookies_and_a_restarted_client_still_gets_in() {
                 // Initiations in bursts of ten every 5 ms (at most 2,000 a second), each with
                 // its own index and a good mac1.
                 for _ in 0..10 {
-                    let mut d = vec![0x33u8; 160];
-                    d[..4].copy_from_slice(&[1, 0x10, 0, 0]);
-                    d[4..8].copy_from_slice(&(sent as u32).to_be_bytes());
-                    keys.seal_init(&mut d, None);
+                    let (d, _) =
+                        keys.initiation(braid_proto::PathId(0), sent as u32, &[0x33; 120], None);
                     let _ = s.send_to(&d, target);
                     sent += 1;
                 }
