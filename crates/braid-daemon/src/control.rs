@@ -5,7 +5,7 @@
 //! `path up NAME` / `path down NAME`.
 
 use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::Duration;
@@ -20,6 +20,23 @@ pub enum Command {
         /// Whether it may carry traffic.
         enabled: bool,
     },
+}
+
+/// Binds the control socket at `path` (replacing a stale socket of an earlier run), owner-only
+/// (mode 0600) from the moment it exists: bound under a umask that leaves the group and others
+/// nothing, whatever the daemon's umask.
+pub fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_file(path);
+    // SAFETY: umask only swaps the process's file-creation mask; it is put back at once. The
+    // daemon binds this before it starts any thread that creates files.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(path);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let listener = bound?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
 }
 
 /// Send `request` to the daemon behind `socket`; its answer, as JSON text.
@@ -152,5 +169,21 @@ mod tests {
         );
         assert!(answer("reboot", &snap, &tx, &paths).contains("unknown request"));
         assert!(rx.try_recv().is_err());
+    }
+
+    /// The socket is owner-only, and a stale one from an earlier run is replaced.
+    #[test]
+    fn the_control_socket_is_owner_only() {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        let dir = std::env::temp_dir().join(format!("braid-control-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.sock");
+        std::fs::write(&path, "stale").unwrap();
+        let _listener = bind_private(&path).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert!(UnixStream::connect(&path).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

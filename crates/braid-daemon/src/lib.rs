@@ -592,13 +592,13 @@ impl Daemon {
         if let Some(dir) = cfg.control_socket.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        let _ = std::fs::remove_file(&cfg.control_socket);
-        let control = std::os::unix::net::UnixListener::bind(&cfg.control_socket).map_err(|e| {
-            DaemonError::Control {
+        // Owner-only from the moment it can be connected to: the control socket takes
+        // commands that change the bond.
+        let control =
+            control::bind_private(&cfg.control_socket).map_err(|e| DaemonError::Control {
                 path: cfg.control_socket.display().to_string(),
                 err: e,
-            }
-        })?;
+            })?;
         let metrics = match cfg.prometheus {
             Some(addr) => Some(TcpListener::bind(addr).map_err(|e| DaemonError::Socket {
                 what: format!("the Prometheus endpoint {addr}"),
@@ -608,13 +608,6 @@ impl Daemon {
             None => None,
         };
         let snapshot = Arc::new(Mutex::new(String::from("{}")));
-        // Owner-only: the control socket takes commands that change the bond.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&cfg.control_socket, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| DaemonError::Control {
-                path: cfg.control_socket.display().to_string(),
-                err: e,
-            })?;
         let (command_tx, commands) = std::sync::mpsc::sync_channel(COMMAND_QUEUE);
         control::serve(control, snapshot.clone(), command_tx, names.clone());
         let metrics_text = metrics.map(|l| {

@@ -124,48 +124,53 @@ pub fn render(st: &Status) -> String {
             }
             reg.register(name, help, fam);
         };
-    per_peer(
-        &mut reg,
-        "established",
-        "1 once keys are established",
-        &|p| f64::from(u8::from(p.session.established)),
-    );
-    per_peer(
-        &mut reg,
-        "delivered_packets",
-        "Packets delivered to the TUN",
-        &|p| p.session.delivered_packets as f64,
-    );
-    per_peer(
-        &mut reg,
-        "lost_packets",
-        "Packets the receiver declared lost",
-        &|p| p.session.lost_packets as f64,
-    );
-    per_peer(
-        &mut reg,
-        "send_dropped_packets",
-        "Packets from the TUN the bond could not take",
-        &|p| p.session.send_dropped as f64,
-    );
-    per_peer(
-        &mut reg,
-        "nacks_sent",
-        "NACKs sent for gaps in the peer's per-path counters",
-        &|p| p.session.nacks_sent as f64,
-    );
-    per_peer(
-        &mut reg,
-        "retransmitted_packets",
-        "Data packets resent on the peer's NACKs",
-        &|p| p.session.retransmitted_packets as f64,
-    );
-    per_peer(
-        &mut reg,
-        "spoofed_packets",
-        "Packets from a client with a source address not its own (dropped)",
-        &|p| p.spoofed_packets as f64,
-    );
+    let peer_gauges: [PeerGauge; 10] = [
+        ("established", "1 once keys are established", |p| {
+            f64::from(u8::from(p.session.established))
+        }),
+        ("handshakes", "Handshakes completed", |p| {
+            p.session.handshakes as f64
+        }),
+        (
+            "peer_restarts",
+            "Handshakes from a peer that had restarted (the bond started afresh)",
+            |p| p.session.peer_restarts as f64,
+        ),
+        (
+            "cookie_replies",
+            "Cookie replies received: the server was under handshake load",
+            |p| p.session.cookie_replies as f64,
+        ),
+        ("delivered_packets", "Packets delivered to the TUN", |p| {
+            p.session.delivered_packets as f64
+        }),
+        ("lost_packets", "Packets the receiver declared lost", |p| {
+            p.session.lost_packets as f64
+        }),
+        (
+            "send_dropped_packets",
+            "Packets from the TUN the bond could not take",
+            |p| p.session.send_dropped as f64,
+        ),
+        (
+            "nacks_sent",
+            "NACKs sent for gaps in the peer's per-path counters",
+            |p| p.session.nacks_sent as f64,
+        ),
+        (
+            "retransmitted_packets",
+            "Data packets resent on the peer's NACKs",
+            |p| p.session.retransmitted_packets as f64,
+        ),
+        (
+            "spoofed_packets",
+            "Packets from a client with a source address not its own (dropped)",
+            |p| p.spoofed_packets as f64,
+        ),
+    ];
+    for (name, help, value) in peer_gauges {
+        per_peer(&mut reg, name, help, &value);
+    }
     let scalar = |reg: &mut Registry, name: &str, help: &str, v: f64| {
         let g = F64Gauge::default();
         g.set(v);
@@ -325,6 +330,9 @@ pub fn render(st: &Status) -> String {
     let _ = encode(&mut out, &reg);
     out
 }
+
+/// A per-peer gauge: its name, its help text and its value.
+type PeerGauge = (&'static str, &'static str, fn(&crate::PeerStatus) -> f64);
 
 /// Serve the latest metrics text over HTTP from a thread (any request gets the metrics).
 pub(crate) fn serve(

@@ -93,7 +93,7 @@ impl Bed {
         self.server_public = sp.clone();
         let server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:7000\"\n\
-             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"{v6s}]\noffload = {offload}\n[control]\nsocket = \"{}/s.sock\"\n",
+             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"{v6s}]\noffload = {offload}\n[control]\nsocket = \"{}/s.sock\"\nprometheus = \"127.0.0.1:9477\"\n",
             self.dir.display(),
             v6s = if self.tcp { ", \"fd77::1/64\"" } else { "" },
             offload = self.offload
@@ -1421,6 +1421,31 @@ fn a_handshake_flood_gets_cookies_and_a_restarted_client_still_gets_in() {
     // Past the first burst, the flood did not reach the handshake: what passed is that burst
     // and the clients' own initiations.
     assert!(passed < 200, "{passed} initiations passed: {st}");
+    // The metrics say so too.
+    let metrics = in_ns(&bed.ns("s"), || {
+        let mut s = TcpStream::connect("127.0.0.1:9477").unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    })
+    .join()
+    .unwrap();
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert!(
+        value("braid_handshake_cookies_sent").is_some_and(|v| v > 0.0),
+        "{metrics}"
+    );
+    assert!(
+        value("braid_peer_restarts").is_some_and(|v| v >= 1.0),
+        "{metrics}"
+    );
     both_ways(&bed, 1 << 20, 1 << 20);
 }
 
