@@ -318,6 +318,8 @@ struct Daemon {
     send_errors: u64,
     unrouted: u64,
     unclaimed: u64,
+    /// Warnings about what peers send (and a client's handshake that does not complete).
+    warnings: Warnings,
     /// Server: checks every initiation's MACs before any Diffie-Hellman work, and under load
     /// answers with cookies (`braid_session::cookie`).
     guard: Option<CookieGuard>,
@@ -338,6 +340,53 @@ pub(crate) fn sock_index(role: Role, path: usize) -> usize {
         Role::Initiator => path,
         Role::Responder => 0,
     }
+}
+
+/// How often one kind of warning may be said.
+const WARN_EVERY: braid_proto::time::Duration = braid_proto::time::Duration::from_secs(60);
+
+/// Warnings about what peers send, each kind said at most once a minute.
+#[derive(Default)]
+struct Warnings {
+    last: std::collections::HashMap<&'static str, Instant>,
+}
+
+impl Warnings {
+    /// Whether a warning of this kind may be said now.
+    fn due(&self, now: Instant, kind: &str) -> bool {
+        self.last
+            .get(kind)
+            .is_none_or(|&t| now.saturating_duration_since(t) >= WARN_EVERY)
+    }
+
+    /// Says `message` unless a warning of this kind was said less than a minute ago.
+    fn say(&mut self, now: Instant, kind: &'static str, message: impl FnOnce() -> String) {
+        if self.due(now, kind) {
+            self.last.insert(kind, now);
+            eprintln!("braid: {} (said at most once a minute)", message());
+        }
+    }
+}
+
+/// Warns about a handshake a session refused for a reason its sender can fix.
+fn warn_drop(w: &mut Warnings, now: Instant, why: braid_session::DropReason, from: SocketAddr) {
+    use braid_session::DropReason as R;
+    let (kind, what) = match why {
+        R::UnknownPeer => (
+            "unknown_peer",
+            "is from a key that is not `peer_public_key`: set it to that client's `braid pubkey`, or fix the client's `private_key`",
+        ),
+        R::StaleInitiation => (
+            "stale_initiation",
+            "is not newer than the last one accepted: a replay, or the client's clock went back (keep it synchronised; security.md)",
+        ),
+        R::BadParams => (
+            "bad_params",
+            "carries bond parameters this server refuses: a client of another braid release?",
+        ),
+        _ => return,
+    };
+    w.say(now, kind, || format!("a handshake from {from} {what}"));
 }
 
 /// A server's handshake guard (`braid_session::cookie`), seeded from the OS; none on a client.
@@ -755,6 +804,7 @@ impl Daemon {
             send_errors: 0,
             unrouted: 0,
             unclaimed: 0,
+            warnings: Warnings::default(),
             guard,
             tun_readable: true,
             rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
@@ -825,6 +875,7 @@ impl Daemon {
                 p.session.handle_timeout(now);
                 p.ptcp.handle_timeout(now);
             }
+            self.warn_no_handshake(now);
             self.adopt_mtu();
             self.adopt_addresses();
             self.install_tcp_rules();
@@ -837,6 +888,37 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// Client: says, once a minute while no handshake has completed (from 5 s after the
+    /// start), why that may be.
+    fn warn_no_handshake(&mut self, now: Instant) {
+        let since_start = now.saturating_duration_since(Instant::ZERO);
+        if self.cfg.role != Role::Initiator
+            || self.any_established()
+            || since_start < braid_proto::time::Duration::from_secs(5)
+            || !self.warnings.due(now, "no_handshake")
+        {
+            return;
+        }
+        let st = self.peers[0].session.status();
+        let failed = st
+            .dropped
+            .iter()
+            .find(|(r, _)| *r == braid_session::DropReason::BadHandshake)
+            .map_or(0, |&(_, n)| n);
+        let why = if st.cookie_replies > 0 {
+            "the server is under a handshake flood and answered with cookies; retrying with them"
+                .to_owned()
+        } else if failed > 0 {
+            format!("{failed} answers from the server failed authentication: `peer_public_key` is not the server's public key (`braid pubkey` of its private key)")
+        } else {
+            "no answer from the server: check that `braid up` runs there (braid v5: an older release does not answer this one), that the paths' `remote` address and port reach it (a firewall must let UDP through), and that the keys match: this config's `peer_public_key` must be the server's public key, and the server's `peer_public_key` (or a [[client]]'s `public_key`) this client's".to_owned()
+        };
+        let secs = since_start.as_secs();
+        self.warnings.say(now, "no_handshake", || {
+            format!("no handshake with the server after {secs} s: {why}")
+        });
     }
 
     /// Carry out what the control socket asked.
@@ -1188,9 +1270,18 @@ impl Daemon {
                     at = end;
                     if let Some(g) = &mut self.guard {
                         let known = self.peers.iter().any(|p| p.addrs.contains(&Some(m.addr)));
+                        let bad_mac = g.counters().bad_mac;
                         match g.check(now, m.addr, known, datagram) {
                             Verdict::Pass => {}
-                            Verdict::Drop => continue,
+                            Verdict::Drop => {
+                                if g.counters().bad_mac > bad_mac {
+                                    self.warnings.say(now, "bad_mac", || format!(
+                                        "a handshake from {} is not meant for this server's key (its mac1): a client whose `peer_public_key` is not this server's public key (`braid pubkey` of its private key), or of a braid release before v5",
+                                        m.addr
+                                    ));
+                                }
+                                continue;
+                            }
                             Verdict::Reply(reply) => {
                                 let sent =
                                     self.sockets[i].as_ref().map(|s| s.send_to(&reply, m.addr));
@@ -1203,10 +1294,26 @@ impl Daemon {
                     }
                     let Some(c) = self.claim(datagram) else {
                         self.unclaimed += 1;
+                        if self.warnings.due(now, "unknown_client") {
+                            // A proxy: an initiation whose key is no `[[client]]`'s.
+                            if let Some(key) =
+                                braid_session::initiator_key(&self.cfg.private_key, datagram)
+                            {
+                                self.warnings.say(now, "unknown_client", || format!(
+                                    "a handshake from {} is from the key {}, which is no [[client]]'s `public_key`: add a [[client]] with it, or fix the client's key",
+                                    m.addr,
+                                    key.to_base64()
+                                ));
+                            }
+                        }
                         continue;
                     };
                     let peer = &mut self.peers[c];
-                    if let Ok(path) = peer.session.handle_datagram(now, arrived_on, datagram) {
+                    let handled = peer.session.handle_datagram(now, arrived_on, datagram);
+                    if let Err(why) = handled {
+                        warn_drop(&mut self.warnings, now, why, m.addr);
+                    }
+                    if let Ok(path) = handled {
                         if self.cfg.role == Role::Responder {
                             let p = path.index();
                             if peer.addrs.len() <= p {

@@ -1077,6 +1077,8 @@ struct Proxy {
     tag: String,
     dir: PathBuf,
     children: Vec<Child>,
+    /// The server's public key (base64), once `up` made it.
+    server_public: String,
 }
 
 impl Proxy {
@@ -1093,6 +1095,7 @@ impl Proxy {
             tag,
             dir,
             children: Vec::new(),
+            server_public: String::new(),
         };
         let (a, b, s) = (p.ns("a"), p.ns("b"), p.ns("s"));
         for ns in [&a, &b, &s] {
@@ -1123,6 +1126,7 @@ impl Proxy {
         let (ak, ap) = key();
         let (bk, bp) = key();
         let (sk, sp) = key();
+        self.server_public = sp.clone();
         let dir = self.dir.display().to_string();
         let server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\nlisten = \"0.0.0.0:7000\"\n\
@@ -1250,6 +1254,29 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     }
     assert_eq!(peers[0]["session"]["paths"].as_array().unwrap().len(), 2);
     assert_eq!(peers[1]["session"]["paths"].as_array().unwrap().len(), 1);
+    // A client whose key is no [[client]]'s: the server names the key.
+    let (stranger, stranger_public) = key();
+    let config = format!(
+        "role = \"client\"\nprivate_key = \"{stranger}\"\npeer_public_key = \"{}\"\n\
+         [interface]\nname = \"braid1\"\naddress = [\"10.78.9.2/30\"]\n[control]\nsocket = \"{}/x.sock\"\n\
+         [[path]]\nlocal = \"10.81.1.1\"\nremote = \"10.81.1.2:7000\"\nrate_mbit = 10\n",
+        p.server_public,
+        p.dir.display()
+    );
+    std::fs::write(p.dir.join("x.toml"), config).unwrap();
+    p.children.push(start_daemon(&a, &p.dir, "x"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let told = || {
+        std::fs::read_to_string(p.dir.join("s.log"))
+            .unwrap_or_default()
+            .contains(&format!(
+                "is from the key {stranger_public}, which is no [[client]]'s"
+            ))
+    };
+    while Instant::now() < deadline && !told() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(told(), "{}", p.logs());
 }
 
 #[test]
@@ -1463,5 +1490,55 @@ fn a_restarted_client_carries_traffic_both_ways_again() {
         "no handshake after the restart: {}",
         bed.logs()
     );
+    both_ways(&bed, 1 << 20, 1 << 20);
+}
+
+/// A client told the wrong server key, and one whose own key the server does not know: each
+/// end says what is wrong and how to fix it (the client after 5 s without a handshake; the
+/// server when it drops their initiations), instead of staying silent.
+#[test]
+fn a_misconfigured_client_and_the_server_say_what_is_wrong() {
+    need_root!();
+    let mut bed = Bed::new(13);
+    bed.up(None);
+    let (stranger_key, _) = key();
+    let (_, not_the_server) = key();
+    let server = bed.server_public.clone();
+    for (n, private, server_key) in [
+        (1, stranger_key.clone(), not_the_server),
+        (2, stranger_key, server),
+    ] {
+        let config = format!(
+            "role = \"client\"\nprivate_key = \"{private}\"\npeer_public_key = \"{server_key}\"\n\
+             [interface]\nname = \"braid{n}\"\naddress = [\"10.7{n}.9.2/30\"]\n[control]\nsocket = \"{dir}/x{n}.sock\"\n\
+             [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\nrate_mbit = 10\n",
+            dir = bed.dir.display()
+        );
+        std::fs::write(bed.dir.join(format!("x{n}.toml")), config).unwrap();
+        let child = start_daemon(&bed.ns("c"), &bed.dir, &format!("x{n}"));
+        bed.children.push(child);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let said = |side: &str, what: &str| {
+        std::fs::read_to_string(bed.dir.join(format!("{side}.log")))
+            .unwrap_or_default()
+            .contains(what)
+    };
+    while Instant::now() < deadline
+        && !(said("x1", "no handshake with the server after 5 s")
+            && said("x2", "no handshake with the server after 5 s"))
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let logs = logs(&bed.dir, &["s", "x1", "x2"]);
+    for (side, what) in [
+        ("x1", "check that `braid up` runs there"),
+        ("x2", "check that `braid up` runs there"),
+        ("s", "is not meant for this server's key"),
+        ("s", "is from a key that is not `peer_public_key`"),
+    ] {
+        assert!(said(side, what), "{side}: {what}\n{logs}");
+    }
+    // The bond itself is untouched.
     both_ways(&bed, 1 << 20, 1 << 20);
 }
