@@ -26,7 +26,6 @@ pub enum Command {
 /// (mode 0600) from the moment it exists: bound under a umask that leaves the group and others
 /// nothing, whatever the daemon's umask.
 pub fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
-    use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::remove_file(path);
     // SAFETY: umask only swaps the process's file-creation mask; it is put back at once. The
     // daemon binds this before it starts any thread that creates files.
@@ -34,9 +33,7 @@ pub fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
     let bound = UnixListener::bind(path);
     // SAFETY: as above.
     unsafe { libc::umask(old) };
-    let listener = bound?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
+    bound
 }
 
 /// Send `request` to the daemon behind `socket`; its answer, as JSON text.

@@ -320,6 +320,8 @@ struct Daemon {
     unclaimed: u64,
     /// Warnings about what peers send (and a client's handshake that does not complete).
     warnings: Warnings,
+    /// Client: the session's cookie replies when the last "no handshake" warning was said.
+    warned_cookie_replies: u64,
     /// Server: checks every initiation's MACs before any Diffie-Hellman work, and under load
     /// answers with cookies (`braid_session::cookie`).
     guard: Option<CookieGuard>,
@@ -805,6 +807,7 @@ impl Daemon {
             unrouted: 0,
             unclaimed: 0,
             warnings: Warnings::default(),
+            warned_cookie_replies: 0,
             guard,
             tun_readable: true,
             rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
@@ -901,19 +904,13 @@ impl Daemon {
         {
             return;
         }
-        let st = self.peers[0].session.status();
-        let failed = st
-            .dropped
-            .iter()
-            .find(|(r, _)| *r == braid_session::DropReason::BadHandshake)
-            .map_or(0, |&(_, n)| n);
-        let why = if st.cookie_replies > 0 {
-            "the server is under a handshake flood and answered with cookies; retrying with them"
-                .to_owned()
-        } else if failed > 0 {
-            format!("{failed} answers from the server failed authentication: `peer_public_key` is not the server's public key (`braid pubkey` of its private key)")
+        // Cookie replies since the last warning: the server is there, but under a flood.
+        let cookies = self.peers[0].session.status().cookie_replies;
+        let new_cookies = cookies > std::mem::replace(&mut self.warned_cookie_replies, cookies);
+        let why = if new_cookies {
+            "the server is under a handshake flood and answers with cookies; retrying with them"
         } else {
-            "no answer from the server: check that `braid up` runs there (braid v5: an older release does not answer this one), that the paths' `remote` address and port reach it (a firewall must let UDP through), and that the keys match: this config's `peer_public_key` must be the server's public key, and the server's `peer_public_key` (or a [[client]]'s `public_key`) this client's".to_owned()
+            "no answer from the server: check that `braid up` runs there (braid v5: an older release does not answer this one), that the paths' `remote` address and port reach it (a firewall must let UDP through), and that the keys match: this config's `peer_public_key` must be the server's public key, and the server's `peer_public_key` (or a [[client]]'s `public_key`) this client's"
         };
         let secs = since_start.as_secs();
         self.warnings.say(now, "no_handshake", || {
@@ -1219,22 +1216,29 @@ impl Daemon {
     }
 
     /// The peer a datagram is for: the only one; else the client whose key made a handshake
-    /// initiation, or whose session owns a transport message's receiver index.
-    fn claim(&self, datagram: &[u8]) -> Option<usize> {
+    /// initiation, or whose session owns a transport message's receiver index. `Err` names the
+    /// key of an initiation from no client's key, if it could be read.
+    fn claim(&self, datagram: &[u8]) -> Result<usize, Option<braid_session::PublicKey>> {
         if self.peers.len() == 1 {
-            return Some(0);
+            return Ok(0);
         }
-        match braid_wire::outer::Outer::parse(datagram).ok()? {
+        let found = |i: Option<usize>| i.ok_or(None);
+        match braid_wire::outer::Outer::parse(datagram).map_err(|_| None)? {
             braid_wire::outer::Outer::HandshakeInit { .. } => {
-                let key = braid_session::initiator_key(&self.cfg.private_key, datagram)?;
-                self.peers.iter().position(|p| p.cfg.public_key == key)
+                let key =
+                    braid_session::initiator_key(&self.cfg.private_key, datagram).ok_or(None)?;
+                self.peers
+                    .iter()
+                    .position(|p| p.cfg.public_key == key)
+                    .ok_or(Some(key))
             }
-            braid_wire::outer::Outer::Transport { receiver_index, .. } => self
-                .peers
-                .iter()
-                .position(|p| p.session.owns_index(receiver_index)),
+            braid_wire::outer::Outer::Transport { receiver_index, .. } => found(
+                self.peers
+                    .iter()
+                    .position(|p| p.session.owns_index(receiver_index)),
+            ),
             braid_wire::outer::Outer::HandshakeResponse { .. }
-            | braid_wire::outer::Outer::CookieReply { .. } => None,
+            | braid_wire::outer::Outer::CookieReply { .. } => Err(None),
         }
     }
 
@@ -1269,7 +1273,10 @@ impl Daemon {
                     let datagram = &self.rx[base + at..base + end];
                     at = end;
                     if let Some(g) = &mut self.guard {
-                        let known = self.peers.iter().any(|p| p.addrs.contains(&Some(m.addr)));
+                        // Only an initiation's verdict can depend on it (under load).
+                        let known = datagram.get(1)
+                            == Some(&braid_wire::outer::kind::HANDSHAKE_INIT)
+                            && self.peers.iter().any(|p| p.addrs.contains(&Some(m.addr)));
                         let bad_mac = g.counters().bad_mac;
                         match g.check(now, m.addr, known, datagram) {
                             Verdict::Pass => {}
@@ -1292,25 +1299,24 @@ impl Daemon {
                             }
                         }
                     }
-                    let Some(c) = self.claim(datagram) else {
-                        self.unclaimed += 1;
-                        if self.warnings.due(now, "unknown_client") {
+                    let c = match self.claim(datagram) {
+                        Ok(c) => c,
+                        Err(stranger) => {
+                            self.unclaimed += 1;
                             // A proxy: an initiation whose key is no `[[client]]`'s.
-                            if let Some(key) =
-                                braid_session::initiator_key(&self.cfg.private_key, datagram)
-                            {
+                            if let Some(key) = stranger {
                                 self.warnings.say(now, "unknown_client", || format!(
                                     "a handshake from {} is from the key {}, which is no [[client]]'s `public_key`: add a [[client]] with it, or fix the client's key",
                                     m.addr,
                                     key.to_base64()
                                 ));
                             }
+                            continue;
                         }
-                        continue;
                     };
                     let peer = &mut self.peers[c];
                     let handled = peer.session.handle_datagram(now, arrived_on, datagram);
-                    if let Err(why) = handled {
+                    if let (Err(why), Role::Responder) = (handled, self.cfg.role) {
                         warn_drop(&mut self.warnings, now, why, m.addr);
                     }
                     if let Ok(path) = handled {

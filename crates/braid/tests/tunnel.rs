@@ -1265,7 +1265,7 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     );
     std::fs::write(p.dir.join("x.toml"), config).unwrap();
     p.children.push(start_daemon(&a, &p.dir, "x"));
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(10);
     let told = || {
         std::fs::read_to_string(p.dir.join("s.log"))
             .unwrap_or_default()
