@@ -17,58 +17,13 @@ set -u
 BIN=$1; MODE=$2; RATE=$3; SECS=10
 HERE=$(cd "$(dirname "$0")" && pwd)
 D=$(mktemp -d /tmp/braid-flood.XXXXXX)
+. "$HERE/bed.sh"
 cleanup() {
-  pkill -f "up -c $D/" 2>/dev/null; pkill -f "bulk_tcp.py sink" 2>/dev/null; sleep 0.5
-  ip netns del fa 2>/dev/null; ip netns del fb 2>/dev/null; rm -rf "$D"
+  pkill -f "bulk_tcp.py sink" 2>/dev/null
+  bed_down "$D"
 }
 trap cleanup EXIT
-ip netns del fa 2>/dev/null; ip netns del fb 2>/dev/null
-ip netns add fa; ip netns add fb
-for i in 1 2; do
-  ip link add fa$i type veth peer name fb$i
-  ip link set fa$i netns fa; ip link set fb$i netns fb
-  ip -n fa addr add 10.9$i.$i.1/24 dev fa$i; ip -n fb addr add 10.9$i.$i.2/24 dev fb$i
-  ip -n fa link set fa$i up; ip -n fb link set fb$i up
-  tc -n fa qdisc add dev fa$i root tbf rate 100mbit burst 64k latency 20ms
-  tc -n fb qdisc add dev fb$i root tbf rate 100mbit burst 64k latency 20ms
-done
-ip -n fa link set lo up; ip -n fb link set lo up
-CK=$($BIN genkey); CP=$(echo "$CK" | $BIN pubkey); SK=$($BIN genkey); SP=$(echo "$SK" | $BIN pubkey)
-cat > $D/s.toml <<E2
-role = "server"
-private_key = "$SK"
-peer_public_key = "$CP"
-listen = "0.0.0.0:7000"
-[interface]
-name = "braid0"
-address = ["10.77.0.1/30"]
-[control]
-socket = "$D/s.sock"
-E2
-cat > $D/c.toml <<E2
-role = "client"
-private_key = "$CK"
-peer_public_key = "$SP"
-[interface]
-name = "braid0"
-address = ["10.77.0.2/30"]
-[control]
-socket = "$D/c.sock"
-[[path]]
-name = "one"
-local = "10.91.1.1"
-remote = "10.91.1.2:7000"
-rate_mbit = 100
-[[path]]
-name = "two"
-local = "10.92.2.1"
-remote = "10.92.2.2:7000"
-rate_mbit = 100
-E2
-ip netns exec fb $BIN up -c $D/s.toml > $D/s.log 2>&1 &
-sleep 0.3
-ip netns exec fa $BIN up -c $D/c.toml > $D/c.log 2>&1 &
-sleep 2
+bed_up "$BIN" "$D"
 cpu() { $BIN status --json -s $D/s.sock | python3 -c "import json,sys; v=json.load(sys.stdin); print(v['cpu_user_s']+v['cpu_system_s'])" 2>/dev/null || echo 0; }
 ip netns exec fb python3 "$HERE/bulk_tcp.py" sink 10.77.0.1 5001 &
 sleep 0.3

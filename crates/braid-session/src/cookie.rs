@@ -606,6 +606,15 @@ mod tests {
         // As an unknown source the client would share the neighbour's empty bucket.
         assert_eq!(g.check(at(0), client, false, &from_client), Verdict::Drop);
         assert_eq!(g.check(at(0), client, true, &from_client), Verdict::Pass);
+        // Two known sources behind one address (a client's two paths through one NAT) have a
+        // rate each.
+        while g.check(at(0), client, true, &from_client) == Verdict::Pass {}
+        let other_path = src(7002);
+        let co = cookie_for(&mut g, other_path, true);
+        assert_eq!(
+            g.check(at(0), other_path, true, &init(&keys, 4, Some(&co))),
+            Verdict::Pass
+        );
         // Fill the table with other addresses: the known source still gets in.
         for i in 0..MAX_SOURCES as u32 {
             let _ = g.source_allows(

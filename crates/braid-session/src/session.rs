@@ -600,11 +600,10 @@ impl Session {
         r
     }
 
-    /// Run the bond `p`. A responder (`heard_on` = the handshake's path) starts with only that
-    /// path in the rotation: it does not know where the others end until their first
-    /// authenticated packet, and what it striped onto them before would be lost.
-    /// Sets the bond up for `p` (a fresh endpoint), unless it already runs `p` and `afresh` is
-    /// false. Paths other than `heard_on` (if given) stay out of the rotation until heard from.
+    /// Run the bond `p` (a fresh endpoint), unless it already runs `p` and `afresh` is false. A
+    /// responder (`heard_on` = the handshake's path) starts with only that path in the
+    /// rotation: it does not know where the others end until their first authenticated
+    /// packet, and what it striped onto them before would be lost.
     fn adopt_params(
         &mut self,
         p: BondParams,
@@ -897,8 +896,13 @@ impl Session {
         };
         self.last_init_timestamp = ts;
         // The client restarted: its striper and receiver start from zero, so the bond starts
-        // afresh here too, even with the same parameters (a rekey keeps them).
+        // afresh here too, even with the same parameters (a rekey keeps them). Its old keys go
+        // too: nothing sent under them belongs to the new bond.
         let restarted = self.note_peer_instance(instance);
+        if restarted {
+            self.current = None;
+            self.previous = None;
+        }
         self.adopt_params(params, now, Some(path), restarted);
         let keys = self.new_keyset(now, local_index, sender_index, transport);
         self.install_keys(now, keys);
@@ -939,15 +943,16 @@ impl Session {
         let Some(response) = decode_response(&payload[..n]) else {
             return Err(self.drop(DropReason::BadParams));
         };
+        let Ok(transport) = pending.state.into_stateless_transport_mode() else {
+            return Err(self.drop(DropReason::BadHandshake));
+        };
         if self.note_peer_instance(response.instance) {
-            // The server restarted: start the endpoint afresh (module docs, "Restarts").
+            // The server restarted: start the endpoint afresh (architecture.md, "Handshakes:
+            // the guard, and restarts").
             self.restart_endpoint();
         }
         self.handed = response.addresses;
         self.peer_accepts_tcp = response.accepts_tcp;
-        let Ok(transport) = pending.state.into_stateless_transport_mode() else {
-            return Err(self.drop(DropReason::BadHandshake));
-        };
         let keys = self.new_keyset(now, pending.local_index, sender_index, transport);
         self.install_keys(now, keys);
         Ok(())
@@ -1238,7 +1243,12 @@ impl Session {
         let Some(keys) = keys else {
             return Err(self.drop(DropReason::UnknownIndex));
         };
-        if !keys.replay[i].check(counter) {
+        // Keys made for a bond of fewer paths (a peer that restarted with more) have no window
+        // for this path: nothing of theirs can be on it.
+        let Some(window) = keys.replay.get(i) else {
+            return Err(self.drop(DropReason::WrongPath));
+        };
+        if !window.check(counter) {
             return Err(self.drop(DropReason::Replayed));
         }
         let Ok(n) =
@@ -2111,7 +2121,7 @@ mod tests {
     fn a_short_authenticated_initiation_payload_is_refused() {
         let ck = PrivateKey::from_random([1; 32]);
         let sk = PrivateKey::from_random([2; 32]);
-        for len in [0usize, 7, 8, 12, 15, 16] {
+        for len in [0usize, 7, 8, 12, 15, 16, 17, 24, 40, 60] {
             let mut server = Session::new(
                 SessionConfig::new(Role::Responder, sk.clone(), ck.public_key(), None),
                 Instant::ZERO,

@@ -468,6 +468,21 @@ fn a_restarted_server_is_found_again_quickly() {
     both_ways_again(&mut net);
 }
 
+/// The client restarts with a bond of `paths` paths (same keys, a new session) and is
+/// established again; the server counts one restart of its peer.
+fn restart_client(net: &mut Net, paths: usize) {
+    let before = net.server.status().peer_restarts;
+    net.client = Session::new(
+        client_config(params(paths, ResequenceMode::Sequence)),
+        net.now,
+        [7; 32],
+        1_700_000_000_000_000_000 + net.now.as_nanos(),
+    );
+    net.step(Duration::from_millis(200));
+    assert!(net.client.is_established());
+    assert_eq!(net.server.status().peer_restarts, before + 1);
+}
+
 /// `n` packets each way, all delivered.
 fn send_both_ways(net: &mut Net, n: u32) {
     let (up, down) = (net.to_server.len(), net.to_client.len());
@@ -505,15 +520,7 @@ fn a_restarted_client_carries_traffic_both_ways_again() {
     net.established();
     send_both_ways(&mut net, 300);
     let old_init = net.captured[0].1.clone();
-    net.client = Session::new(
-        client_config(params(2, ResequenceMode::Sequence)),
-        net.now,
-        [7; 32],
-        1_700_000_000_000_000_000 + net.now.as_nanos(),
-    );
-    net.step(Duration::from_millis(200));
-    assert!(net.client.is_established());
-    assert_eq!(net.server.status().peer_restarts, 1);
+    restart_client(&mut net, 2);
     // A replay of the old instance's initiation is stale, not another restart.
     assert_eq!(
         net.server.handle_datagram(net.now, None, &old_init),
@@ -1773,4 +1780,31 @@ fn a_cookie_reply_steers_the_retry_at_most_once() {
     client.handle_timeout(t2);
     let (p2, _) = init_on(&mut client, t2).expect("a retry");
     assert_eq!(p2, 1 - p);
+}
+
+/// A client restarts with one path more than before. Its old keys are gone at the server (and
+/// if they were kept, they would have no replay window for the new path): an old transport
+/// datagram relabelled for the new path, as anyone who saw it could send, is dropped, never a
+/// panic.
+#[test]
+fn a_client_back_with_more_paths_leaves_no_old_keys_to_trip_on() {
+    let mut net = Net::new(3, ResequenceMode::Sequence);
+    net.client = session(client_config(params(2, ResequenceMode::Sequence)), 3);
+    net.established();
+    send_both_ways(&mut net, 10);
+    let (_, mut old) = net
+        .captured
+        .iter()
+        .rev()
+        .find(|(_, d)| d[1] == 0x12)
+        .cloned()
+        .expect("a transport datagram");
+    restart_client(&mut net, 3);
+    assert_eq!(net.server.paths(), 3);
+    old[2] = 2; // a path the old keys never had
+    assert_eq!(
+        net.server.handle_datagram(net.now, None, &old),
+        Err(DropReason::UnknownIndex)
+    );
+    both_ways_again(&mut net);
 }
