@@ -1771,8 +1771,8 @@ fn a_cookie_reply_steers_the_retry_at_most_once() {
     );
     // Another cookie reply to that retry (another guard: another secret) is kept, but the
     // next retry moves on to the other path.
-    let Verdict::Reply(again) = loaded(2, t1).check(t1, client_source(p as usize), false, &retry)
-    else {
+    let mut other = loaded(2, t1);
+    let Verdict::Reply(again) = other.check(t1, client_source(p as usize), false, &retry) else {
         panic!("a cookie reply");
     };
     assert!(client.handle_datagram(t1, Some(PathId(p)), &again).is_ok());
@@ -1780,6 +1780,16 @@ fn a_cookie_reply_steers_the_retry_at_most_once() {
     client.handle_timeout(t2);
     let (p2, _) = init_on(&mut client, t2).expect("a retry");
     assert_eq!(p2, 1 - p);
+    // Back on the first path, the retry carries the cookie that second reply brought.
+    let t3 = t2 + Duration::from_millis(1001);
+    client.handle_timeout(t3);
+    let (p3, back) = init_on(&mut client, t3).expect("a retry");
+    assert_eq!(p3, p);
+    load(&mut other, t3);
+    assert_eq!(
+        other.check(t3, client_source(p as usize), false, &back),
+        Verdict::Pass
+    );
 }
 
 /// A client restarts with one path more than before. Its old keys are gone at the server (and
