@@ -24,7 +24,7 @@ use crate::ptcp_table::{PtcpTable, TableOptions};
 use crate::tcp_pair::Pair;
 use braid_proto::time::Instant;
 use braid_proto::PathId;
-use braid_session::cookie::{CookieGuard, Verdict};
+use braid_session::cookie::{CookieGuard, Refused, Verdict};
 use braid_session::{Role, Session};
 use mio::net::UdpSocket;
 use mio::unix::SourceFd;
@@ -1222,7 +1222,6 @@ impl Daemon {
         if self.peers.len() == 1 {
             return Ok(0);
         }
-        let found = |i: Option<usize>| i.ok_or(None);
         match braid_wire::outer::Outer::parse(datagram).map_err(|_| None)? {
             braid_wire::outer::Outer::HandshakeInit { .. } => {
                 let key =
@@ -1232,11 +1231,11 @@ impl Daemon {
                     .position(|p| p.cfg.public_key == key)
                     .ok_or(Some(key))
             }
-            braid_wire::outer::Outer::Transport { receiver_index, .. } => found(
-                self.peers
-                    .iter()
-                    .position(|p| p.session.owns_index(receiver_index)),
-            ),
+            braid_wire::outer::Outer::Transport { receiver_index, .. } => self
+                .peers
+                .iter()
+                .position(|p| p.session.owns_index(receiver_index))
+                .ok_or(None),
             braid_wire::outer::Outer::HandshakeResponse { .. }
             | braid_wire::outer::Outer::CookieReply { .. } => Err(None),
         }
@@ -1273,22 +1272,17 @@ impl Daemon {
                     let datagram = &self.rx[base + at..base + end];
                     at = end;
                     if let Some(g) = &mut self.guard {
-                        // Only an initiation's verdict can depend on it (under load).
-                        let known = datagram.get(1)
-                            == Some(&braid_wire::outer::kind::HANDSHAKE_INIT)
-                            && self.peers.iter().any(|p| p.addrs.contains(&Some(m.addr)));
-                        let bad_mac = g.counters().bad_mac;
+                        let known = || self.peers.iter().any(|p| p.addrs.contains(&Some(m.addr)));
                         match g.check(now, m.addr, known, datagram) {
                             Verdict::Pass => {}
-                            Verdict::Drop => {
-                                if g.counters().bad_mac > bad_mac {
-                                    self.warnings.say(now, "bad_mac", || format!(
-                                        "a handshake from {} is not meant for this server's key (its mac1): a client whose `peer_public_key` is not this server's public key (`braid pubkey` of its private key), or of a braid release before v5",
-                                        m.addr
-                                    ));
-                                }
+                            Verdict::Drop(Refused::BadMac) => {
+                                self.warnings.say(now, "bad_mac", || format!(
+                                    "a handshake from {} is not meant for this server's key (its mac1): a client whose `peer_public_key` is not this server's public key (`braid pubkey` of its private key), or of a braid release before v5",
+                                    m.addr
+                                ));
                                 continue;
                             }
+                            Verdict::Drop(Refused::RateLimited) => continue,
                             Verdict::Reply(reply) => {
                                 let sent =
                                     self.sockets[i].as_ref().map(|s| s.send_to(&reply, m.addr));

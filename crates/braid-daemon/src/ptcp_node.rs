@@ -301,10 +301,10 @@ impl PtcpNode {
             };
             let now = self.now();
             if let Some(g) = &mut self.guard {
-                let known = self.peers.contains(&Some(from));
+                let known = || self.peers.contains(&Some(from));
                 match g.check(now, from, known, &self.rx[..n]) {
                     Verdict::Pass => {}
-                    Verdict::Drop => continue,
+                    Verdict::Drop(_) => continue,
                     Verdict::Reply(reply) => {
                         let _ = sock.send_to(&reply, from);
                         continue;

@@ -12,7 +12,7 @@ use braid_proto::scheduler::SchedulerKind;
 use braid_proto::striper::MarkerPosition;
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
-use braid_session::cookie::{CookieGuard, CookieKeys, Verdict, LOAD_BURST};
+use braid_session::cookie::{CookieGuard, CookieKeys, Refused, Verdict, LOAD_BURST};
 use braid_session::{initiator_key, BondParams, PrivateKey, Role, Session, SessionConfig};
 use braid_wire::outer::Outer;
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
@@ -84,8 +84,8 @@ fn handshake(cr: &mut Criterion) {
     g.bench_function("guard_bad_mac1", |b| {
         b.iter(|| {
             assert_eq!(
-                guard.check(Instant::ZERO, src, false, black_box(&bad)),
-                Verdict::Drop
+                guard.check(Instant::ZERO, src, || false, black_box(&bad)),
+                Verdict::Drop(Refused::BadMac)
             )
         })
     });
@@ -93,14 +93,14 @@ fn handshake(cr: &mut Criterion) {
     // Under load: an initiation without a cookie gets a cookie reply.
     let mut loaded = CookieGuard::new(&spub, Instant::ZERO, [9; 32]);
     for _ in 0..=LOAD_BURST {
-        let _ = loaded.check(Instant::ZERO, src, false, &garbage);
+        let _ = loaded.check(Instant::ZERO, src, || false, &garbage);
     }
     let now = Instant::ZERO + Duration::from_millis(1);
     assert!(loaded.under_load(now));
     g.bench_function("guard_cookie_reply", |b| {
         b.iter(|| {
             assert!(matches!(
-                loaded.check(now, src, false, black_box(&garbage)),
+                loaded.check(now, src, || false, black_box(&garbage)),
                 Verdict::Reply(_)
             ))
         })
@@ -108,7 +108,7 @@ fn handshake(cr: &mut Criterion) {
 
     // Under load, an initiation with the cookie of its source: both MACs and the source's
     // bucket (which runs dry at once here: the verdict is a drop, the work the same).
-    let Verdict::Reply(reply) = loaded.check(now, src, false, &init) else {
+    let Verdict::Reply(reply) = loaded.check(now, src, || false, &init) else {
         panic!("a cookie reply");
     };
     let Ok(Outer::CookieReply { nonce, cookie, .. }) = Outer::parse(&reply) else {
@@ -127,7 +127,7 @@ fn handshake(cr: &mut Criterion) {
     let c = keys.open_cookie(&mac1, &nonce, &cookie).unwrap();
     let (with_cookie, _) = keys.initiation(path, sender_index, noise, Some(&c));
     g.bench_function("guard_good_mac2", |b| {
-        b.iter(|| loaded.check(now, src, false, black_box(&with_cookie)))
+        b.iter(|| loaded.check(now, src, || false, black_box(&with_cookie)))
     });
 
     // What reaches the session without a guard in front: garbage behind a good mac1 costs one

@@ -243,13 +243,22 @@ enum SourceKey {
     Known(SocketAddr),
 }
 
+/// Why [`CookieGuard::check`] dropped an initiation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Its `mac1` is not keyed by this responder's public key.
+    BadMac,
+    /// Under load, with a good `mac2`, but its source is over its rate.
+    RateLimited,
+}
+
 /// What [`CookieGuard::check`] decided about a datagram.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Hand it to the session (anything that is not an initiation passes untouched).
     Pass,
-    /// Drop it: a wrong `mac1`, or its source is over its rate.
-    Drop,
+    /// Drop it, and why.
+    Drop(Refused),
     /// Drop it and send this cookie reply to its source.
     Reply([u8; COOKIE_REPLY_LEN]),
 }
@@ -314,14 +323,15 @@ impl CookieGuard {
         self.under_load_until.is_some_and(|t| now < t)
     }
 
-    /// Checks a datagram from `source` before it reaches any session. `known`: the driver has
-    /// authenticated traffic from exactly this address and port (a peer's path), so under load
-    /// it gets a rate of its own rather than its address's.
+    /// Checks a datagram from `source` before it reaches any session. `known` says whether the
+    /// driver has authenticated traffic from exactly this address and port (a peer's path), so
+    /// that under load it gets a rate of its own rather than its address's; it is asked only
+    /// then (an initiation under load with a good `mac2`).
     pub fn check(
         &mut self,
         now: Instant,
         source: SocketAddr,
-        known: bool,
+        known: impl FnOnce() -> bool,
         datagram: &[u8],
     ) -> Verdict {
         let Ok(Outer::HandshakeInit {
@@ -336,7 +346,7 @@ impl CookieGuard {
         };
         if !self.keys.mac1_ok(datagram) {
             self.counters.bad_mac += 1;
-            return Verdict::Drop;
+            return Verdict::Drop(Refused::BadMac);
         }
         if !self.load.take(now, LOAD_RATE, LOAD_BURST) {
             if !self.under_load(now) {
@@ -355,14 +365,14 @@ impl CookieGuard {
             self.counters.cookies_sent += 1;
             return Verdict::Reply(self.reply(path, sender_index, &mac1, cookie));
         }
-        let key = if known {
+        let key = if known() {
             SourceKey::Known(source)
         } else {
             SourceKey::Address(address_key(source.ip()))
         };
         if !self.source_allows(now, key) {
             self.counters.rate_limited += 1;
-            return Verdict::Drop;
+            return Verdict::Drop(Refused::RateLimited);
         }
         self.counters.passed += 1;
         Verdict::Pass
@@ -467,6 +477,25 @@ mod tests {
             .0
     }
 
+    /// The cookie a guard under load gives `source` for an initiation without one.
+    fn cookie_for(
+        g: &mut CookieGuard,
+        keys: &CookieKeys,
+        now: Instant,
+        source: SocketAddr,
+        known: bool,
+    ) -> [u8; 16] {
+        let (d, mac1) = keys.initiation(PathId(1), 1, &[0x42; 120], None);
+        let Verdict::Reply(r) = g.check(now, source, || known, &d) else {
+            panic!("under load: a cookie reply");
+        };
+        let Ok(Outer::CookieReply { nonce, cookie, .. }) = Outer::parse(&r) else {
+            panic!("a cookie reply parses");
+        };
+        keys.open_cookie(&mac1, &nonce, &cookie)
+            .expect("the reply opens")
+    }
+
     fn at(ms: u64) -> Instant {
         Instant::ZERO + Duration::from_millis(ms)
     }
@@ -479,7 +508,7 @@ mod tests {
     fn load(g: &mut CookieGuard, keys: &CookieKeys, now: Instant) {
         for i in 0..LOAD_BURST {
             let d = init(keys, i as u32, None);
-            assert_eq!(g.check(now, src(9), false, &d), Verdict::Pass);
+            assert_eq!(g.check(now, src(9), || false, &d), Verdict::Pass);
         }
     }
 
@@ -512,22 +541,34 @@ mod tests {
         let mut d = init(&keys, 1, None);
         let last = d.len() - 20;
         d[last] ^= 1;
-        assert_eq!(g.check(at(0), src(1), false, &d), Verdict::Drop);
+        assert_eq!(
+            g.check(at(0), src(1), || false, &d),
+            Verdict::Drop(Refused::BadMac)
+        );
         let stranger = CookieKeys::new(&PrivateKey([9; 32]).public_key());
         assert_eq!(
-            g.check(at(0), src(1), false, &init(&stranger, 1, None)),
-            Verdict::Drop
+            g.check(at(0), src(1), || false, &init(&stranger, 1, None)),
+            Verdict::Drop(Refused::BadMac)
         );
         assert_eq!(g.counters().bad_mac, 2);
-        assert_eq!(g.check(at(0), src(1), false, b"garbage"), Verdict::Pass);
+        assert_eq!(g.check(at(0), src(1), || false, b"garbage"), Verdict::Pass);
         assert_eq!(
-            g.check(at(0), src(1), false, &init(&keys, 1, None)),
+            g.check(at(0), src(1), || false, &init(&keys, 1, None)),
             Verdict::Pass
         );
         assert_eq!(g.counters().passed, 1);
+        // Whether the source is known is asked only under load, of a good mac2.
+        let unasked = || -> bool { panic!("`known` asked out of load") };
+        assert_eq!(
+            g.check(at(0), src(1), unasked, &init(&keys, 2, None)),
+            Verdict::Pass
+        );
         // Wrong MACs do not count towards the load.
         for _ in 0..10 * LOAD_BURST {
-            assert_eq!(g.check(at(1), src(1), false, &d), Verdict::Drop);
+            assert_eq!(
+                g.check(at(1), src(1), || false, &d),
+                Verdict::Drop(Refused::BadMac)
+            );
         }
         assert!(!g.under_load(at(1)));
     }
@@ -539,7 +580,7 @@ mod tests {
         load(&mut g, &keys, at(0));
         assert!(!g.under_load(at(0)));
         let first = init(&keys, 77, None);
-        let Verdict::Reply(reply) = g.check(at(0), src(4000), false, &first) else {
+        let Verdict::Reply(reply) = g.check(at(0), src(4000), || false, &first) else {
             panic!("under load: a cookie reply");
         };
         assert!(g.under_load(at(0)));
@@ -561,21 +602,21 @@ mod tests {
         assert_eq!(keys.open_cookie(&[0; 16], &nonce, &cookie), None);
         let c = keys.open_cookie(&mac1, &nonce, &cookie).expect("opens");
         let retry = init(&keys, 78, Some(&c));
-        assert_eq!(g.check(at(0), src(4000), false, &retry), Verdict::Pass);
+        assert_eq!(g.check(at(0), src(4000), || false, &retry), Verdict::Pass);
         // The cookie is bound to the address and port it was sent to.
         assert!(matches!(
-            g.check(at(0), src(4001), false, &retry),
+            g.check(at(0), src(4001), || false, &retry),
             Verdict::Reply(_)
         ));
         let elsewhere = SocketAddr::from(([192, 0, 2, 2], 4000));
         assert!(matches!(
-            g.check(at(0), elsewhere, false, &retry),
+            g.check(at(0), elsewhere, || false, &retry),
             Verdict::Reply(_)
         ));
         // Out of load a second after the last initiation that found it so.
         assert!(g.under_load(at(999)));
         assert!(!g.under_load(at(1000)));
-        assert_eq!(g.check(at(1000), src(1), false, &first), Verdict::Pass);
+        assert_eq!(g.check(at(1000), src(1), || false, &first), Verdict::Pass);
     }
 
     /// A neighbour behind the client's address (carrier-grade NAT) that holds cookies of its
@@ -586,33 +627,27 @@ mod tests {
         let keys = CookieKeys::new(&responder());
         let mut g = CookieGuard::new(&responder(), at(0), [7; 32]);
         load(&mut g, &keys, at(0));
-        let cookie_for = |g: &mut CookieGuard, s: SocketAddr, known: bool| {
-            let d = init(&keys, 1, None);
-            let Verdict::Reply(r) = g.check(at(0), s, known, &d) else {
-                panic!("a cookie reply");
-            };
-            let Ok(Outer::CookieReply { nonce, cookie, .. }) = Outer::parse(&r) else {
-                panic!();
-            };
-            let mac1: [u8; 16] = d[d.len() - 32..d.len() - 16].try_into().unwrap();
-            keys.open_cookie(&mac1, &nonce, &cookie).unwrap()
-        };
+        let cookie_for =
+            |g: &mut CookieGuard, s: SocketAddr, known| cookie_for(g, &keys, at(0), s, known);
         let (client, neighbour) = (src(7000), src(7001));
         let cn = cookie_for(&mut g, neighbour, false);
         let from_neighbour = init(&keys, 2, Some(&cn));
-        while g.check(at(0), neighbour, false, &from_neighbour) == Verdict::Pass {}
+        while g.check(at(0), neighbour, || false, &from_neighbour) == Verdict::Pass {}
         let cc = cookie_for(&mut g, client, true);
         let from_client = init(&keys, 3, Some(&cc));
         // As an unknown source the client would share the neighbour's empty bucket.
-        assert_eq!(g.check(at(0), client, false, &from_client), Verdict::Drop);
-        assert_eq!(g.check(at(0), client, true, &from_client), Verdict::Pass);
+        assert_eq!(
+            g.check(at(0), client, || false, &from_client),
+            Verdict::Drop(Refused::RateLimited)
+        );
+        assert_eq!(g.check(at(0), client, || true, &from_client), Verdict::Pass);
         // Two known sources behind one address (a client's two paths through one NAT) have a
         // rate each.
-        while g.check(at(0), client, true, &from_client) == Verdict::Pass {}
+        while g.check(at(0), client, || true, &from_client) == Verdict::Pass {}
         let other_path = src(7002);
         let co = cookie_for(&mut g, other_path, true);
         assert_eq!(
-            g.check(at(0), other_path, true, &init(&keys, 4, Some(&co))),
+            g.check(at(0), other_path, || true, &init(&keys, 4, Some(&co))),
             Verdict::Pass
         );
         // Fill the table with other addresses: the known source still gets in.
@@ -632,22 +667,13 @@ mod tests {
         let keys = CookieKeys::new(&responder());
         let mut g = CookieGuard::new(&responder(), at(0), [3; 32]);
         load(&mut g, &keys, at(0));
-        let cookie_for = |g: &mut CookieGuard, s: SocketAddr, now| {
-            let d = init(&keys, 1, None);
-            let Verdict::Reply(r) = g.check(now, s, false, &d) else {
-                panic!("a cookie reply");
-            };
-            let Ok(Outer::CookieReply { nonce, cookie, .. }) = Outer::parse(&r) else {
-                panic!();
-            };
-            let mac1: [u8; 16] = d[d.len() - 32..d.len() - 16].try_into().unwrap();
-            keys.open_cookie(&mac1, &nonce, &cookie).unwrap()
-        };
+        let cookie_for =
+            |g: &mut CookieGuard, s: SocketAddr, now| cookie_for(g, &keys, now, s, false);
         let a = src(5000);
         let c = cookie_for(&mut g, a, at(0));
         let good = init(&keys, 2, Some(&c));
         let passed = (0..20)
-            .filter(|_| g.check(at(0), a, false, &good) == Verdict::Pass)
+            .filter(|_| g.check(at(0), a, || false, &good) == Verdict::Pass)
             .count() as u64;
         assert_eq!(passed, SOURCE_BURST);
         assert_eq!(g.counters().rate_limited, 20 - SOURCE_BURST);
@@ -655,26 +681,29 @@ mod tests {
         let b = src(5001);
         let cb = cookie_for(&mut g, b, at(0));
         assert_eq!(
-            g.check(at(0), b, false, &init(&keys, 3, Some(&cb))),
-            Verdict::Drop
+            g.check(at(0), b, || false, &init(&keys, 3, Some(&cb))),
+            Verdict::Drop(Refused::RateLimited)
         );
         // 1 / SOURCE_RATE later there is one more token.
         let later = at(1000 / SOURCE_RATE);
-        assert_eq!(g.check(later, a, false, &good), Verdict::Pass);
-        assert_eq!(g.check(later, a, false, &good), Verdict::Drop);
+        assert_eq!(g.check(later, a, || false, &good), Verdict::Pass);
+        assert_eq!(
+            g.check(later, a, || false, &good),
+            Verdict::Drop(Refused::RateLimited)
+        );
         // An IPv6 source counts by its /64.
         let v6 = |last: u16| SocketAddr::from(([0x2001, 0xdb8, 0, 1, 0, 0, 0, last], 7000));
         let c6 = cookie_for(&mut g, v6(1), at(0));
         for _ in 0..SOURCE_BURST {
             assert_eq!(
-                g.check(at(0), v6(1), false, &init(&keys, 4, Some(&c6))),
+                g.check(at(0), v6(1), || false, &init(&keys, 4, Some(&c6))),
                 Verdict::Pass
             );
         }
         let c6b = cookie_for(&mut g, v6(2), at(0));
         assert_eq!(
-            g.check(at(0), v6(2), false, &init(&keys, 5, Some(&c6b))),
-            Verdict::Drop
+            g.check(at(0), v6(2), || false, &init(&keys, 5, Some(&c6b))),
+            Verdict::Drop(Refused::RateLimited)
         );
     }
 
@@ -684,24 +713,17 @@ mod tests {
         let mut g = CookieGuard::new(&responder(), at(0), [4; 32]);
         load(&mut g, &keys, at(0));
         let d = init(&keys, 1, None);
-        let Verdict::Reply(r) = g.check(at(0), src(6000), false, &d) else {
-            panic!();
-        };
-        let Ok(Outer::CookieReply { nonce, cookie, .. }) = Outer::parse(&r) else {
-            panic!();
-        };
-        let mac1: [u8; 16] = d[d.len() - 32..d.len() - 16].try_into().unwrap();
-        let c = keys.open_cookie(&mac1, &nonce, &cookie).unwrap();
+        let c = cookie_for(&mut g, &keys, at(0), src(6000), false);
         let good = init(&keys, 2, Some(&c));
         // Keep the guard under load the whole time: a burst every second.
         let mut now = 0;
         while now < COOKIE_SECRET_LIFETIME.as_millis() as u64 + 1000 {
             now += 900;
             for _ in 0..LOAD_BURST {
-                let _ = g.check(at(now), src(9), false, &d);
+                let _ = g.check(at(now), src(9), || false, &d);
             }
             assert!(g.under_load(at(now)));
-            let verdict = g.check(at(now), src(6000), false, &good);
+            let verdict = g.check(at(now), src(6000), || false, &good);
             if now < COOKIE_SECRET_LIFETIME.as_millis() as u64 {
                 assert_eq!(verdict, Verdict::Pass, "at {now} ms");
             } else {
@@ -723,15 +745,15 @@ mod tests {
             let mut g = CookieGuard::new(&responder(), at(0), [6; 32]);
             if loaded {
                 load(&mut g, &keys, at(0));
-                let _ = g.check(at(0), src(9), false, &init(&keys, 1, None));
+                let _ = g.check(at(0), src(9), || false, &init(&keys, 1, None));
             }
             let mut d = body;
             if as_init && d.len() >= 4 {
                 d[..4].copy_from_slice(&[1, 0x10, 0, 0]);
             }
-            let v = g.check(at(0), src(1), false, &d);
+            let v = g.check(at(0), src(1), || false, &d);
             if as_init && d.len() >= 40 && !keys.mac1_ok(&d) {
-                proptest::prop_assert_eq!(v, Verdict::Drop);
+                proptest::prop_assert_eq!(v, Verdict::Drop(Refused::BadMac));
             }
         }
     }

@@ -203,9 +203,9 @@ impl Net {
             };
             for (_, p, to_server, bytes) in due {
                 if let (true, Some(g)) = (to_server, &mut self.guard) {
-                    match g.check(self.now, client_source(p), false, &bytes) {
+                    match g.check(self.now, client_source(p), || false, &bytes) {
                         Verdict::Pass => {}
-                        Verdict::Drop => continue,
+                        Verdict::Drop(_) => continue,
                         Verdict::Reply(r) => {
                             self.server_wire(p, &r);
                             continue;
@@ -1686,7 +1686,7 @@ fn under_a_handshake_flood_the_client_gets_in_with_a_cookie() {
     for step in 0..50u64 {
         let g = net.guard.as_mut().unwrap();
         for _ in 0..LOAD_BURST {
-            let v = g.check(net.now, attacker, false, &flood);
+            let v = g.check(net.now, attacker, || false, &flood);
             assert!(v == Verdict::Pass || matches!(v, Verdict::Reply(_)));
         }
         net.step(Duration::from_millis(100));
@@ -1731,7 +1731,7 @@ fn a_cookie_reply_steers_the_retry_at_most_once() {
     let (flood, _) = CookieKeys::new(&server_pub).initiation(PathId(0), 1, &[0x55; 100], None);
     let load = |g: &mut CookieGuard, now: Instant| {
         for _ in 0..=LOAD_BURST {
-            let _ = g.check(now, client_source(9), false, &flood);
+            let _ = g.check(now, client_source(9), || false, &flood);
         }
         assert!(g.under_load(now));
     };
@@ -1743,7 +1743,8 @@ fn a_cookie_reply_steers_the_retry_at_most_once() {
     let mut guard = loaded(1, Instant::ZERO);
     client.handle_timeout(Instant::ZERO);
     let (p, init) = init_on(&mut client, Instant::ZERO).expect("an initiation");
-    let Verdict::Reply(reply) = guard.check(Instant::ZERO, client_source(p as usize), false, &init)
+    let Verdict::Reply(reply) =
+        guard.check(Instant::ZERO, client_source(p as usize), || false, &init)
     else {
         panic!("under load: a cookie reply");
     };
@@ -1766,13 +1767,13 @@ fn a_cookie_reply_steers_the_retry_at_most_once() {
     assert_ne!(&retry[retry.len() - 16..], &[0u8; 16], "mac2 is set");
     load(&mut guard, t1);
     assert_eq!(
-        guard.check(t1, client_source(p as usize), false, &retry),
+        guard.check(t1, client_source(p as usize), || false, &retry),
         Verdict::Pass
     );
     // Another cookie reply to that retry (another guard: another secret) is kept, but the
     // next retry moves on to the other path.
     let mut other = loaded(2, t1);
-    let Verdict::Reply(again) = other.check(t1, client_source(p as usize), false, &retry) else {
+    let Verdict::Reply(again) = other.check(t1, client_source(p as usize), || false, &retry) else {
         panic!("a cookie reply");
     };
     assert!(client.handle_datagram(t1, Some(PathId(p)), &again).is_ok());
@@ -1787,7 +1788,7 @@ fn a_cookie_reply_steers_the_retry_at_most_once() {
     assert_eq!(p3, p);
     load(&mut other, t3);
     assert_eq!(
-        other.check(t3, client_source(p as usize), false, &back),
+        other.check(t3, client_source(p as usize), || false, &back),
         Verdict::Pass
     );
 }

@@ -191,12 +191,11 @@ pub fn status(args: &StatusArgs) -> Result<()> {
     }
     if let Some(g) = v["handshake_guard"].as_object() {
         let n = |k: &str| g.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
-        if g.get("under_load") == Some(&serde_json::Value::Bool(true))
-            || n("bad_mac") + n("cookies_sent") + n("rate_limited") > 0
-        {
+        let under_load = g.get("under_load").and_then(|x| x.as_bool()) == Some(true);
+        if under_load || n("bad_mac") + n("cookies_sent") + n("rate_limited") > 0 {
             println!(
                 "handshakes: {}  passed {}  bad mac1 {}  cookies sent {}  rate-limited {}  times under load {}",
-                if g.get("under_load") == Some(&serde_json::Value::Bool(true)) {
+                if under_load {
                     "UNDER LOAD (cookies required)"
                 } else {
                     "not under load"
