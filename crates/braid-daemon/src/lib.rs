@@ -114,6 +114,25 @@ pub struct GuardStatus {
     pub counters: braid_session::cookie::GuardCounters,
 }
 
+/// TUN packets larger than the bond's largest packet: a TUN MTU above the client's (a server's
+/// `interface.mtu`, or a proxy's clients of different MTUs). See `braid_session::pmtu`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TooBigCounters {
+    /// Such packets read.
+    pub packets: u64,
+    /// Answered with ICMP "fragmentation needed" or ICMPv6 "packet too big".
+    pub answered: u64,
+    /// Not answered: over [`TOO_BIG_ANSWERS_PER_S`] a second.
+    pub rate_limited: u64,
+    /// IPv4 without DF, sent in fragments.
+    pub fragmented: u64,
+}
+
+/// ICMP "packet too big" answers a second at most (RFC 1812 section 4.3.2.8, RFC 4443 section
+/// 2.4 (f): a router limits the rate of its ICMP errors). One answer fixes a destination's
+/// path MTU, so few are needed.
+pub const TOO_BIG_ANSWERS_PER_S: u32 = 100;
+
 /// What `braid status` shows.
 #[derive(Debug, Serialize)]
 pub struct Status {
@@ -137,6 +156,8 @@ pub struct Status {
     /// Server: what the handshake guard did (`braid_session::cookie`). `None` on a client.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handshake_guard: Option<GuardStatus>,
+    /// TUN packets larger than the bond carries (`braid_session::pmtu`), and what was done.
+    pub too_big: TooBigCounters,
     /// Whether the TUN device runs with the kernel's offloads (TSO/USO super-packets read and
     /// GRO-coalesced writes), or moves one packet per system call.
     pub tun_offload: bool,
@@ -305,6 +326,8 @@ struct Daemon {
     next_reopen: Instant,
     /// Server: an MTU `ip` refused, not tried again.
     mtu_failed: Option<u16>,
+    /// Server: the client MTU the configured `interface.mtu` was last said to be above.
+    mtu_warned: Option<u32>,
     /// The status JSON the control thread serves, refreshed by the loop.
     snapshot: Arc<Mutex<String>>,
     /// The metrics text the metrics thread serves, if there is a metrics endpoint.
@@ -318,6 +341,9 @@ struct Daemon {
     send_errors: u64,
     unrouted: u64,
     unclaimed: u64,
+    too_big: TooBigCounters,
+    /// The second the `too_big` answers are counted in, and how many it had.
+    too_big_window: (Instant, u32),
     /// Warnings about what peers send (and a client's handshake that does not complete).
     warnings: Warnings,
     /// Client: the session's cookie replies when the last "no handshake" warning was said.
@@ -787,6 +813,7 @@ impl Daemon {
             poll,
             next_reopen: Instant::ZERO,
             mtu_failed: None,
+            mtu_warned: None,
             cfg,
             peers,
             tun,
@@ -805,6 +832,8 @@ impl Daemon {
             tun_tx_errors: 0,
             send_errors: 0,
             unrouted: 0,
+            too_big: TooBigCounters::default(),
+            too_big_window: (Instant::ZERO, 0),
             unclaimed: 0,
             warnings: Warnings::default(),
             warned_cookie_replies: 0,
@@ -998,17 +1027,23 @@ impl Daemon {
         }
     }
 
-    /// A server learns each client's `max_packet` in its handshake: match the TUN MTU to the
-    /// smallest, so the kernel never hands the bond a packet it must refuse.
+    /// A server learns each client's `max_packet` in its handshake and makes the TUN MTU the
+    /// largest of them: one client's small MTU does not shrink every other client's packets.
+    /// A packet larger than its own client's bond carries is answered with ICMP "packet too
+    /// big" or fragmented ([`Daemon::too_big`]), as a router on the path would.
     fn adopt_mtu(&mut self) {
-        if self.cfg.role != Role::Responder || self.cfg.mtu_configured {
+        if self.cfg.role != Role::Responder {
+            return;
+        }
+        if self.cfg.mtu_configured {
+            self.warn_mtu_above_client();
             return;
         }
         let Some(max) = self
             .peers
             .iter()
             .filter_map(|p| p.session.params().map(|p| p.max_packet))
-            .min()
+            .max()
         else {
             return;
         };
@@ -1033,12 +1068,31 @@ impl Daemon {
                 self.mtu_source = if self.single() {
                     "the client's, from the handshake".to_owned()
                 } else {
-                    "the smallest of the clients', from their handshakes".to_owned()
+                    "the largest of the clients', from their handshakes".to_owned()
                 };
             } else {
                 // Tried once: not again every turn of the loop.
                 eprintln!("braid: cannot set the MTU of {} to {max}", self.cfg.ifname);
                 self.mtu_failed = Some(max);
+            }
+        }
+    }
+
+    /// Server with `interface.mtu` set: say once per value when it is above a client's largest
+    /// packet (its packets above that are answered with ICMP "packet too big" or fragmented).
+    fn warn_mtu_above_client(&mut self) {
+        let smallest = self
+            .peers
+            .iter()
+            .filter_map(|p| p.session.params().map(|p| p.max_packet))
+            .min();
+        if let Some(m) = smallest.filter(|&m| u32::from(self.mtu) > m) {
+            if self.mtu_warned != Some(m) {
+                self.mtu_warned = Some(m);
+                eprintln!(
+                    "braid: warning: interface.mtu = {} is above a client's largest packet, {m} (its TUN MTU): packets between the two are answered with ICMP \"packet too big\" or fragmented; set interface.mtu = {m}, or leave it out to follow the clients (docs/config.md, \"The TUN MTU\")",
+                    self.mtu
+                );
             }
         }
     }
@@ -1187,7 +1241,17 @@ impl Daemon {
                     self.tun.advance();
                     continue;
                 };
-                // Larger than the bond carries: send drops it (and counts it).
+                // Larger than the bond carries: answered or fragmented, never waited for.
+                let max = self.peers[i]
+                    .session
+                    .params()
+                    .map(|b| b.max_packet as usize);
+                if let Some(max) = max.filter(|&m| len > m) {
+                    let p = p.to_vec();
+                    self.tun.advance();
+                    self.too_big(now, i, &p, max);
+                    continue;
+                }
                 if single && !self.peers[i].session.can_send(len) && len <= usize::from(self.mtu) {
                     self.flush();
                     if !self.peers[i].session.can_send(len) {
@@ -1212,6 +1276,43 @@ impl Daemon {
                 // A super-packet that would not split: dropped, counted, read on.
                 Err(_) => self.tun_rx_errors += 1,
             }
+        }
+    }
+
+    /// A packet from the TUN device larger than peer `i`'s bond carries (`max`): answer its
+    /// sender with ICMP "packet too big" through the TUN device (at most
+    /// [`TOO_BIG_ANSWERS_PER_S`] a second), or send it in IPv4 fragments.
+    fn too_big(&mut self, now: Instant, i: usize, packet: &[u8], max: usize) {
+        use braid_session::pmtu::TooBig;
+        self.too_big.packets += 1;
+        match braid_session::pmtu::too_big(packet, max) {
+            TooBig::Answer(icmp) => {
+                let (start, n) = &mut self.too_big_window;
+                if now.saturating_duration_since(*start)
+                    >= braid_proto::time::Duration::from_secs(1)
+                {
+                    (*start, *n) = (now, 0);
+                }
+                if *n >= TOO_BIG_ANSWERS_PER_S {
+                    self.too_big.rate_limited += 1;
+                    return;
+                }
+                *n += 1;
+                if self.tun.queue_full() {
+                    self.write_tun();
+                }
+                if let Some(b) = self.tun.queue() {
+                    b.extend_from_slice(&icmp);
+                    self.too_big.answered += 1;
+                }
+            }
+            TooBig::Fragments(pieces) => {
+                self.too_big.fragmented += 1;
+                for f in &pieces {
+                    self.peers[i].session.send(now, f);
+                }
+            }
+            TooBig::Drop => {}
         }
     }
 
@@ -1903,6 +2004,7 @@ impl Daemon {
                 .collect(),
             unrouted_packets: self.unrouted,
             unclaimed_datagrams: self.unclaimed,
+            too_big: self.too_big.clone(),
             handshake_guard: self.guard.as_ref().map(|g| GuardStatus {
                 under_load: g.under_load(self.now()),
                 counters: g.counters(),

@@ -188,6 +188,30 @@ pub fn render(st: &Status) -> String {
         "Datagrams no client's session claimed (dropped)",
         st.unclaimed_datagrams as f64,
     );
+    for (name, help, v) in [
+        (
+            "too_big_packets",
+            "TUN packets larger than the bond carries",
+            st.too_big.packets,
+        ),
+        (
+            "too_big_answered",
+            "Of them, answered with ICMP fragmentation needed / packet too big",
+            st.too_big.answered,
+        ),
+        (
+            "too_big_rate_limited",
+            "Of them, not answered: over the ICMP rate limit",
+            st.too_big.rate_limited,
+        ),
+        (
+            "too_big_fragmented",
+            "Of them, IPv4 without DF, sent in fragments",
+            st.too_big.fragmented,
+        ),
+    ] {
+        scalar(&mut reg, name, help, v as f64);
+    }
     if let Some(g) = &st.handshake_guard {
         let c = &g.counters;
         for (name, help, v) in [

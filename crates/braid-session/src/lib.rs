@@ -6,6 +6,7 @@
 //! - [`keys`]: static X25519 keys as base64.
 //! - [`noise`]: the Noise IK handshake's parameters, with injected randomness.
 //! - [`params`]: the bond parameters the initiator chooses and sends in the handshake.
+//! - [`pmtu`]: packets larger than the bond carries (ICMP "packet too big", IPv4 fragments).
 //! - [`policy`]: per-class path policies (which paths a class uses; per-packet or per-flow).
 //! - [`replay`]: the per-path anti-replay window.
 //! - [`endpoint`]: the bond endpoint (striper, resequencer, credits) without crypto.
@@ -19,6 +20,7 @@ pub mod endpoint;
 pub mod keys;
 pub mod noise;
 pub mod params;
+pub mod pmtu;
 pub mod policy;
 pub mod qos;
 pub mod replay;

@@ -33,6 +33,10 @@ struct Bed {
     tcp_client_only: bool,
     /// The server's public key (base64), once `up` made it.
     server_public: String,
+    /// The server's `interface.mtu`, if set.
+    server_mtu: Option<u16>,
+    /// IPv6 tunnel addresses (fd77::1 and fd77::2) without `tcp`.
+    v6: bool,
 }
 
 impl Bed {
@@ -57,6 +61,8 @@ impl Bed {
             tcp: false,
             tcp_client_only: false,
             server_public: String::new(),
+            server_mtu: None,
+            v6: false,
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -93,9 +99,10 @@ impl Bed {
         self.server_public = sp.clone();
         let server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:7000\"\n\
-             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"{v6s}]\noffload = {offload}\n[control]\nsocket = \"{}/s.sock\"\nprometheus = \"127.0.0.1:9477\"\n",
+             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"{v6s}]\noffload = {offload}\n{mtu}[control]\nsocket = \"{}/s.sock\"\nprometheus = \"127.0.0.1:9477\"\n",
             self.dir.display(),
-            v6s = if self.tcp { ", \"fd77::1/64\"" } else { "" },
+            v6s = if self.tcp || self.v6 { ", \"fd77::1/64\"" } else { "" },
+            mtu = self.server_mtu.map_or(String::new(), |m| format!("mtu = {m}\n")),
             offload = self.offload
         );
         let tcp = if self.tcp {
@@ -123,7 +130,7 @@ impl Bed {
              [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\n{rate1}\
              [[path]]\nname = \"two\"\nlocal = \"10.62.2.1\"\nremote = \"{remote2}\"\n{rate2}{extra}",
             extra = self.extra_paths,
-            v6c = if self.tcp { ", \"fd77::2/64\"" } else { "" },
+            v6c = if self.tcp || self.v6 { ", \"fd77::2/64\"" } else { "" },
             // A network beyond the server (namespace "d" of the acceleration test).
             routes = if self.tcp { "routes = [\"198.51.100.0/24\"]\n" } else { "" },
             dir = self.dir.display(),
@@ -1383,7 +1390,7 @@ fn a_handshake_flood_gets_cookies_and_a_restarted_client_still_gets_in() {
     need_root!();
     use braid_session::cookie::CookieKeys;
     use braid_session::PublicKey;
-    let mut bed = Bed::new(11);
+    let mut bed = Bed::new(14);
     bed.up(None);
     let server = PublicKey::from_base64(&bed.server_public).unwrap();
     let keys = CookieKeys::new(&server);
@@ -1541,4 +1548,153 @@ fn a_misconfigured_client_and_the_server_say_what_is_wrong() {
     }
     // The bond itself is untouched.
     both_ways(&bed, 1 << 20, 1 << 20);
+}
+
+/// An int socket option.
+fn set_int_opt(s: &UdpSocket, level: i32, name: i32, v: i32) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an int option on a socket we own, with its length.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (&v as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt: {}", std::io::Error::last_os_error());
+}
+
+fn get_int_opt(s: &UdpSocket, level: i32, name: i32) -> i32 {
+    use std::os::fd::AsRawFd;
+    let mut v: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: an int option into an int, with its length.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (&mut v as *mut i32).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "getsockopt: {}", std::io::Error::last_os_error());
+    v
+}
+
+/// Send datagrams of `len` bytes from `tx` until one arrives whole at `rx` (`None` within 5 s).
+fn one_arrives(tx: &UdpSocket, rx: &UdpSocket, len: usize) -> Option<usize> {
+    rx.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let payload = vec![0x5a; len];
+    let mut buf = vec![0; 65_536];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let _ = tx.send(&payload);
+        if let Ok(n) = rx.recv(&mut buf) {
+            if n == len && buf[..n] == payload[..] {
+                return Some(n);
+            }
+        }
+    }
+    None
+}
+
+/// A server whose `interface.mtu` (1500) is above the client's TUN MTU (1428: the veths' 1500
+/// minus braid's 72) gets packets from its kernel that the bond cannot carry. Before, the first
+/// one stopped the server reading its TUN device for good, and nothing more reached the client.
+/// Now, as a router on the path would: a packet without DF arrives in fragments; one with DF
+/// is answered with ICMP "fragmentation needed" (IPv6: "packet too big"), so the sender's path
+/// MTU to the client falls to 1428; and the tunnel carries on both ways.
+#[test]
+fn a_server_mtu_above_the_clients_is_answered_as_a_router_would() {
+    need_root!();
+    let mut bed = Bed::new(15);
+    bed.server_mtu = Some(1500);
+    bed.v6 = true;
+    bed.up(None);
+    let (c, s) = (bed.ns("c"), bed.ns("s"));
+    let bind = |ns: &str, at: &'static str| {
+        in_ns(ns, move || UdpSocket::bind(at).unwrap())
+            .join()
+            .unwrap()
+    };
+    let (rx4, rx6) = (bind(&c, "10.77.0.2:9100"), bind(&c, "[fd77::2]:9100"));
+    // 1. No DF, a 1500-byte packet: fragmented by the server's daemon, reassembled by the
+    // client's kernel (first, before any path MTU is learnt and the kernel fragments itself).
+    let plain = bind(&s, "10.77.0.1:0");
+    plain.connect("10.77.0.2:9100").unwrap();
+    set_int_opt(
+        &plain,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DONT,
+    );
+    assert_eq!(
+        one_arrives(&plain, &rx4, 1472),
+        Some(1472),
+        "logs: {}",
+        bed.logs()
+    );
+    // 2. DF: the daemon's ICMP lowers the server's path MTU to the client to 1428.
+    let df = bind(&s, "10.77.0.1:0");
+    df.connect("10.77.0.2:9100").unwrap();
+    set_int_opt(
+        &df,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DO,
+    );
+    let learnt = |sock: &UdpSocket, level: i32, opt: i32, len: usize| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            // Fails with EMSGSIZE once the kernel knows the smaller MTU.
+            let _ = sock.send(&vec![1u8; len]);
+            let mtu = get_int_opt(sock, level, opt);
+            if mtu < 1500 || Instant::now() > deadline {
+                return mtu;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert_eq!(
+        learnt(&df, libc::IPPROTO_IP, libc::IP_MTU, 1472),
+        1428,
+        "logs: {}",
+        bed.logs()
+    );
+    // 3. IPv6 the same, with "packet too big".
+    let v6 = bind(&s, "[fd77::1]:0");
+    v6.connect("[fd77::2]:9100").unwrap();
+    set_int_opt(
+        &v6,
+        libc::IPPROTO_IPV6,
+        libc::IPV6_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DO,
+    );
+    assert_eq!(
+        learnt(&v6, libc::IPPROTO_IPV6, libc::IPV6_MTU, 1452),
+        1428,
+        "logs: {}",
+        bed.logs()
+    );
+    // 4. The tunnel still carries what fits, both ways.
+    assert_eq!(one_arrives(&df, &rx4, 1400), Some(1400));
+    assert_eq!(one_arrives(&v6, &rx6, 1380), Some(1380));
+    let (back, rx_s) = (bind(&c, "10.77.0.2:0"), bind(&s, "10.77.0.1:9101"));
+    back.connect("10.77.0.1:9101").unwrap();
+    assert_eq!(one_arrives(&back, &rx_s, 1000), Some(1000));
+    // 5. The server counted all three kinds, and said what to set.
+    let st = bed.status("s").unwrap();
+    let big = &st["too_big"];
+    assert!(big["fragmented"].as_u64().unwrap() >= 1, "{big}");
+    assert!(big["answered"].as_u64().unwrap() >= 2, "{big}");
+    assert_eq!(big["rate_limited"], 0, "{big}");
+    assert!(
+        bed.logs().contains("set interface.mtu = 1428"),
+        "logs: {}",
+        bed.logs()
+    );
 }
