@@ -110,6 +110,8 @@ pub struct PtcpTable {
     /// the path the segment came on). At most [`MAX_RESETS`].
     resets: Vec<(u16, PathId)>,
     resets_sent: u64,
+    /// The session's count of peer restarts when [`PtcpTable::deliver`] last looked.
+    peer_restarts: Option<u64>,
     /// The `[qos]` class each connection's segments queue in ([`PtcpTable::set_class`]).
     classes: BTreeMap<u16, ClassId>,
 }
@@ -130,6 +132,7 @@ impl PtcpTable {
             touched: BTreeSet::new(),
             resets: Vec::new(),
             resets_sent: 0,
+            peer_restarts: None,
             classes: BTreeMap::new(),
         }
     }
@@ -304,7 +307,19 @@ impl PtcpTable {
 
     /// Hands the session's pTCP segments to their connections; a responder that accepts opens
     /// a connection for a SYN naming a new id.
+    ///
+    /// When the session has seen the peer restart since the last call, every connection
+    /// aborts first ([`StripedConnection::peer_lost`]): the peer's new instance holds none of
+    /// them, and an idle one would otherwise learn it only from its next keepalive.
     pub fn deliver(&mut self, session: &mut Session, now: Instant) {
+        let restarts = session.peer_restarts();
+        if self.peer_restarts.is_some_and(|seen| seen != restarts) {
+            for (&id, c) in &mut self.conns {
+                c.peer_lost();
+                self.touched.insert(id);
+            }
+        }
+        self.peer_restarts = Some(restarts);
         while let Some(seg) = session.poll_ptcp() {
             if !self.conns.contains_key(&seg.conn) {
                 let flags = Segment::parse_bytes(&seg.segment).map(|s| s.flags).ok();
@@ -430,6 +445,10 @@ mod tests {
     /// next event (quinn's `Pair`).
     struct Pair {
         ends: [(Session, PtcpTable); 2],
+        /// The client's session config, to start it again.
+        client_config: braid_session::SessionConfig,
+        /// The wall clock (ns) the sessions started at.
+        wall: u64,
         now: Instant,
         /// (arrival, path, to end, datagram).
         wire: Vec<(Instant, u8, usize, Vec<u8>)>,
@@ -478,6 +497,8 @@ mod tests {
             let (c, s) = (session_config(&client), session_config(&server));
             let wall = 1_700_000_000_000_000_000;
             Pair {
+                client_config: c.clone(),
+                wall,
                 ends: [
                     (
                         Session::new(c, Instant::ZERO, [3; 32], wall),
@@ -734,6 +755,43 @@ mod tests {
         let c = n.ends[0].1.conn_mut(id).unwrap();
         assert!(c.was_reset());
         assert!(c.stats().keepalives > 0);
+    }
+
+    #[test]
+    fn an_idle_connection_ends_at_once_when_the_peer_restarts() {
+        let mut n = Pair::established();
+        let id = n.connect().unwrap();
+        while n.ends[1].1.accept().is_none() {
+            n.step();
+        }
+        for _ in 0..20 {
+            n.step();
+        }
+        // The client daemon restarts: a new session (a new instance) and a new table. The
+        // server's session sees the new instance in its handshake, and its table ends the
+        // idle connection then, not a keepalive later.
+        let (config, now) = (n.client_config.clone(), n.now);
+        n.ends[0] = (
+            Session::new(config, now, [9; 32], n.wall + 60_000_000_000),
+            PtcpTable::new(Role::Initiator, options(false)),
+        );
+        n.wire.clear();
+        let start = n.now;
+        while n.ends[1].1.conn(id).unwrap().state() != braid_ptcp::State::Closed {
+            n.step();
+            assert!(
+                n.now < start + Duration::from_secs(5),
+                "the server never ended the connection"
+            );
+        }
+        assert_eq!(n.ends[1].0.peer_restarts(), 1);
+        let c = n.ends[1].1.conn_mut(id).unwrap();
+        assert!(c.was_reset());
+        assert_eq!(c.stats().keepalives, 0, "ended without a keepalive");
+        assert!(
+            n.ends[1].1.take_touched().contains(&id),
+            "so the daemon visits it"
+        );
     }
 
     #[test]

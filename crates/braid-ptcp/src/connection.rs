@@ -420,6 +420,17 @@ impl StripedConnection {
         self.reset
     }
 
+    /// The peer holds no such connection, as a reset from it would say, but learnt another
+    /// way: the session saw the peer restart (a new instance in its handshake), so neither a
+    /// reset nor, for an idle connection, a keepalive ([`Config::keepalive`]) need be waited
+    /// for. The connection aborts as on a reset ([`StripedConnection::was_reset`]).
+    pub fn peer_lost(&mut self) {
+        if self.state != State::Closed {
+            self.reset = true;
+        }
+        self.abort();
+    }
+
     /// The connection gave up after [`Config::user_timeout`] without a word from the peer.
     /// It is [`State::Closed`]; what was unsent or unread is gone.
     pub fn timed_out(&self) -> bool {
@@ -569,10 +580,7 @@ impl StripedConnection {
             }
         };
         if seg.flags.contains(Flags::RST) {
-            if self.state != State::Closed {
-                self.reset = true;
-            }
-            self.abort();
+            self.peer_lost();
             return;
         }
         self.last_heard = Some(now);

@@ -1456,6 +1456,11 @@ impl Session {
         self.ptcp
     }
 
+    /// Handshakes from a new instance of the peer (it restarted) since this session began.
+    pub fn peer_restarts(&self) -> u64 {
+        self.peer_restarts
+    }
+
     /// Whether a packet of `len` bytes would be accepted by [`Session::send`] now.
     pub fn can_send(&self, len: usize) -> bool {
         if self.qos.is_some() {
