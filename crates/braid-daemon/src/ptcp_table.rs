@@ -532,6 +532,20 @@ mod tests {
             n
         }
 
+        /// An established pair with one connection, open and idle: nothing to send either
+        /// way. Its id.
+        fn idle_connection() -> (Pair, u16) {
+            let mut n = Pair::established();
+            let id = n.connect().unwrap();
+            while n.ends[1].1.accept().is_none() {
+                n.step();
+            }
+            for _ in 0..20 {
+                n.step();
+            }
+            (n, id)
+        }
+
         /// The client opens a connection.
         fn connect(&mut self) -> Option<u16> {
             let now = self.now;
@@ -734,15 +748,8 @@ mod tests {
 
     #[test]
     fn an_idle_connection_learns_by_keepalive_that_the_peer_forgot_it() {
-        let mut n = Pair::established();
-        let id = n.connect().unwrap();
-        while n.ends[1].1.accept().is_none() {
-            n.step();
-        }
-        // Open and idle: nothing to send either way. The server forgets it.
-        for _ in 0..20 {
-            n.step();
-        }
+        let (mut n, id) = Pair::idle_connection();
+        // The server forgets it.
         n.ends[1].1 = PtcpTable::new(Role::Responder, options(true));
         let start = n.now;
         while n.ends[0].1.conn(id).unwrap().state() != braid_ptcp::State::Closed {
@@ -759,14 +766,7 @@ mod tests {
 
     #[test]
     fn an_idle_connection_ends_at_once_when_the_peer_restarts() {
-        let mut n = Pair::established();
-        let id = n.connect().unwrap();
-        while n.ends[1].1.accept().is_none() {
-            n.step();
-        }
-        for _ in 0..20 {
-            n.step();
-        }
+        let (mut n, id) = Pair::idle_connection();
         // The client daemon restarts: a new session (a new instance) and a new table. The
         // server's session sees the new instance in its handshake, and its table ends the
         // idle connection then, not a keepalive later.
