@@ -83,8 +83,22 @@ pub enum DaemonError {
 
 const PRIVILEGE_HINT: &str = " (braid needs CAP_NET_ADMIN: run it as root, or give it CAP_NET_ADMIN as an ambient capability, e.g. AmbientCapabilities=CAP_NET_ADMIN in the systemd unit of contrib/; a file capability set with setcap is not enough, because braid runs `ip` to configure the device)";
 
-/// Room for one datagram in the send buffer (the TUN MTU plus braid's overhead fits).
+/// Room for one datagram in the send buffer at least; more for a bond whose largest packet
+/// needs it ([`datagram_room`]).
 const DATAGRAM_ROOM: usize = 2048;
+
+/// Room for one datagram of a bond whose largest packet is `max_packet` bytes: the packet,
+/// braid's headers inside the UDP payload (44 bytes with sequence numbers) and a margin, at
+/// least [`DATAGRAM_ROOM`]. Paths with jumbo frames (an MTU of 9000) need about 9 KB.
+fn datagram_room(max_packet: usize) -> usize {
+    (max_packet + 128).next_multiple_of(64).max(DATAGRAM_ROOM)
+}
+
+/// The send buffer for datagrams of `room` bytes: a GSO batch (at most
+/// [`MAX_BATCH_BYTES`], or [`MAX_BATCH`] datagrams) and the one that did not fit in it.
+fn send_buffer_len(room: usize) -> usize {
+    (MAX_BATCH * room).min(MAX_BATCH_BYTES + room) + room
+}
 use gso::{MAX_BATCH, MAX_BATCH_BYTES};
 /// Receive buffers per `recvmmsg`, each for one GRO-coalesced datagram of up to 64 KiB.
 const RX_BUFFERS: usize = 4;
@@ -126,12 +140,18 @@ pub struct TooBigCounters {
     pub rate_limited: u64,
     /// IPv4 without DF, sent in fragments.
     pub fragmented: u64,
+    /// IPv4 without DF whose fragments the bond did not all take (its queue full, no keys).
+    pub fragments_dropped: u64,
+    /// Dropped without an answer: exempt (an ICMP error, a non-initial fragment, a source or
+    /// destination that is not unicast), IPv4 options that would need fragmenting, malformed.
+    pub dropped: u64,
 }
 
-/// ICMP "packet too big" answers a second at most (RFC 1812 section 4.3.2.8, RFC 4443 section
-/// 2.4 (f): a router limits the rate of its ICMP errors). One answer fixes a destination's
-/// path MTU, so few are needed.
-pub const TOO_BIG_ANSWERS_PER_S: u32 = 100;
+/// ICMP "packet too big" answers a second at most, all peers together: a bound on the work
+/// (RFC 4443 section 2.4 (f) asks a router to limit its ICMP errors' rate), set high because
+/// path MTU discovery runs on these (Linux does not limit them at all), and each of a burst of
+/// a sender's segments may need one before the first arrives.
+pub const TOO_BIG_ANSWERS_PER_S: u32 = 1000;
 
 /// What `braid status` shows.
 #[derive(Debug, Serialize)]
@@ -328,6 +348,9 @@ struct Daemon {
     mtu_failed: Option<u16>,
     /// Server: the client MTU the configured `interface.mtu` was last said to be above.
     mtu_warned: Option<u32>,
+    /// Room for one datagram in `out` ([`datagram_room`]); a server's grows with its clients'
+    /// largest packets.
+    room: usize,
     /// The status JSON the control thread serves, refreshed by the loop.
     snapshot: Arc<Mutex<String>>,
     /// The metrics text the metrics thread serves, if there is a metrics endpoint.
@@ -731,9 +754,11 @@ impl Daemon {
         let segment_room = ptcp_table::mss_of(&cfg) as usize
             + braid_ptcp::wire::DATA_HEADER_LEN
             + braid_session::Session::PTCP_OVERHEAD;
+        // The flush's datagram slots take the bond's largest packet and a pTCP segment alike.
+        let room = datagram_room(usize::from(mtu).max(segment_room));
         let mut accel = Accel {
             next_token: TCP_BASE,
-            classify: cfg.qos.is_some() && segment_room <= DATAGRAM_ROOM,
+            classify: cfg.qos.is_some(),
             ..Accel::default()
         };
         if let (Role::Initiator, Some(t)) = (cfg.role, &cfg.tcp) {
@@ -756,15 +781,9 @@ impl Daemon {
             accel.stats.listen_port = Some(t.listen_port);
         }
         if cfg.tcp.is_some() && cfg.qos.is_some() {
-            if accel.classify {
-                eprintln!(
-                    "braid: [tcp] accelerate with [qos]: accelerated TCP queues in the class its addresses and ports select ([[qos.class.filter]]; its DSCP does not reach braid through the redirect, so it counts as DSCP 0), except on a PET bond without [qos] rate_mbit, whose rate only striped traffic measures (docs/qos.md)"
-                );
-            } else {
-                eprintln!(
-                    "braid: warning: [tcp] accelerate with [qos]: the paths' MTU makes pTCP segments of {segment_room} bytes, more than the {DATAGRAM_ROOM} a shaped segment may take, so accelerated TCP is not shaped and the classes' bounds do not hold while it runs; set the paths' mtu to 2000 or less (docs/qos.md)"
-                );
-            }
+            eprintln!(
+                "braid: [tcp] accelerate with [qos]: accelerated TCP queues in the class its addresses and ports select ([[qos.class.filter]]; its DSCP does not reach braid through the redirect, so it counts as DSCP 0), except on a PET bond without [qos] rate_mbit, whose rate only striped traffic measures (docs/qos.md)"
+            );
         }
         if let (Role::Responder, Some(true)) = (cfg.role, cfg.tcp.as_ref().map(|t| t.transparent)) {
             let table = accel::nft_table(&cfg.ifname);
@@ -840,7 +859,8 @@ impl Daemon {
             guard,
             tun_readable: true,
             rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
-            out: vec![0u8; (MAX_BATCH + 1) * DATAGRAM_ROOM],
+            room,
+            out: vec![0u8; send_buffer_len(room)],
             ptcp_out: vec![0u8; RX_BUFFER_BYTES],
             ptcp_batches: gso::PathBatches::default(),
             accel,
@@ -909,6 +929,7 @@ impl Daemon {
             }
             self.warn_no_handshake(now);
             self.adopt_mtu();
+            self.fit_datagram_room();
             self.adopt_addresses();
             self.install_tcp_rules();
             self.accelerate(now);
@@ -1078,6 +1099,21 @@ impl Daemon {
         }
     }
 
+    /// Server: make the send buffer's datagram slots fit the largest packet of any client's
+    /// bond (jumbo-frame paths make packets of up to 65,535 bytes), which a server learns only
+    /// from the handshakes. A slot too small would lose every packet larger than it.
+    fn fit_datagram_room(&mut self) {
+        let largest = self
+            .peers
+            .iter()
+            .filter_map(|p| p.session.params().map(|p| p.max_packet as usize))
+            .max();
+        if let Some(room) = largest.map(datagram_room).filter(|&r| r > self.room) {
+            self.room = room;
+            self.out.resize(send_buffer_len(room), 0);
+        }
+    }
+
     /// Server with `interface.mtu` set: say once per value when it is above a client's largest
     /// packet (its packets above that are answered with ICMP "packet too big" or fragmented).
     fn warn_mtu_above_client(&mut self) {
@@ -1241,18 +1277,28 @@ impl Daemon {
                     self.tun.advance();
                     continue;
                 };
-                // Larger than the bond carries: answered or fragmented, never waited for.
+                // Larger than the bond carries: answered, or sent in fragments (with room for
+                // the first, as for any packet), never waited for in vain.
                 let max = self.peers[i]
                     .session
                     .params()
                     .map(|b| b.max_packet as usize);
                 if let Some(max) = max.filter(|&m| len > m) {
-                    let p = p.to_vec();
+                    let verdict = braid_session::pmtu::too_big(p, max);
+                    if let braid_session::pmtu::TooBig::Fragments(f) = &verdict {
+                        let first = f.first().map_or(0, Vec::len);
+                        if single && !self.peers[i].session.can_send(first) {
+                            self.flush();
+                            if !self.peers[i].session.can_send(first) {
+                                return;
+                            }
+                        }
+                    }
                     self.tun.advance();
-                    self.too_big(now, i, &p, max);
+                    self.too_big(now, i, verdict);
                     continue;
                 }
-                if single && !self.peers[i].session.can_send(len) && len <= usize::from(self.mtu) {
+                if single && !self.peers[i].session.can_send(len) {
                     self.flush();
                     if !self.peers[i].session.can_send(len) {
                         return;
@@ -1279,13 +1325,14 @@ impl Daemon {
         }
     }
 
-    /// A packet from the TUN device larger than peer `i`'s bond carries (`max`): answer its
-    /// sender with ICMP "packet too big" through the TUN device (at most
-    /// [`TOO_BIG_ANSWERS_PER_S`] a second), or send it in IPv4 fragments.
-    fn too_big(&mut self, now: Instant, i: usize, packet: &[u8], max: usize) {
+    /// A packet from the TUN device larger than peer `i`'s bond carries, and
+    /// `braid_session::pmtu`'s verdict on it: answer its sender with ICMP "packet too big"
+    /// through the TUN device (at most [`TOO_BIG_ANSWERS_PER_S`] a second), or send it in IPv4
+    /// fragments.
+    fn too_big(&mut self, now: Instant, i: usize, verdict: braid_session::pmtu::TooBig) {
         use braid_session::pmtu::TooBig;
         self.too_big.packets += 1;
-        match braid_session::pmtu::too_big(packet, max) {
+        match verdict {
             TooBig::Answer(icmp) => {
                 let (start, n) = &mut self.too_big_window;
                 if now.saturating_duration_since(*start)
@@ -1307,12 +1354,22 @@ impl Daemon {
                 }
             }
             TooBig::Fragments(pieces) => {
-                self.too_big.fragmented += 1;
+                // A piece the bond refuses (its queue full, no keys) ends the packet: the rest
+                // would be of no use to the far end's reassembly.
+                let mut sent = 0;
                 for f in &pieces {
-                    self.peers[i].session.send(now, f);
+                    if !self.peers[i].session.send(now, f) {
+                        break;
+                    }
+                    sent += 1;
+                }
+                if sent == pieces.len() {
+                    self.too_big.fragmented += 1;
+                } else {
+                    self.too_big.fragments_dropped += 1;
                 }
             }
-            TooBig::Drop => {}
+            TooBig::Drop => self.too_big.dropped += 1,
         }
     }
 
@@ -1482,7 +1539,7 @@ impl Daemon {
                 let mut segment = 0usize;
                 let mut count = 0usize;
                 loop {
-                    let room = &mut self.out[used..used + DATAGRAM_ROOM];
+                    let room = &mut self.out[used..used + self.room];
                     let Some(n) = self.peers[k].session.poll_transmit(now, path, room) else {
                         break;
                     };

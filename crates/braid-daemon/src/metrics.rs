@@ -209,6 +209,16 @@ pub fn render(st: &Status) -> String {
             "Of them, IPv4 without DF, sent in fragments",
             st.too_big.fragmented,
         ),
+        (
+            "too_big_fragments_dropped",
+            "Of them, IPv4 without DF whose fragments the bond did not all take",
+            st.too_big.fragments_dropped,
+        ),
+        (
+            "too_big_dropped",
+            "Of them, dropped unanswered (exempt from ICMP errors, IPv4 options, malformed)",
+            st.too_big.dropped,
+        ),
     ] {
         scalar(&mut reg, name, help, v as f64);
     }

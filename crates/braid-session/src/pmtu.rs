@@ -32,8 +32,9 @@ pub enum TooBig {
     Answer(Vec<u8>),
     /// Send these IPv4 fragments in the packet's place, each at most the bond's largest packet.
     Fragments(Vec<Vec<u8>>),
-    /// Drop it without an answer: malformed, exempt from ICMP errors, or an IPv4 packet with
-    /// options that would need fragmenting (rare, and filtered on most of the Internet).
+    /// Drop it without an answer: malformed (its own length fits, or is past its end), exempt
+    /// from ICMP errors, or an IPv4 packet with options that would need fragmenting (rare, and
+    /// filtered on most of the Internet).
     Drop,
 }
 
@@ -68,7 +69,7 @@ fn ipv4(packet: &[u8], max: usize) -> TooBig {
     }
     let ihl = usize::from(packet[0] & 0x0f) * 4;
     let total = usize::from(u16::from_be_bytes([packet[2], packet[3]]));
-    if ihl < IPV4_HEADER || total < ihl || total > packet.len() {
+    if ihl < IPV4_HEADER || total < ihl || total > packet.len() || total <= max {
         return TooBig::Drop;
     }
     let packet = &packet[..total];
@@ -80,8 +81,7 @@ fn ipv4(packet: &[u8], max: usize) -> TooBig {
     let dst = Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]);
     let exempt = flags & OFFSET_MASK != 0
         || !unicast_v4(src)
-        || dst.is_broadcast()
-        || dst.is_multicast()
+        || !unicast_v4(dst)
         || (packet[9] == 1 && is_icmpv4_error(packet.get(ihl).copied()));
     let Ok(next_hop_mtu) = u16::try_from(max) else {
         return TooBig::Drop;
@@ -151,8 +151,10 @@ fn checksum(header: &[u8]) -> u16 {
     !(sum as u16)
 }
 
+/// Neither "this network" (0/8), loopback (127/8), multicast (224/4) nor reserved (240/4,
+/// with the broadcast address): an address an ICMP error may come from or go to.
 fn unicast_v4(a: Ipv4Addr) -> bool {
-    !(a.is_unspecified() || a.is_broadcast() || a.is_multicast() || a.is_loopback())
+    !matches!(a.octets()[0], 0 | 127 | 224..=255)
 }
 
 /// ICMP types that are errors (RFC 1812 section 4.3.2.7): no error answers them.
@@ -170,10 +172,18 @@ fn ipv6(packet: &[u8], max: usize) -> TooBig {
         a
     };
     let (src, dst) = (Ipv6Addr::from(octets(8)), Ipv6Addr::from(octets(24)));
+    let total = IPV6_HEADER + usize::from(u16::from_be_bytes([packet[4], packet[5]]));
+    if total > packet.len() || total <= max {
+        return TooBig::Drop;
+    }
+    let packet = &packet[..total];
     // An ICMPv6 error (types below 128) right behind the fixed header is not answered; one
     // behind extension headers would be answered once, and its answer is not.
     let icmp_error = packet[6] == 58 && packet.get(IPV6_HEADER).is_none_or(|&t| t < 128);
-    if icmp_error || src.is_unspecified() || src.is_multicast() || src.is_loopback() {
+    // The answer comes from the destination, so it must be unicast too (RFC 4443 asks for a
+    // "packet too big" to a multicast group as well, from a unicast address this end lacks).
+    let unicast = |a: Ipv6Addr| !(a.is_unspecified() || a.is_multicast() || a.is_loopback());
+    if icmp_error || !unicast(src) || !unicast(dst) {
         return TooBig::Drop;
     }
     let Ok(mtu) = u32::try_from(max) else {
@@ -291,9 +301,33 @@ mod tests {
         p[6] = 58;
         p[40] = 2;
         assert_eq!(too_big(&p, 1428), TooBig::Drop);
-        // Malformed: a length field past the end, a version 5, an empty packet.
+        // To a multicast group, from or to class E (240/4), to loopback.
+        for (at, addr) in [
+            (16, [224, 0, 0, 1]),
+            (12, [240, 0, 0, 1]),
+            (16, [240, 0, 0, 1]),
+            (16, [127, 0, 0, 1]),
+        ] {
+            let mut p = v4(1500, DF);
+            p[at..at + 4].copy_from_slice(&addr);
+            assert_eq!(too_big(&p, 1428), TooBig::Drop, "{addr:?}");
+        }
+        let mut p = v6(1500);
+        p[24] = 0xff;
+        assert_eq!(
+            too_big(&p, 1428),
+            TooBig::Drop,
+            "to an IPv6 multicast group"
+        );
+        // Malformed: a length field past the end, or one that fits (trailing bytes), a
+        // version 5, an empty packet.
         let mut p = v4(1500, DF);
         p[2..4].copy_from_slice(&1600u16.to_be_bytes());
+        assert_eq!(too_big(&p, 1428), TooBig::Drop);
+        p[2..4].copy_from_slice(&1400u16.to_be_bytes());
+        assert_eq!(too_big(&p, 1428), TooBig::Drop);
+        let mut p = v6(1500);
+        p[4..6].copy_from_slice(&1000u16.to_be_bytes());
         assert_eq!(too_big(&p, 1428), TooBig::Drop);
         assert_eq!(too_big(&[0x50; 60], 40), TooBig::Drop);
         assert_eq!(too_big(&[], 40), TooBig::Drop);

@@ -211,8 +211,13 @@ pub fn status(args: &StatusArgs) -> Result<()> {
     let big = &v["too_big"];
     if big["packets"].as_u64().unwrap_or(0) > 0 {
         println!(
-            "packets larger than the bond carries: {}  answered (ICMP too big) {}  rate-limited {}  fragmented {}",
-            big["packets"], big["answered"], big["rate_limited"], big["fragmented"]
+            "packets larger than the bond carries: {}  answered (ICMP too big) {}  rate-limited {}  fragmented {}  fragments dropped {}  dropped {}",
+            big["packets"],
+            big["answered"],
+            big["rate_limited"],
+            big["fragmented"],
+            big["fragments_dropped"],
+            big["dropped"]
         );
     }
     if v["unrouted_packets"].as_u64().unwrap_or(0) + v["unclaimed_datagrams"].as_u64().unwrap_or(0)

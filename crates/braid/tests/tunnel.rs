@@ -37,6 +37,8 @@ struct Bed {
     server_mtu: Option<u16>,
     /// IPv6 tunnel addresses (fd77::1 and fd77::2) without `tcp`.
     v6: bool,
+    /// The veths' MTU and the client's paths' `mtu`, if not 1500.
+    path_mtu: Option<u16>,
 }
 
 impl Bed {
@@ -63,6 +65,7 @@ impl Bed {
             server_public: String::new(),
             server_mtu: None,
             v6: false,
+            path_mtu: None,
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -119,9 +122,22 @@ impl Bed {
         let bond = self.bond.clone().unwrap_or_default();
         let pet = bond.contains("\"pet\"");
         let (rate1, rate2) = if pet {
-            ("", "")
+            (String::new(), String::new())
         } else {
-            ("rate_mbit = 20\n", "rate_mbit = 10\n")
+            ("rate_mbit = 20\n".into(), "rate_mbit = 10\n".into())
+        };
+        let (rate1, rate2) = match self.path_mtu {
+            Some(m) => {
+                for i in 1..=2 {
+                    for side in ["c", "s"] {
+                        let dev = format!("{side}{}{i}", self.tag);
+                        let mtu = m.to_string();
+                        sh(&["ip", "-n", &self.ns(side), "link", "set", &dev, "mtu", &mtu]);
+                    }
+                }
+                (format!("{rate1}mtu = {m}\n"), format!("{rate2}mtu = {m}\n"))
+            }
+            None => (rate1, rate2),
         };
         let client = format!(
             "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
@@ -1699,4 +1715,24 @@ fn a_server_mtu_above_the_clients_is_answered_as_a_router_would() {
         "logs: {}",
         bed.logs()
     );
+}
+
+/// Paths with jumbo frames (MTU 9000): the client's TUN MTU is 8928, and the server follows
+/// it. Before, the daemons' send buffer had 2,048 bytes per datagram, and every packet larger
+/// than that was lost without a word, so TCP through the tunnel stalled.
+#[test]
+fn jumbo_frame_paths_carry_jumbo_packets() {
+    need_root!();
+    let mut bed = Bed::new(16);
+    bed.path_mtu = Some(9000);
+    bed.up(None);
+    both_ways(&bed, 8 << 20, 8 << 20);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && bed.status("s").is_none_or(|st| st["mtu"] != 8928) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (c, s) = (bed.status("c").unwrap(), bed.status("s").unwrap());
+    assert_eq!(c["mtu"], 8928, "client: {c}");
+    assert_eq!(s["mtu"], 8928, "server: {s}");
+    assert_tun(&bed);
 }
