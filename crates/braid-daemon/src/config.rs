@@ -149,6 +149,77 @@ fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> 
     })
 }
 
+/// A path's `remote` as written: an address and port, or a host name and port (resolved when
+/// the config is checked, and again at run time by the daemon).
+#[derive(Debug)]
+enum RawRemote {
+    Addr(SocketAddr),
+    Host(String, u16),
+}
+
+fn remote<'de, D: Deserializer<'de>>(d: D) -> Result<RawRemote, D::Error> {
+    let s = String::deserialize(d)?;
+    if let Ok(a) = s.parse() {
+        return Ok(RawRemote::Addr(a));
+    }
+    let named = s
+        .rsplit_once(':')
+        .filter(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+        .filter(|&(host, port)| port != 0 && is_host_name(host));
+    named
+        .map(|(host, port)| RawRemote::Host(host.to_owned(), port))
+        .ok_or_else(|| {
+            de::Error::custom(format!(
+                "`{s}` is not an address and port, nor a host name and port, e.g. 203.0.113.5:7000, [2001:db8::1]:7000 or vpn.example.net:7000"
+            ))
+        })
+}
+
+/// A host name: dot-separated labels of letters, digits, inner hyphens (RFC 1123) and
+/// underscores (names in hosts files and container networks have them), 253 characters at
+/// most, not all digits (that would be a malformed address). An internationalised name is
+/// given in its ASCII form (`xn--...`).
+fn is_host_name(s: &str) -> bool {
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let s = s.strip_suffix('.').unwrap_or(s);
+    (1..=253).contains(&s.len())
+        && s.split('.').all(label)
+        && !s.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+}
+
+/// The addresses `host` resolves to (the system's resolver: `/etc/hosts`, DNS), each with
+/// `port`. It blocks: the daemon calls it from a thread of its own.
+pub fn resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    (host, port).to_socket_addrs().map(Iterator::collect)
+}
+
+/// Which of the addresses a path's `remote` host name resolved to (`found`) to send to: the
+/// one in use (`current`) while it is still among them, else the first of the IP version `v6`
+/// asks for (`None`: IPv4 first, then IPv6). `None` if there is none of that version.
+pub fn pick_remote(
+    current: Option<SocketAddr>,
+    found: &[SocketAddr],
+    v6: Option<bool>,
+) -> Option<SocketAddr> {
+    let fits = |a: &&SocketAddr| v6.is_none_or(|v6| a.is_ipv6() == v6);
+    if let Some(c) = current.filter(|c| found.contains(c) && fits(&c)) {
+        return Some(c);
+    }
+    found
+        .iter()
+        .filter(fits)
+        .min_by_key(|a| a.is_ipv6())
+        .copied()
+}
+
 fn opt_socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
     socket_addr(d).map(Some)
 }
@@ -346,8 +417,8 @@ struct RawPath {
     #[serde(default, deserialize_with = "ip_addr")]
     local: Option<IpAddr>,
     interface: Option<String>,
-    #[serde(deserialize_with = "socket_addr")]
-    remote: SocketAddr,
+    #[serde(deserialize_with = "remote")]
+    remote: RawRemote,
     rate_mbit: Option<f64>,
     #[serde(default = "default_path_mtu")]
     mtu: u16,
@@ -409,8 +480,11 @@ pub struct PathConfig {
     pub local: Option<IpAddr>,
     /// Interface to bind to (SO_BINDTODEVICE), if any.
     pub interface: Option<String>,
-    /// The server's address for this path.
+    /// The server's address for this path (a host name's, resolved when the config was read).
     pub remote: SocketAddr,
+    /// The host name and port `remote` was given as, if it was a name: the daemon resolves it
+    /// again at run time (a server on dynamic DNS).
+    pub remote_host: Option<(String, u16)>,
     /// Rate in bit/s (sets the scheduler's quantum); with scheduler `pet` and no `rate_mbit`,
     /// [`PET_PRIOR_RATE_BPS`], a guess PET replaces with its measurement.
     pub rate_bps: u64,
@@ -535,8 +609,25 @@ impl Config {
         Config::parse(&text, path)
     }
 
+    /// [`Config::load`] without resolving the paths' `remote` host names: for a command that
+    /// only needs the interface and control socket (`braid status -c`, `braid path -c`), which
+    /// must work when DNS does not. A named `remote` is the unspecified address of `local`'s
+    /// IP version (IPv4 without one), with its port.
+    pub fn load_offline(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            source: e,
+        })?;
+        Config::parse_with(&text, path, false)
+    }
+
     /// Parse and check `text` (named `path` in messages).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        Config::parse_with(text, path, true)
+    }
+
+    /// [`Config::parse`], resolving the paths' `remote` host names if `resolve_names`.
+    fn parse_with(text: &str, path: &Path, resolve_names: bool) -> Result<Config, ConfigError> {
         let name = path.display().to_string();
         let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: name.clone(),
@@ -703,11 +794,45 @@ impl Config {
                     if p.mtu < 576 {
                         return Err(invalid(format!("path {i}: mtu = {} is below 576", p.mtu)));
                     }
+                    let want_v6 = p.local.map(|l| l.is_ipv6());
+                    let (remote, remote_host) = match &p.remote {
+                        RawRemote::Addr(a) => (*a, None),
+                        RawRemote::Host(host, port) if !resolve_names => {
+                            let ip = match want_v6 {
+                                Some(true) => IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED),
+                                _ => IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED),
+                            };
+                            (SocketAddr::new(ip, *port), Some((host.clone(), *port)))
+                        }
+                        RawRemote::Host(host, port) => {
+                            let found = resolve(host, *port).map_err(|e| {
+                                invalid(format!(
+                                    "path {i}: remote `{host}:{port}`: cannot resolve {host} ({e}): check the name and this host's DNS, or give the server's address (e.g. 203.0.113.5:{port})"
+                                ))
+                            })?;
+                            let a = pick_remote(None, &found, want_v6).ok_or_else(|| {
+                                let listed = found
+                                    .iter()
+                                    .map(|a| a.ip().to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(", ");
+                                invalid(match want_v6 {
+                                    Some(v6) => format!(
+                                        "path {i}: remote `{host}:{port}` resolves to no {} address, the version of `local` (only {listed}): give a `local` of the other version, or the server's address",
+                                        if v6 { "IPv6" } else { "IPv4" }
+                                    ),
+                                    None => format!(
+                                        "path {i}: remote `{host}:{port}` resolves to no address: check the name and this host's DNS, or give the server's address (e.g. 203.0.113.5:{port})"
+                                    ),
+                                })
+                            })?;
+                            (a, Some((host.clone(), *port)))
+                        }
+                    };
                     if let Some(local) = p.local {
-                        if local.is_ipv4() != p.remote.is_ipv4() {
+                        if local.is_ipv4() != remote.is_ipv4() {
                             return Err(invalid(format!(
-                                "path {i}: local {local} and remote {} are of different IP versions",
-                                p.remote
+                                "path {i}: local {local} and remote {remote} are of different IP versions"
                             )));
                         }
                     }
@@ -726,7 +851,8 @@ impl Config {
                         name,
                         local: p.local,
                         interface: p.interface.clone(),
-                        remote: p.remote,
+                        remote,
+                        remote_host,
                         rate_bps,
                         mtu: p.mtu,
                     });
@@ -1123,6 +1249,91 @@ rate_mbit = 5
 
     fn parse(text: &str) -> Result<Config, String> {
         Config::parse(text, Path::new("braid.toml")).map_err(|e| e.to_string())
+    }
+
+    /// The example client with its first path's `remote` (and `local`, if any) replaced.
+    fn client_remote(remote: &str, local: Option<&str>) -> String {
+        let local = local.map_or(String::new(), |l| format!("local = \"{l}\"\n"));
+        client("").replacen(
+            "remote = \"192.0.2.1:7000\"",
+            &format!("{local}remote = \"{remote}\""),
+            1,
+        )
+    }
+
+    #[test]
+    fn a_remote_may_be_a_host_name() {
+        // `localhost` is in /etc/hosts everywhere: 127.0.0.1, and often ::1 too.
+        let c = parse(&client_remote("localhost:7000", None)).unwrap();
+        assert_eq!(c.paths[0].remote, "127.0.0.1:7000".parse().unwrap());
+        assert_eq!(c.paths[0].remote_host, Some(("localhost".to_owned(), 7000)));
+        assert_eq!(c.paths[1].remote_host, None);
+        let c = parse(&client_remote("localhost:7000", Some("127.0.0.1"))).unwrap();
+        assert_eq!(c.paths[0].remote, "127.0.0.1:7000".parse().unwrap());
+        // Not a name, not an address.
+        for bad in [
+            "localhost",
+            "localhost:0",
+            "local:host:7000",
+            "localhost:+7000",
+            "-x.example:7000",
+            "300.1.1.1:7000",
+            "vpn.example.net:99999",
+        ] {
+            let e = parse(&client_remote(bad, None)).unwrap_err();
+            assert!(e.contains("nor a host name and port"), "{bad}: {e}");
+        }
+        // A name that does not resolve (RFC 6761 reserves .invalid): what to do about it.
+        let e = parse(&client_remote("braid-test.invalid:7000", None)).unwrap_err();
+        assert!(
+            e.contains("cannot resolve braid-test.invalid")
+                && e.contains("give the server's address"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_config_read_for_its_control_socket_resolves_nothing() {
+        let dir = std::env::temp_dir().join(format!("braid-offline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, client_remote("braid-test.invalid:7000", None)).unwrap();
+        let c = Config::load_offline(&file).unwrap();
+        assert_eq!(c.paths[0].remote, "0.0.0.0:7000".parse().unwrap());
+        assert_eq!(
+            c.paths[0].remote_host,
+            Some(("braid-test.invalid".to_owned(), 7000))
+        );
+        assert!(Config::load(&file).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_resolved_remote_keeps_its_address_and_version() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let found = [
+            a("[2001:db8::1]:7000"),
+            a("192.0.2.1:7000"),
+            a("192.0.2.2:7000"),
+        ];
+        // IPv4 first when nothing says which.
+        assert_eq!(pick_remote(None, &found, None), Some(a("192.0.2.1:7000")));
+        assert_eq!(
+            pick_remote(None, &found, Some(true)),
+            Some(a("[2001:db8::1]:7000"))
+        );
+        // The address in use while it is still there (round-robin DNS does not move the path).
+        assert_eq!(
+            pick_remote(Some(a("192.0.2.2:7000")), &found, Some(false)),
+            Some(a("192.0.2.2:7000"))
+        );
+        // Gone: the first of its version.
+        assert_eq!(
+            pick_remote(Some(a("192.0.2.9:7000")), &found, Some(false)),
+            Some(a("192.0.2.1:7000"))
+        );
+        assert_eq!(pick_remote(None, &found[1..], Some(true)), None);
+        assert_eq!(pick_remote(None, &[], None), None);
     }
 
     #[test]

@@ -153,6 +153,94 @@ pub struct TooBigCounters {
 /// a sender's segments may need one before the first arrives.
 pub const TOO_BIG_ANSWERS_PER_S: u32 = 1000;
 
+/// How often a client resolves a path's `remote` host name again while the path is up.
+pub const RESOLVE_UP_EVERY: braid_proto::time::Duration =
+    braid_proto::time::Duration::from_secs(60);
+
+/// When a path with a host name goes down (its server's address may have changed: dynamic
+/// DNS), its name is resolved again at once, then after this long, then twice as long each
+/// time, up to [`RESOLVE_UP_EVERY`].
+pub const RESOLVE_DOWN_FIRST: braid_proto::time::Duration =
+    braid_proto::time::Duration::from_secs(2);
+
+/// Client: the paths' `remote` host names, resolved again at run time in a thread of its own
+/// (the system's resolver blocks), so a server whose address changes (dynamic DNS) is found
+/// again without a restart.
+struct Resolver {
+    ask: std::sync::mpsc::Sender<(usize, String, u16)>,
+    answers: std::sync::mpsc::Receiver<(usize, io::Result<Vec<SocketAddr>>)>,
+    paths: Vec<ResolvedPath>,
+}
+
+/// One path's part of the [`Resolver`].
+#[derive(Clone)]
+struct ResolvedPath {
+    /// When to ask next.
+    next: Instant,
+    /// How long to wait after that while the path is down.
+    down_every: braid_proto::time::Duration,
+    /// When it was last asked (`None`: only resolved with the config, at start).
+    last_asked: Option<Instant>,
+    /// An answer is awaited.
+    asked: bool,
+    /// The path was up when last looked at.
+    was_up: bool,
+    /// When the last "cannot resolve" warning was said.
+    warned: Option<Instant>,
+}
+
+impl ResolvedPath {
+    /// Ask soon (the path went down, or the server answers from another address), unless it
+    /// was asked less than [`RESOLVE_DOWN_FIRST`] ago: a flapping path or a stream of
+    /// datagrams does not make a query each.
+    fn hurry(&mut self, now: Instant) {
+        if self
+            .last_asked
+            .is_none_or(|t| now.saturating_duration_since(t) >= RESOLVE_DOWN_FIRST)
+        {
+            self.next = now;
+            self.down_every = RESOLVE_DOWN_FIRST;
+        }
+    }
+}
+
+impl Resolver {
+    /// A resolver for `cfg`'s paths, if any of them has a host name.
+    fn start(cfg: &Config) -> Option<Resolver> {
+        if cfg.role != Role::Initiator || cfg.paths.iter().all(|p| p.remote_host.is_none()) {
+            return None;
+        }
+        let (ask, asked_for) = std::sync::mpsc::channel::<(usize, String, u16)>();
+        let (tell, answers) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("braid-resolve".into())
+            .spawn(move || {
+                for (i, host, port) in asked_for {
+                    if tell.send((i, config::resolve(&host, port))).is_err() {
+                        break;
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("braid: warning: cannot start the thread that resolves the paths' host names again ({e}): each path keeps the address it resolved to at start");
+            return None;
+        }
+        let path = ResolvedPath {
+            next: Instant::ZERO + RESOLVE_DOWN_FIRST,
+            down_every: RESOLVE_DOWN_FIRST,
+            last_asked: None,
+            asked: false,
+            was_up: false,
+            warned: None,
+        };
+        Some(Resolver {
+            ask,
+            answers,
+            paths: vec![path; cfg.paths.len()],
+        })
+    }
+}
+
 /// What `braid status` shows.
 #[derive(Debug, Serialize)]
 pub struct Status {
@@ -259,6 +347,10 @@ pub struct PathInfo {
     pub name: String,
     /// Where this end sends the path's datagrams (server: learned from the client).
     pub peer: Option<SocketAddr>,
+    /// Client: the host name and port `remote` was given as, if it was a name (`peer` is
+    /// what it resolves to now).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_host: Option<String>,
     /// Client: why the path is out of use, if the daemon knows (taken down by the user; its
     /// interface or address not there).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -351,6 +443,8 @@ struct Daemon {
     /// Room for one datagram in `out` ([`datagram_room`]); a server's grows with its clients'
     /// largest packets.
     room: usize,
+    /// Client with paths whose `remote` is a host name: resolves them again.
+    resolver: Option<Resolver>,
     /// The status JSON the control thread serves, refreshed by the loop.
     snapshot: Arc<Mutex<String>>,
     /// The metrics text the metrics thread serves, if there is a metrics endpoint.
@@ -833,6 +927,7 @@ impl Daemon {
             next_reopen: Instant::ZERO,
             mtu_failed: None,
             mtu_warned: None,
+            resolver: Resolver::start(&cfg),
             cfg,
             peers,
             tun,
@@ -930,6 +1025,7 @@ impl Daemon {
             self.warn_no_handshake(now);
             self.adopt_mtu();
             self.fit_datagram_room();
+            self.resolve_remotes(now);
             self.adopt_addresses();
             self.install_tcp_rules();
             self.accelerate(now);
@@ -1071,7 +1167,19 @@ impl Daemon {
         let Ok(max) = u16::try_from(max) else {
             return;
         };
-        if max != self.mtu && self.mtu_failed != Some(max) {
+        let source = if self.single() {
+            "the client's, from the handshake"
+        } else {
+            "the largest of the clients', from their handshakes"
+        };
+        if max == self.mtu {
+            // The default already matched (a client's paths of MTU 1500).
+            if self.mtu_source != source {
+                self.mtu_source = source.to_owned();
+            }
+            return;
+        }
+        if self.mtu_failed != Some(max) {
             let ok = std::process::Command::new("ip")
                 .args([
                     "link",
@@ -1086,16 +1194,109 @@ impl Daemon {
             if ok {
                 self.mtu = max;
                 self.tun.set_mtu(max);
-                self.mtu_source = if self.single() {
-                    "the client's, from the handshake".to_owned()
-                } else {
-                    "the largest of the clients', from their handshakes".to_owned()
-                };
+                self.mtu_source = source.to_owned();
             } else {
                 // Tried once: not again every turn of the loop.
                 eprintln!("braid: cannot set the MTU of {} to {max}", self.cfg.ifname);
                 self.mtu_failed = Some(max);
             }
+        }
+    }
+
+    /// Client: take what the resolver found for the paths' host names (a changed address is
+    /// said, and the path's datagrams go there from now on), and ask it again for those due:
+    /// every [`RESOLVE_UP_EVERY`] while a path is up; at once when it goes down (or the server
+    /// answers from another address, [`Daemon::read_udp`]), then after [`RESOLVE_DOWN_FIRST`],
+    /// doubling.
+    fn resolve_remotes(&mut self, now: Instant) {
+        let Some(r) = &mut self.resolver else {
+            return;
+        };
+        let Some(peer) = self.peers.first_mut() else {
+            return;
+        };
+        while let Ok((i, found)) = r.answers.try_recv() {
+            let (Some(p), Some(slot), Some(rp)) = (
+                self.cfg.paths.get(i),
+                peer.addrs.get_mut(i),
+                r.paths.get_mut(i),
+            ) else {
+                continue;
+            };
+            rp.asked = false;
+            let Some((host, _)) = &p.remote_host else {
+                continue;
+            };
+            let v6 = p.remote.is_ipv6();
+            let picked = found
+                .as_ref()
+                .ok()
+                .and_then(|f| config::pick_remote(*slot, f, Some(v6)));
+            match (picked, found) {
+                (Some(a), _) if Some(a) == *slot => {}
+                (Some(a), _) => {
+                    eprintln!(
+                        "braid: path `{}`: {host} now resolves to {a} (was {}): sending there",
+                        p.name,
+                        slot.map_or("none".into(), |s| s.to_string())
+                    );
+                    *slot = Some(a);
+                }
+                (None, found) => {
+                    // Once a minute per path.
+                    if rp
+                        .warned
+                        .is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY)
+                    {
+                        continue;
+                    }
+                    rp.warned = Some(now);
+                    let why = match found {
+                        Ok(f) if f.is_empty() => "no address".to_owned(),
+                        Ok(f) => format!(
+                            "no {} address, only {}",
+                            if v6 { "IPv6" } else { "IPv4" },
+                            f.iter()
+                                .map(|a| a.ip().to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        Err(e) => e.to_string(),
+                    };
+                    eprintln!(
+                        "braid: path `{}`: cannot resolve {host} again ({why}): still sending to {} (said at most once a minute)",
+                        p.name,
+                        slot.map_or("none".into(), |s| s.to_string())
+                    );
+                }
+            }
+        }
+        for (i, p) in self.cfg.paths.iter().enumerate() {
+            let (Some((host, port)), Some(rp)) = (&p.remote_host, r.paths.get_mut(i)) else {
+                continue;
+            };
+            let up = peer.session.path_is_up(PathId(i as u8));
+            if std::mem::replace(&mut rp.was_up, up) && !up {
+                // Just went down: perhaps the server moved.
+                rp.hurry(now);
+            }
+            if rp.asked || now < rp.next {
+                continue;
+            }
+            if up {
+                rp.down_every = RESOLVE_DOWN_FIRST;
+                rp.next = now + RESOLVE_UP_EVERY;
+                if rp.last_asked.is_none() {
+                    // Resolved with the config moments ago, and the path works.
+                    rp.last_asked = Some(now);
+                    continue;
+                }
+            } else {
+                rp.next = now + rp.down_every;
+                rp.down_every = (rp.down_every * 2).min(RESOLVE_UP_EVERY);
+            }
+            rp.last_asked = Some(now);
+            rp.asked = r.ask.send((i, host.clone(), *port)).is_ok();
         }
     }
 
@@ -1472,8 +1673,19 @@ impl Daemon {
                         warn_drop(&mut self.warnings, now, why, m.addr);
                     }
                     if let Ok(path) = handled {
+                        let p = path.index();
+                        if self.cfg.role == Role::Initiator
+                            && peer.addrs.get(p).copied().flatten() != Some(m.addr)
+                        {
+                            // The server answers from an address the path does not send to:
+                            // if the path's remote is a host name, it may have moved.
+                            if let Some(rp) =
+                                self.resolver.as_mut().and_then(|r| r.paths.get_mut(p))
+                            {
+                                rp.hurry(now);
+                            }
+                        }
                         if self.cfg.role == Role::Responder {
-                            let p = path.index();
                             if peer.addrs.len() <= p {
                                 peer.addrs.resize(p + 1, None);
                             }
@@ -2043,6 +2255,12 @@ impl Daemon {
                                     .cloned()
                                     .unwrap_or_else(|| format!("path{i}")),
                                 peer: p.addrs.get(i).copied().flatten(),
+                                remote_host: self
+                                    .cfg
+                                    .paths
+                                    .get(i)
+                                    .and_then(|c| c.remote_host.as_ref())
+                                    .map(|(h, port)| format!("{h}:{port}")),
                                 problem: match (self.admin_down.get(i), self.problems.get(i)) {
                                     (Some(true), _) => {
                                         Some("taken down with `braid path down`".into())

@@ -1456,6 +1456,12 @@ impl Session {
         self.ptcp
     }
 
+    /// Whether `path` is up: in the rotation, its probes answered (`false` before the
+    /// handshake, and for a path that is not the session's).
+    pub fn path_is_up(&self, path: PathId) -> bool {
+        self.paths.get(path.index()).is_some_and(|p| p.up)
+    }
+
     /// Handshakes from a new instance of the peer (it restarted) since this session began.
     pub fn peer_restarts(&self) -> u64 {
         self.peer_restarts

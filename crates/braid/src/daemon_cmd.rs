@@ -113,7 +113,8 @@ pub struct PathArgs {
 fn control_socket(socket: &Option<PathBuf>, config: &Option<PathBuf>) -> Result<PathBuf> {
     Ok(match (socket, config) {
         (Some(s), _) => s.clone(),
-        (None, Some(c)) => Config::load(c)?.control_socket,
+        // Only the socket is needed: no DNS for the paths' host names.
+        (None, Some(c)) => Config::load_offline(c)?.control_socket,
         (None, None) => PathBuf::from("/run/braid/braid0.sock"),
     })
 }
@@ -295,9 +296,11 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
             info.and_then(|x| x["name"].as_str())
                 .unwrap_or("?")
                 .to_owned(),
-            info.and_then(|x| x["peer"].as_str())
-                .unwrap_or("-")
-                .to_owned(),
+            match info.map(|x| (x["peer"].as_str(), x["remote_host"].as_str())) {
+                Some((Some(a), Some(host))) => format!("{a} ({host})"),
+                Some((Some(a), None)) => a.to_owned(),
+                _ => "-".to_owned(),
+            },
             p["state"].as_str().unwrap_or("?").to_owned(),
             format!("{:.2}", p["tx_bps"].as_f64().unwrap_or(0.0) / 1e6),
             format!("{:.2}", p["rx_bps"].as_f64().unwrap_or(0.0) / 1e6),

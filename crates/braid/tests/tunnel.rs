@@ -39,6 +39,9 @@ struct Bed {
     v6: bool,
     /// The veths' MTU and the client's paths' `mtu`, if not 1500.
     path_mtu: Option<u16>,
+    /// Path one's `remote` as this host name (with port 7000), resolved through the client
+    /// namespace's own hosts file (`/etc/netns/NS/hosts`, which `ip netns exec` mounts).
+    remote1_host: Option<String>,
 }
 
 impl Bed {
@@ -66,6 +69,7 @@ impl Bed {
             server_mtu: None,
             v6: false,
             path_mtu: None,
+            remote1_host: None,
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -143,9 +147,10 @@ impl Bed {
             "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"{v6c}]\n{routes}offload = {offload}\n[control]\nsocket = \"{dir}/c.sock\"\n\
              [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n{bond}\n{tcp}\
-             [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\n{rate1}\
+             [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"{remote1}:7000\"\n{rate1}\
              [[path]]\nname = \"two\"\nlocal = \"10.62.2.1\"\nremote = \"{remote2}\"\n{rate2}{extra}",
             extra = self.extra_paths,
+            remote1 = self.remote1_host.as_deref().unwrap_or("10.61.1.2"),
             v6c = if self.tcp || self.v6 { ", \"fd77::2/64\"" } else { "" },
             // A network beyond the server (namespace "d" of the acceleration test).
             routes = if self.tcp { "routes = [\"198.51.100.0/24\"]\n" } else { "" },
@@ -265,6 +270,8 @@ impl Drop for Bed {
         let _ = Command::new("ip")
             .args(["netns", "del", &self.ns("s")])
             .status();
+        // The client namespace's hosts file, if the test wrote one.
+        let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", self.ns("c")));
         // The acceleration test's host beyond the server, if it made one.
         let _ = Command::new("ip")
             .args(["netns", "del", &self.ns("d")])
@@ -1735,4 +1742,78 @@ fn jumbo_frame_paths_carry_jumbo_packets() {
     assert_eq!(c["mtu"], 8928, "client: {c}");
     assert_eq!(s["mtu"], 8928, "server: {s}");
     assert_tun(&bed);
+}
+
+/// A path's `remote` may be a host name. The server's address on path one changes (dynamic
+/// DNS: the old address goes away, the name now resolves to the new one); the client resolves
+/// the name again when the path goes down, sends to the new address, and the path comes back
+/// without a restart.
+#[test]
+fn a_remote_host_name_is_followed_when_its_address_changes() {
+    need_root!();
+    let mut bed = Bed::new(17);
+    let hosts_dir = format!("/etc/netns/{}", bed.ns("c"));
+    if let Err(e) = std::fs::create_dir_all(&hosts_dir) {
+        eprintln!("skipping: cannot make {hosts_dir} for the namespace's hosts file: {e}");
+        return;
+    }
+    let hosts = |addr: &str| {
+        std::fs::write(
+            format!("{hosts_dir}/hosts"),
+            format!("127.0.0.1 localhost\n{addr} braid-server.test\n"),
+        )
+        .unwrap();
+    };
+    hosts("10.61.1.2");
+    bed.remote1_host = Some("braid-server.test".into());
+    bed.up(None);
+    let path_one = |bed: &Bed| {
+        let st = bed.status("c")?;
+        let info = &st["peers"][0]["paths"][0];
+        let state = &st["peers"][0]["session"]["paths"][0]["state"];
+        Some((
+            info["peer"].as_str()?.to_owned(),
+            state.as_str()?.to_owned(),
+            info["remote_host"].clone(),
+        ))
+    };
+    let (peer, _, host) = path_one(&bed).unwrap();
+    assert_eq!(peer, "10.61.1.2:7000");
+    assert_eq!(host, "braid-server.test:7000");
+    // The server moves to 10.61.1.3 on path one, and the name follows. (The old address goes
+    // first: deleting a primary address deletes its secondaries too, unless
+    // promote_secondaries is set.) The path was up at its first look, so the next periodic one is a
+    // minute away: only the move itself (the path going down, or the server answering from
+    // the new address) can bring the lookup on within the wait below.
+    // Past the first scheduled look (2 s after start), which sees the path up.
+    std::thread::sleep(Duration::from_millis(2500));
+    let (s, dev) = (bed.ns("s"), format!("s{}1", bed.tag));
+    hosts("10.61.1.3");
+    sh(&["ip", "-n", &s, "addr", "del", "10.61.1.2/24", "dev", &dev]);
+    sh(&["ip", "-n", &s, "addr", "add", "10.61.1.3/24", "dev", &dev]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = None;
+    while Instant::now() < deadline {
+        last = path_one(&bed);
+        if last
+            .as_ref()
+            .is_some_and(|(p, state, _)| p == "10.61.1.3:7000" && state == "up")
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        last.as_ref()
+            .is_some_and(|(p, state, _)| p == "10.61.1.3:7000" && state == "up"),
+        "path one: {last:?}; logs: {}",
+        bed.logs()
+    );
+    assert!(
+        bed.logs()
+            .contains("braid-server.test now resolves to 10.61.1.3:7000"),
+        "{}",
+        bed.logs()
+    );
+    both_ways(&bed, 1 << 20, 1 << 20);
 }
