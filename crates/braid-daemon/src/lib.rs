@@ -181,25 +181,44 @@ struct ResolvedPath {
     down_every: braid_proto::time::Duration,
     /// When it was last asked (`None`: only resolved with the config, at start).
     last_asked: Option<Instant>,
+    /// The first scheduled look has happened (one that finds the path up asks nothing: the
+    /// config resolved the name moments before).
+    looked: bool,
     /// An answer is awaited.
     asked: bool,
     /// The path was up when last looked at.
     was_up: bool,
     /// When the last "cannot resolve" warning was said.
     warned: Option<Instant>,
+    /// Asked to hurry: ask at the next look even if the path is up and was resolved at start.
+    hurried: bool,
+    /// The last address other than the path's own that the server answered from.
+    stray_source: Option<SocketAddr>,
 }
 
 impl ResolvedPath {
     /// Ask soon (the path went down, or the server answers from another address), unless it
     /// was asked less than [`RESOLVE_DOWN_FIRST`] ago: a flapping path or a stream of
-    /// datagrams does not make a query each.
-    fn hurry(&mut self, now: Instant) {
-        if self
+    /// datagrams does not make a query each. Whether it will ask.
+    fn hurry(&mut self, now: Instant) -> bool {
+        let due = self
             .last_asked
-            .is_none_or(|t| now.saturating_duration_since(t) >= RESOLVE_DOWN_FIRST)
-        {
+            .is_none_or(|t| now.saturating_duration_since(t) >= RESOLVE_DOWN_FIRST);
+        if due {
             self.next = now;
             self.down_every = RESOLVE_DOWN_FIRST;
+            self.hurried = true;
+        }
+        due
+    }
+
+    /// The server answered on this path from `source`, not the address the path sends to:
+    /// it may have moved. Only a source not seen before hurries the lookup, so a server that
+    /// always answers from another of its addresses (several interfaces, IPv6 temporary
+    /// addresses) does not make a query every few seconds.
+    fn stray(&mut self, now: Instant, source: SocketAddr) {
+        if self.stray_source != Some(source) && self.hurry(now) {
+            self.stray_source = Some(source);
         }
     }
 }
@@ -229,9 +248,12 @@ impl Resolver {
             next: Instant::ZERO + RESOLVE_DOWN_FIRST,
             down_every: RESOLVE_DOWN_FIRST,
             last_asked: None,
+            looked: false,
             asked: false,
             was_up: false,
             warned: None,
+            hurried: false,
+            stray_source: None,
         };
         Some(Resolver {
             ask,
@@ -1241,6 +1263,7 @@ impl Daemon {
                         slot.map_or("none".into(), |s| s.to_string())
                     );
                     *slot = Some(a);
+                    rp.stray_source = None;
                 }
                 (None, found) => {
                     // Once a minute per path.
@@ -1278,7 +1301,7 @@ impl Daemon {
             let up = peer.session.path_is_up(PathId(i as u8));
             if std::mem::replace(&mut rp.was_up, up) && !up {
                 // Just went down: perhaps the server moved.
-                rp.hurry(now);
+                let _ = rp.hurry(now);
             }
             if rp.asked || now < rp.next {
                 continue;
@@ -1286,9 +1309,8 @@ impl Daemon {
             if up {
                 rp.down_every = RESOLVE_DOWN_FIRST;
                 rp.next = now + RESOLVE_UP_EVERY;
-                if rp.last_asked.is_none() {
+                if !std::mem::replace(&mut rp.looked, true) && !rp.hurried {
                     // Resolved with the config moments ago, and the path works.
-                    rp.last_asked = Some(now);
                     continue;
                 }
             } else {
@@ -1296,6 +1318,7 @@ impl Daemon {
                 rp.down_every = (rp.down_every * 2).min(RESOLVE_UP_EVERY);
             }
             rp.last_asked = Some(now);
+            rp.hurried = false;
             rp.asked = r.ask.send((i, host.clone(), *port)).is_ok();
         }
     }
@@ -1682,7 +1705,7 @@ impl Daemon {
                             if let Some(rp) =
                                 self.resolver.as_mut().and_then(|r| r.paths.get_mut(p))
                             {
-                                rp.hurry(now);
+                                rp.stray(now, m.addr);
                             }
                         }
                         if self.cfg.role == Role::Responder {

@@ -308,15 +308,20 @@ impl PtcpTable {
     /// Hands the session's pTCP segments to their connections; a responder that accepts opens
     /// a connection for a SYN naming a new id.
     ///
-    /// When the session has seen the peer restart since the last call, every connection
-    /// aborts first ([`StripedConnection::peer_lost`]): the peer's new instance holds none of
-    /// them, and an idle one would otherwise learn it only from its next keepalive.
+    /// When the session has seen the peer restart since the last call, every connection that
+    /// has heard from the peer aborts first ([`StripedConnection::peer_lost`]): the peer's new
+    /// instance holds none of them, and an idle one would otherwise learn it only from its
+    /// next keepalive.
     pub fn deliver(&mut self, session: &mut Session, now: Instant) {
         let restarts = session.peer_restarts();
         if self.peer_restarts.is_some_and(|seen| seen != restarts) {
+            // Not a connection that never heard from the peer: one opened while the peer was
+            // away, whose SYN the new instance will take when it is sent again.
             for (&id, c) in &mut self.conns {
-                c.peer_lost();
-                self.touched.insert(id);
+                if c.heard_from_peer() {
+                    c.peer_lost();
+                    self.touched.insert(id);
+                }
             }
         }
         self.peer_restarts = Some(restarts);
@@ -445,8 +450,9 @@ mod tests {
     /// next event (quinn's `Pair`).
     struct Pair {
         ends: [(Session, PtcpTable); 2],
-        /// The client's session config, to start it again.
+        /// The session configs, to start an end again.
         client_config: braid_session::SessionConfig,
+        server_config: braid_session::SessionConfig,
         /// The wall clock (ns) the sessions started at.
         wall: u64,
         now: Instant,
@@ -498,6 +504,7 @@ mod tests {
             let wall = 1_700_000_000_000_000_000;
             Pair {
                 client_config: c.clone(),
+                server_config: s.clone(),
                 wall,
                 ends: [
                     (
@@ -792,6 +799,33 @@ mod tests {
             n.ends[1].1.take_touched().contains(&id),
             "so the daemon visits it"
         );
+    }
+
+    #[test]
+    fn a_connection_opened_while_the_peer_was_away_survives_its_restart() {
+        let (mut n, old) = Pair::idle_connection();
+        // The server daemon restarts: a new session and table. The client opens a connection
+        // before it notices: its SYN goes out under the old keys and is lost.
+        let (config, now) = (n.server_config.clone(), n.now);
+        n.ends[1] = (
+            Session::new(config, now, [8; 32], n.wall + 60_000_000_000),
+            PtcpTable::new(Role::Responder, options(true)),
+        );
+        let new = n.connect().unwrap();
+        let start = n.now;
+        while n.ends[1].1.conn(new).is_none() {
+            n.step();
+            while n.ends[1].1.accept().is_some() {}
+            assert!(
+                n.now < start + Duration::from_secs(60),
+                "the new server never got the connection: {:?}",
+                n.ends[0].1.conn(new).map(|c| c.state())
+            );
+        }
+        assert_eq!(n.ends[0].0.peer_restarts(), 1);
+        // The old connection ended with the restart; the new one lives on.
+        assert!(n.ends[0].1.conn_mut(old).unwrap().was_reset());
+        assert!(!n.ends[0].1.conn_mut(new).unwrap().was_aborted());
     }
 
     #[test]

@@ -254,6 +254,8 @@ pub struct StripedConnection {
     timed_out: bool,
     /// When the peer was last heard from (or the connection opened).
     last_heard: Option<Instant>,
+    /// Whether any segment of the peer's has arrived (`last_heard` starts at the connect).
+    heard: bool,
     /// Each capped path's rate cap, in payload bytes per second
     /// ([`StripedConnection::set_rate_cap`]).
     rate_caps: Vec<(PathId, u64)>,
@@ -288,6 +290,7 @@ impl StripedConnection {
             reset: false,
             timed_out: false,
             last_heard: None,
+            heard: false,
             rate_caps: Vec::new(),
         }
     }
@@ -418,6 +421,12 @@ impl StripedConnection {
     /// it). The connection is [`State::Closed`]; what was unsent or unread is gone.
     pub fn was_reset(&self) -> bool {
         self.reset
+    }
+
+    /// Whether any segment of the peer's has arrived (a client's connection still opening,
+    /// whose SYN went unanswered, has not).
+    pub fn heard_from_peer(&self) -> bool {
+        self.heard
     }
 
     /// The peer holds no such connection, as a reset from it would say, but learnt another
@@ -584,6 +593,7 @@ impl StripedConnection {
             return;
         }
         self.last_heard = Some(now);
+        self.heard = true;
         let idx = match self.flow_index(seg.flow) {
             Some(i) => i,
             // A new flow is taken while closing too: when every path of the open flows has
