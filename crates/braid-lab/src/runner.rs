@@ -228,6 +228,10 @@ pub struct VariantReport {
     /// The latency probe beside the transfer (`[probe]`; for `best_single`: the best path's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<crate::probe::ProbeResult>,
+    /// The sending namespace's `TcpExt` counters over the transfer
+    /// ([`traffic::SENDER_TCP_EXT`]: fast retransmits, loss probes, RTOs, D-SACKs).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sender_tcp_ext: std::collections::BTreeMap<String, u64>,
     /// `braid`: both daemons' status after the transfer (`{"client": ..., "server": ...}`,
     /// as `braid status --json`): per-path RTT, loss, rates, and the receivers' counters.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -616,6 +620,7 @@ fn from_bulk(r: &BulkResult, paths: &[usize]) -> VariantReport {
         flows,
         cpu: r.cpu.clone(),
         probe: r.probe.clone(),
+        sender_tcp_ext: r.sender_tcp_ext.clone(),
         ..VariantReport::default()
     }
 }

@@ -564,6 +564,25 @@ pub fn tcp_info(fd: RawFd) -> io::Result<libc::tcp_info> {
 /// crate's struct stops at `tcpi_total_retrans`, 104 bytes).
 const TCPI_DSACK_DUPS: usize = 216;
 
+/// The kernel's `TcpExt` counters of the calling thread's network namespace
+/// (`/proc/thread-self/net/netstat`): loss probes, RTOs, D-SACKs received and the like.
+pub fn tcp_ext_counters() -> io::Result<std::collections::BTreeMap<String, u64>> {
+    let text = std::fs::read_to_string("/proc/thread-self/net/netstat")?;
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "no TcpExt lines",
+        ));
+    };
+    Ok(names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .skip(1)
+        .filter_map(|(n, v)| Some((n.to_owned(), v.parse().ok()?)))
+        .collect())
+}
+
 /// `tcpi_dsack_dups` of a TCP socket: D-SACK blocks the sender received, each a retransmission
 /// the receiver already had (a spurious one). `None` on a kernel whose `tcp_info` is shorter.
 pub fn tcp_dsack_dups(fd: RawFd) -> io::Result<Option<u32>> {
@@ -691,6 +710,14 @@ mod tests {
         };
         assert_eq!(r, 0);
         assert_eq!(v, 46 << 2);
+    }
+
+    #[test]
+    fn the_tcp_ext_counters_are_read() {
+        let c = tcp_ext_counters().unwrap();
+        for k in crate::traffic::SENDER_TCP_EXT {
+            assert!(c.contains_key(k), "{k} missing from {c:?}");
+        }
     }
 
     #[test]

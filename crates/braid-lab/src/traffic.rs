@@ -105,6 +105,38 @@ pub struct BulkResult {
     pub cpu: Option<CpuUse>,
     /// The latency probe beside the transfer, if the scenario has one.
     pub probe: Option<crate::probe::ProbeResult>,
+    /// The client (sending) namespace's [`SENDER_TCP_EXT`] counters over the transfer: every
+    /// TCP connection there counts (all the variant's flows and subflows, and for an
+    /// accelerated tunnel its local hop into the daemon). Empty if they could not be read.
+    pub sender_tcp_ext: std::collections::BTreeMap<String, u64>,
+}
+
+/// The `TcpExt` counters a transfer reports for its sending namespace: how the senders
+/// recovered (fast retransmits, loss probes, RTOs and the spurious ones) and what the
+/// receivers reported back (D-SACKs: retransmissions they already had).
+pub const SENDER_TCP_EXT: [&str; 9] = [
+    "TCPFastRetrans",
+    "TCPLossProbes",
+    "TCPLossProbeRecovery",
+    "TCPTimeouts",
+    "TCPSpuriousRTOs",
+    "TCPDSACKRecv",
+    "TCPDSACKRecvSegs",
+    "TCPSACKReorder",
+    "TCPLostRetransmit",
+];
+
+/// [`SENDER_TCP_EXT`] of the namespace `ns` now (empty if unreadable).
+fn sender_tcp_ext(ns: &Netns) -> std::collections::BTreeMap<String, u64> {
+    let all = ns
+        .run(sys::tcp_ext_counters)
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    SENDER_TCP_EXT
+        .iter()
+        .filter_map(|&k| Some((k.to_owned(), *all.get(k)?)))
+        .collect()
 }
 
 /// CPU use over a transfer's window, in cores (CPU-seconds per second): 1.0 is one core busy.
@@ -283,6 +315,7 @@ pub fn run_bulk(
                 .collect::<std::io::Result<Vec<_>>>()
         })?
         .map_err(|e| proto_error("listening in the server namespace", flows[0].proto, e))?;
+    let ext_before = sender_tcp_ext(client);
     let sockets = client
         .run(|| {
             flows
@@ -358,6 +391,11 @@ pub fn run_bulk(
             })
         })
         .collect();
+    let ext_after = sender_tcp_ext(client);
+    let sender_tcp_ext = ext_after
+        .iter()
+        .filter_map(|(k, &v)| Some((k.clone(), v.saturating_sub(*ext_before.get(k)?))))
+        .collect();
     // Reset every connection now that the statistics are read.
     let mut errors = Vec::new();
     let mut results = Vec::new();
@@ -409,6 +447,7 @@ pub fn run_bulk(
         series_mbit: series,
         cpu,
         probe: None,
+        sender_tcp_ext,
     })
 }
 
