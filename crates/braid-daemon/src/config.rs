@@ -262,6 +262,7 @@ struct Raw {
     private_key: Option<String>,
     private_key_file: Option<PathBuf>,
     peer_public_key: Option<String>,
+    state_dir: Option<PathBuf>,
     #[serde(default, rename = "client")]
     clients: Vec<RawClient>,
     #[serde(default, deserialize_with = "opt_socket_addr")]
@@ -441,6 +442,9 @@ pub const PET_PRIOR_RATE_BPS: u64 = 10_000_000;
 /// round costs about 100 bytes per path per round (2.7% of a 20 + 5 Mbit/s bond).
 pub const SEQUENCE_MARKER_INTERVAL: u32 = 32;
 
+/// Where a client keeps its handshake clock floor unless `state_dir` says otherwise.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/braid";
+
 fn default_path_mtu() -> u16 {
     1500
 }
@@ -573,6 +577,9 @@ pub struct Config {
     pub rekey_after: Duration,
     /// Control socket.
     pub control_socket: PathBuf,
+    /// Where a client keeps its handshake clock floor (`<ifname>.clock`,
+    /// [`crate::clock_floor`]).
+    pub state_dir: PathBuf,
     /// Prometheus endpoint.
     pub prometheus: Option<SocketAddr>,
     /// Per-class egress service (`[qos]`, JoBS), checked.
@@ -988,8 +995,14 @@ impl Config {
             .socket
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("/run/braid/{ifname}.sock")));
+        let state_dir = match &raw.state_dir {
+            // Relative to the config file, as private_key_file.
+            Some(d) => path.parent().unwrap_or(Path::new(".")).join(d),
+            None => PathBuf::from(DEFAULT_STATE_DIR),
+        };
         Ok(Config {
             role: raw.role,
+            state_dir,
             private_key,
             peers,
             listen: raw.listen,

@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod accel;
+pub mod clock_floor;
 pub mod config;
 pub mod control;
 mod gso;
@@ -467,6 +468,8 @@ struct Daemon {
     room: usize,
     /// Client with paths whose `remote` is a host name: resolves them again.
     resolver: Option<Resolver>,
+    /// Client: the handshake clock floor, renewed while the daemon runs.
+    clock_floor: Option<clock_floor::ClockFloor>,
     /// The status JSON the control thread serves, refreshed by the loop.
     snapshot: Arc<Mutex<String>>,
     /// The metrics text the metrics thread serves, if there is a metrics endpoint.
@@ -545,7 +548,7 @@ fn warn_drop(w: &mut Warnings, now: Instant, why: braid_session::DropReason, fro
         ),
         R::StaleInitiation => (
             "stale_initiation",
-            "is not newer than the last one accepted: a replay, or the client's clock went back (keep it synchronised; security.md)",
+            "is not newer than the last one accepted: a replay, or the client's clock went back and it has no handshake clock floor (its state_dir; security.md)",
         ),
         R::BadParams => (
             "bad_params",
@@ -592,6 +595,14 @@ pub(crate) fn wall_ns() -> u64 {
 pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
     let mut d = Daemon::start(cfg)?;
     let result = d.event_loop(&stop);
+    // A clean stop leaves the exact floor, not the reservation ahead of it, so that restarts
+    // do not move the handshake clock ahead each time.
+    let running = d.now().as_nanos();
+    if let Some(f) = &d.clock_floor {
+        if let Some(note) = f.finish(running) {
+            eprintln!("braid: {note}");
+        }
+    }
     let _ = std::fs::remove_file(&d.cfg.control_socket);
     d.remove_tcp_rules();
     result
@@ -832,6 +843,17 @@ impl Daemon {
             text
         });
         let guard = handshake_guard(&cfg)?;
+        // A client starts its handshake clock at or above every timestamp it sent before.
+        let (clock_floor, wall) = if cfg.role == Role::Initiator {
+            let file = cfg.state_dir.join(format!("{}.clock", cfg.ifname));
+            let started = clock_floor::ClockFloor::start(file, wall_ns());
+            if let Some(note) = &started.note {
+                eprintln!("braid: {note}");
+            }
+            (Some(started.floor), started.wall_ns)
+        } else {
+            (None, wall_ns())
+        };
         let mut peers = Vec::new();
         for p in &cfg.peers {
             let seed = random_seed()?;
@@ -859,7 +881,7 @@ impl Daemon {
             peers.push(Peer {
                 ptcp: table,
                 cfg: p.clone(),
-                session: Session::new(scfg, Instant::ZERO, seed, wall_ns()),
+                session: Session::new(scfg, Instant::ZERO, seed, wall),
                 addrs: addrs.clone(),
                 spoofed: 0,
                 applied: Vec::new(),
@@ -950,6 +972,7 @@ impl Daemon {
             mtu_failed: None,
             mtu_warned: None,
             resolver: Resolver::start(&cfg),
+            clock_floor,
             cfg,
             peers,
             tun,
@@ -1048,6 +1071,13 @@ impl Daemon {
             self.adopt_mtu();
             self.fit_datagram_room();
             self.resolve_remotes(now);
+            if let Some(note) = self
+                .clock_floor
+                .as_mut()
+                .and_then(|f| f.refresh(now.as_nanos()))
+            {
+                self.warnings.say(now, "clock_floor", || note);
+            }
             self.adopt_addresses();
             self.install_tcp_rules();
             self.accelerate(now);

@@ -144,7 +144,7 @@ impl Bed {
             None => (rate1, rate2),
         };
         let client = format!(
-            "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
+            "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\nstate_dir = \"{dir}\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"{v6c}]\n{routes}offload = {offload}\n[control]\nsocket = \"{dir}/c.sock\"\n\
              [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n{bond}\n{tcp}\
              [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"{remote1}:7000\"\n{rate1}\
@@ -187,6 +187,15 @@ impl Bed {
     /// Stops the client daemon and starts it again (same config, new session); its status
     /// once it is established, or `None` if it is not within `wait`.
     fn restart_client(&mut self, wait: Duration) -> Option<serde_json::Value> {
+        self.restart_client_with(wait, || {})
+    }
+
+    /// [`Bed::restart_client`], doing `between` while no client runs.
+    fn restart_client_with(
+        &mut self,
+        wait: Duration,
+        between: impl FnOnce(),
+    ) -> Option<serde_json::Value> {
         // The client is the last daemon `up` started.
         let mut client = self.children.pop().unwrap();
         // SAFETY: SIGTERM to our own child.
@@ -194,6 +203,7 @@ impl Bed {
             libc::kill(client.id() as i32, libc::SIGTERM);
         }
         client.wait().unwrap();
+        between();
         self.children
             .push(start_daemon(&self.ns("c"), &self.dir, "c"));
         let deadline = Instant::now() + wait;
@@ -1816,4 +1826,57 @@ fn a_remote_host_name_is_followed_when_its_address_changes() {
         bed.logs()
     );
     both_ways(&bed, 1 << 20, 1 << 20);
+}
+
+/// A client whose clock is behind the timestamps of its last handshakes (a router without a
+/// real-time clock, a clock NTP set back) still gets in after a restart: it keeps a floor
+/// for its timestamps in `state_dir`. Without the file, the server refuses it as stale.
+#[test]
+fn a_client_restarted_with_its_clock_behind_still_gets_in() {
+    need_root!();
+    let mut bed = Bed::new(18);
+    // The client's last run reserved timestamps two days ahead of this clock: as if the clock
+    // had since gone back two days.
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let ahead = now_ns + 2 * 86_400 * 1_000_000_000;
+    let clock = bed.dir.join("braid0.clock");
+    std::fs::write(&clock, format!("{ahead}\n")).unwrap();
+    bed.up(None);
+    let floor = |c: &std::path::Path| -> u64 {
+        std::fs::read_to_string(c).unwrap().trim().parse().unwrap()
+    };
+    assert!(floor(&clock) > ahead, "a reservation above the last one");
+    assert!(
+        bed.logs()
+            .contains("behind the last handshake's reservation"),
+        "{}",
+        bed.logs()
+    );
+    // Restarted, it starts above every timestamp the server has seen.
+    let st = bed.restart_client(Duration::from_secs(5));
+    assert!(
+        st.is_some(),
+        "no handshake after the restart; logs: {}",
+        bed.logs()
+    );
+    both_ways(&bed, 1 << 20, 1 << 20);
+    // Without its floor, the clock is two days behind what the server last accepted.
+    let gone = clock.clone();
+    assert!(
+        bed.restart_client_with(Duration::from_secs(3), move || std::fs::remove_file(&gone)
+            .unwrap())
+            .is_none(),
+        "a stale clock got in without its floor: the test proves nothing"
+    );
+    let s = bed.status("s").unwrap();
+    let stale = s["peers"][0]["session"]["dropped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d[0] == "stale_initiation")
+        .and_then(|d| d[1].as_u64());
+    assert!(stale.is_some_and(|n| n > 0), "server: {s}");
 }

@@ -1,0 +1,244 @@
+//! A client's floor for its handshake timestamps, kept across restarts.
+//!
+//! The server refuses an initiation whose timestamp is not above the last one it accepted from
+//! that client (the replay check, Noise IK as WireGuard uses it). A client whose wall clock
+//! is behind after a restart (a router without a real-time clock that boots at its image's
+//! date until NTP runs; a clock NTP set back) would be refused until its clock caught up, and
+//! NTP itself may need the tunnel. So the client keeps, in a small file, a timestamp above
+//! every one it has sent, and starts its next session from the larger of that and its clock.
+//!
+//! While the daemon runs, the file holds a reservation: the session's starting clock plus its
+//! running time plus [`RESERVE`], renewed every [`REFRESH_EVERY`], so it is always ahead of
+//! every timestamp sent, even if the daemon is killed between two writes. A restart after a
+//! crash may thus start up to [`RESERVE`] ahead of the real time, which the server does not
+//! mind (it only compares); a clean stop leaves the exact floor instead
+//! ([`ClockFloor::finish`]).
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// How far ahead of the session's clock the file's reservation is kept, in nanoseconds.
+pub const RESERVE: u64 = 10 * 60 * 1_000_000_000;
+
+/// How often the reservation is renewed, in nanoseconds of running time.
+pub const REFRESH_EVERY: u64 = 5 * 60 * 1_000_000_000;
+
+/// The floor file of one client daemon.
+#[derive(Debug)]
+pub struct ClockFloor {
+    path: PathBuf,
+    /// The session's wall clock at its start (ns since the Unix epoch).
+    base: u64,
+    /// Running time (ns) at which to renew the reservation next.
+    next_refresh: u64,
+}
+
+/// What [`ClockFloor::start`] found.
+#[derive(Debug)]
+pub struct Started {
+    /// The floor file, to renew while the daemon runs.
+    pub floor: ClockFloor,
+    /// The wall clock to start the session from: the larger of the clock and the floor.
+    pub wall_ns: u64,
+    /// Something to say: the clock was behind the floor, or the file could not be used.
+    pub note: Option<String>,
+}
+
+impl ClockFloor {
+    /// Read the floor in `path`, pick the session's starting clock from it and `wall_ns` (the
+    /// system's clock), and write the first reservation before any handshake is sent. A file
+    /// that cannot be read or written is said (in `note`) and the clock is used as it is.
+    pub fn start(path: PathBuf, wall_ns: u64) -> Started {
+        let mut note = None;
+        let floor = match read(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                note = Some(format!(
+                    "cannot read the handshake clock floor {} ({e}): starting from the system clock",
+                    path.display()
+                ));
+                None
+            }
+        };
+        let base = floor.map_or(wall_ns, |f| f.max(wall_ns));
+        if base > wall_ns {
+            note = Some(format!(
+                "the system clock is {:.1} s behind the last handshake's reservation in {}: handshakes carry the reserved time, so the server still takes them",
+                (base - wall_ns) as f64 / 1e9,
+                path.display()
+            ));
+        }
+        let mut floor = ClockFloor {
+            path,
+            base,
+            next_refresh: 0,
+        };
+        if let Some(e) = floor.refresh(0) {
+            note = Some(e);
+        }
+        Started {
+            floor,
+            wall_ns: base,
+            note,
+        }
+    }
+
+    /// Renew the reservation if due, `running_ns` into the session; a failure to write, to
+    /// say (the next renewal tries again).
+    pub fn refresh(&mut self, running_ns: u64) -> Option<String> {
+        if running_ns < self.next_refresh {
+            return None;
+        }
+        self.next_refresh = running_ns.saturating_add(REFRESH_EVERY);
+        let reserved = self.base.saturating_add(running_ns).saturating_add(RESERVE);
+        write(&self.path, reserved).err().map(|e| {
+            format!(
+                "cannot write the handshake clock floor {} ({e}): if this client restarts with its clock behind, the server refuses it until the clock catches up (set state_dir to a writable directory)",
+                self.path.display()
+            )
+        })
+    }
+
+    /// The daemon stops cleanly `running_ns` into the session: leave the floor just above the
+    /// last timestamp it can have sent (a failure, to say).
+    pub fn finish(&self, running_ns: u64) -> Option<String> {
+        let last = self.base.saturating_add(running_ns).saturating_add(1);
+        write(&self.path, last).err().map(|e| {
+            format!(
+                "cannot write the handshake clock floor {} ({e})",
+                self.path.display()
+            )
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The floor in `path`: `None` if there is no file yet.
+fn read(path: &Path) -> io::Result<Option<u64>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.trim().parse().map(Some).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a number of nanoseconds; remove the file",
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Write `value` to `path` whole or not at all: a temporary file beside it, synced, renamed
+/// over it. The directory is made (owner only) if it is not there.
+fn write(path: &Path, value: u64) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    // Per process: two daemons of the same interface name (in two network namespaces) do not
+    // write into one another's temporary file.
+    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    writeln!(f, "{value}")?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("braid-floor-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn a_first_start_takes_the_clock_and_reserves_ahead() {
+        let d = dir("first");
+        let file = d.join("braid0.clock");
+        let s = ClockFloor::start(file.clone(), 1_000);
+        assert_eq!(s.wall_ns, 1_000);
+        assert!(s.note.is_none(), "{:?}", s.note);
+        assert_eq!(read(&file).unwrap(), Some(1_000 + RESERVE));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_clock_behind_the_floor_starts_from_the_floor() {
+        let d = dir("behind");
+        let file = d.join("braid0.clock");
+        // A session that ran 20 minutes from t = 5e12, renewing its reservation.
+        let mut f = ClockFloor::start(file.clone(), 5_000_000_000_000).floor;
+        let running = 20 * 60 * 1_000_000_000;
+        assert!(f.refresh(running).is_none());
+        let reserved = read(&file).unwrap().unwrap();
+        assert_eq!(reserved, 5_000_000_000_000 + running + RESERVE);
+        // Every timestamp it can have sent is below the reservation, until the next renewal.
+        assert!(5_000_000_000_000 + running + REFRESH_EVERY < reserved);
+        // Restarted with the clock an hour behind: the session starts above every timestamp
+        // sent before, and says why.
+        let s = ClockFloor::start(file.clone(), 5_000_000_000_000 - 3_600_000_000_000);
+        assert_eq!(s.wall_ns, reserved);
+        assert!(s.note.unwrap().contains("behind"));
+        // That start reserved ahead of its own start in turn. With the clock ahead of the
+        // floor, the clock.
+        let floor = read(&file).unwrap().unwrap();
+        assert_eq!(floor, reserved + RESERVE);
+        let s = ClockFloor::start(file.clone(), floor + 7);
+        assert_eq!(s.wall_ns, floor + 7);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_clean_stop_leaves_the_exact_floor() {
+        let d = dir("stop");
+        let file = d.join("braid0.clock");
+        let f = ClockFloor::start(file.clone(), 1_000).floor;
+        assert!(f.finish(500).is_none());
+        assert_eq!(read(&file).unwrap(), Some(1_501));
+        // The next start, at a clock behind it, starts above what was sent.
+        assert_eq!(ClockFloor::start(file.clone(), 900).wall_ns, 1_501);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn renewals_wait_their_turn() {
+        let d = dir("turn");
+        let file = d.join("braid0.clock");
+        let mut f = ClockFloor::start(file.clone(), 0).floor;
+        assert!(f.refresh(REFRESH_EVERY - 1).is_none());
+        assert_eq!(read(&file).unwrap(), Some(RESERVE), "not renewed early");
+        assert!(f.refresh(REFRESH_EVERY).is_none());
+        assert_eq!(read(&file).unwrap(), Some(REFRESH_EVERY + RESERVE));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_bad_or_unwritable_file_is_said_and_the_clock_used() {
+        let d = dir("bad");
+        std::fs::create_dir_all(&d).unwrap();
+        let file = d.join("braid0.clock");
+        std::fs::write(&file, "yesterday\n").unwrap();
+        let s = ClockFloor::start(file.clone(), 42);
+        assert_eq!(s.wall_ns, 42);
+        assert!(s.note.unwrap().contains("cannot read"));
+        // It was replaced by a good reservation.
+        assert_eq!(read(&file).unwrap(), Some(42 + RESERVE));
+        // A directory where the file should be: cannot write.
+        let blocked = d.join("blocked");
+        std::fs::create_dir_all(blocked.join("x")).unwrap();
+        let s = ClockFloor::start(blocked.join("x"), 42);
+        assert_eq!(s.wall_ns, 42);
+        assert!(s.note.is_some());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
