@@ -20,8 +20,8 @@ bed_up() {
   ck=$($bin genkey); cp=$(echo "$ck" | $bin pubkey); sk=$($bin genkey); SP=$(echo "$sk" | $bin pubkey)
   printf 'role = "server"\nprivate_key = "%s"\npeer_public_key = "%s"\nlisten = "0.0.0.0:7000"\n[interface]\nname = "braid0"\naddress = ["10.77.0.1/30"]\n[control]\nsocket = "%s/s.sock"\n' \
     "$sk" "$cp" "$d" > "$d/s.toml"
-  printf 'role = "client"\nprivate_key = "%s"\npeer_public_key = "%s"\n[interface]\nname = "braid0"\naddress = ["10.77.0.2/30"]\n[control]\nsocket = "%s/c.sock"\n[[path]]\nname = "one"\nlocal = "10.91.1.1"\nremote = "10.91.1.2:7000"\nrate_mbit = 100\n[[path]]\nname = "two"\nlocal = "10.92.2.1"\nremote = "10.92.2.2:7000"\nrate_mbit = 100\n' \
-    "$ck" "$SP" "$d" > "$d/c.toml"
+  printf 'role = "client"\nprivate_key = "%s"\npeer_public_key = "%s"\nstate_dir = "%s"\n[interface]\nname = "braid0"\naddress = ["10.77.0.2/30"]\n[control]\nsocket = "%s/c.sock"\n[[path]]\nname = "one"\nlocal = "10.91.1.1"\nremote = "10.91.1.2:7000"\nrate_mbit = 100\n[[path]]\nname = "two"\nlocal = "10.92.2.1"\nremote = "10.92.2.2:7000"\nrate_mbit = 100\n' \
+    "$ck" "$SP" "$d" "$d" > "$d/c.toml"
   ip netns exec fb "$bin" up -c "$d/s.toml" > "$d/s.log" 2>&1 &
   sleep 0.3
   ip netns exec fa "$bin" up -c "$d/c.toml" > "$d/c.log" 2>&1 &

@@ -22,8 +22,8 @@ ip -n ja link set lo up; ip -n jb link set lo up
 ck=$($BIN genkey); cp=$(echo "$ck" | $BIN pubkey); sk=$($BIN genkey); sp=$(echo "$sk" | $BIN pubkey)
 printf 'role = "server"\nprivate_key = "%s"\npeer_public_key = "%s"\nlisten = "0.0.0.0:7000"\n[interface]\nname = "braid0"\naddress = ["10.77.0.1/30"]\n[control]\nsocket = "%s/s.sock"\n' \
   "$sk" "$cp" "$D" > "$D/s.toml"
-printf 'role = "client"\nprivate_key = "%s"\npeer_public_key = "%s"\n[interface]\nname = "braid0"\naddress = ["10.77.0.2/30"]\n[control]\nsocket = "%s/c.sock"\n[[path]]\nname = "one"\nlocal = "10.93.1.1"\nremote = "10.93.1.2:7000"\nrate_mbit = 1000\nmtu = %s\n' \
-  "$ck" "$sp" "$D" "$MTU" > "$D/c.toml"
+printf 'role = "client"\nprivate_key = "%s"\npeer_public_key = "%s"\nstate_dir = "%s"\n[interface]\nname = "braid0"\naddress = ["10.77.0.2/30"]\n[control]\nsocket = "%s/c.sock"\n[[path]]\nname = "one"\nlocal = "10.93.1.1"\nremote = "10.93.1.2:7000"\nrate_mbit = 1000\nmtu = %s\n' \
+  "$ck" "$sp" "$D" "$D" "$MTU" > "$D/c.toml"
 ip netns exec jb "$BIN" up -c "$D/s.toml" > "$D/s.log" 2>&1 &
 sleep 0.3
 ip netns exec ja "$BIN" up -c "$D/c.toml" > "$D/c.log" 2>&1 &

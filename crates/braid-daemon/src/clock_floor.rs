@@ -8,20 +8,35 @@
 //! every one it has sent, and starts its next session from the larger of that and its clock.
 //!
 //! While the daemon runs, the file holds a reservation: the session's starting clock plus its
-//! running time plus [`RESERVE`], renewed every [`REFRESH_EVERY`], so it is always ahead of
-//! every timestamp sent, even if the daemon is killed between two writes. A restart after a
-//! crash may thus start up to [`RESERVE`] ahead of the real time, which the server does not
+//! running time plus [`RESERVE`], renewed every [`REFRESH_EVERY`] (the first time in the
+//! daemon's first turn, before any handshake leaves), so it is always ahead of every
+//! timestamp sent, even if the daemon is killed between two writes. Each crash may thus move
+//! the next start's clock up to [`RESERVE`] ahead of the real time, which the server does not
 //! mind (it only compares); a clean stop leaves the exact floor instead
-//! ([`ClockFloor::finish`]).
+//! ([`ClockFloor::finish`]), and a start that fails before its first turn writes nothing.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 /// How far ahead of the session's clock the file's reservation is kept, in nanoseconds.
-pub const RESERVE: u64 = 10 * 60 * 1_000_000_000;
+pub const RESERVE: u64 = 2 * 60 * 1_000_000_000;
 
 /// How often the reservation is renewed, in nanoseconds of running time.
-pub const REFRESH_EVERY: u64 = 5 * 60 * 1_000_000_000;
+pub const REFRESH_EVERY: u64 = 60 * 1_000_000_000;
+
+/// After a failed write, the next try, in nanoseconds of running time.
+const RETRY_AFTER: u64 = 1_000_000_000;
+
+/// A floor more than this far ahead of the clock (ns) is taken as damaged, not as a clock
+/// that went back: ten years.
+const FLOOR_AHEAD_MAX: u64 = 10 * 365 * 86_400 * 1_000_000_000;
+
+/// The floor file's name for a client of public key `key` (its first 8 bytes in hex): the
+/// server's replay check is per key, and a renamed interface keeps its floor.
+pub fn file_name(key: &braid_session::PublicKey) -> String {
+    let hex: String = key.0[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("client-{hex}.clock")
+}
 
 /// The floor file of one client daemon.
 #[derive(Debug)]
@@ -45,39 +60,42 @@ pub struct Started {
 }
 
 impl ClockFloor {
-    /// Read the floor in `path`, pick the session's starting clock from it and `wall_ns` (the
-    /// system's clock), and write the first reservation before any handshake is sent. A file
-    /// that cannot be read or written is said (in `note`) and the clock is used as it is.
+    /// Read the floor in `path` and pick the session's starting clock from it and `wall_ns`
+    /// (the system's clock). Nothing is written until the first [`ClockFloor::refresh`], in
+    /// the daemon's first turn. A file that cannot be read is said (in `note`) and the clock
+    /// used as it is.
     pub fn start(path: PathBuf, wall_ns: u64) -> Started {
-        let mut note = None;
-        let floor = match read(&path) {
-            Ok(f) => f,
-            Err(e) => {
-                note = Some(format!(
+        let (floor, mut note) = match read(&path) {
+            Ok(Some(f)) if f > wall_ns.saturating_add(FLOOR_AHEAD_MAX) => (
+                None,
+                Some(format!(
+                    "the handshake clock floor {} is years ahead of the clock: taken as damaged, starting from the system clock",
+                    path.display()
+                )),
+            ),
+            Ok(f) => (f, None),
+            Err(e) => (
+                None,
+                Some(format!(
                     "cannot read the handshake clock floor {} ({e}): starting from the system clock",
                     path.display()
-                ));
-                None
-            }
+                )),
+            ),
         };
         let base = floor.map_or(wall_ns, |f| f.max(wall_ns));
         if base > wall_ns {
             note = Some(format!(
-                "the system clock is {:.1} s behind the last handshake's reservation in {}: handshakes carry the reserved time, so the server still takes them",
+                "the system clock is {:.1} s behind the handshake clock floor in {}: handshakes carry the floor's time, so the server still takes them",
                 (base - wall_ns) as f64 / 1e9,
                 path.display()
             ));
         }
-        let mut floor = ClockFloor {
-            path,
-            base,
-            next_refresh: 0,
-        };
-        if let Some(e) = floor.refresh(0) {
-            note = Some(e);
-        }
         Started {
-            floor,
+            floor: ClockFloor {
+                path,
+                base,
+                next_refresh: 0,
+            },
             wall_ns: base,
             note,
         }
@@ -89,9 +107,15 @@ impl ClockFloor {
         if running_ns < self.next_refresh {
             return None;
         }
-        self.next_refresh = running_ns.saturating_add(REFRESH_EVERY);
         let reserved = self.base.saturating_add(running_ns).saturating_add(RESERVE);
-        write(&self.path, reserved).err().map(|e| {
+        let written = write(&self.path, reserved);
+        let again = if written.is_ok() {
+            REFRESH_EVERY
+        } else {
+            RETRY_AFTER
+        };
+        self.next_refresh = running_ns.saturating_add(again);
+        written.err().map(|e| {
             format!(
                 "cannot write the handshake clock floor {} ({e}): if this client restarts with its clock behind, the server refuses it until the clock catches up (set state_dir to a writable directory)",
                 self.path.display()
@@ -145,10 +169,16 @@ fn write(path: &Path, value: u64) -> io::Result<()> {
     // Per process: two daemons of the same interface name (in two network namespaces) do not
     // write into one another's temporary file.
     let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-    let mut f = std::fs::File::create(&tmp)?;
-    writeln!(f, "{value}")?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        writeln!(f, "{value}")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[cfg(test)]
@@ -165,9 +195,15 @@ mod tests {
     fn a_first_start_takes_the_clock_and_reserves_ahead() {
         let d = dir("first");
         let file = d.join("braid0.clock");
-        let s = ClockFloor::start(file.clone(), 1_000);
+        let mut s = ClockFloor::start(file.clone(), 1_000);
         assert_eq!(s.wall_ns, 1_000);
         assert!(s.note.is_none(), "{:?}", s.note);
+        assert_eq!(
+            read(&file).unwrap(),
+            None,
+            "nothing written before the first turn"
+        );
+        assert!(s.floor.refresh(0).is_none());
         assert_eq!(read(&file).unwrap(), Some(1_000 + RESERVE));
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -178,6 +214,7 @@ mod tests {
         let file = d.join("braid0.clock");
         // A session that ran 20 minutes from t = 5e12, renewing its reservation.
         let mut f = ClockFloor::start(file.clone(), 5_000_000_000_000).floor;
+        assert!(f.refresh(0).is_none());
         let running = 20 * 60 * 1_000_000_000;
         assert!(f.refresh(running).is_none());
         let reserved = read(&file).unwrap().unwrap();
@@ -189,12 +226,16 @@ mod tests {
         let s = ClockFloor::start(file.clone(), 5_000_000_000_000 - 3_600_000_000_000);
         assert_eq!(s.wall_ns, reserved);
         assert!(s.note.unwrap().contains("behind"));
-        // That start reserved ahead of its own start in turn. With the clock ahead of the
-        // floor, the clock.
-        let floor = read(&file).unwrap().unwrap();
-        assert_eq!(floor, reserved + RESERVE);
-        let s = ClockFloor::start(file.clone(), floor + 7);
-        assert_eq!(s.wall_ns, floor + 7);
+        // A start that never ran a turn wrote nothing. With the clock ahead of the floor, the
+        // clock.
+        assert_eq!(read(&file).unwrap(), Some(reserved));
+        let s = ClockFloor::start(file.clone(), reserved + 7);
+        assert_eq!(s.wall_ns, reserved + 7);
+        // A floor years ahead is damage, not a clock gone back.
+        std::fs::write(&file, format!("{}\n", u64::MAX - 5)).unwrap();
+        let s = ClockFloor::start(file.clone(), reserved);
+        assert_eq!(s.wall_ns, reserved);
+        assert!(s.note.unwrap().contains("damaged"));
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -202,7 +243,8 @@ mod tests {
     fn a_clean_stop_leaves_the_exact_floor() {
         let d = dir("stop");
         let file = d.join("braid0.clock");
-        let f = ClockFloor::start(file.clone(), 1_000).floor;
+        let mut f = ClockFloor::start(file.clone(), 1_000).floor;
+        assert!(f.refresh(0).is_none());
         assert!(f.finish(500).is_none());
         assert_eq!(read(&file).unwrap(), Some(1_501));
         // The next start, at a clock behind it, starts above what was sent.
@@ -215,6 +257,7 @@ mod tests {
         let d = dir("turn");
         let file = d.join("braid0.clock");
         let mut f = ClockFloor::start(file.clone(), 0).floor;
+        assert!(f.refresh(0).is_none());
         assert!(f.refresh(REFRESH_EVERY - 1).is_none());
         assert_eq!(read(&file).unwrap(), Some(RESERVE), "not renewed early");
         assert!(f.refresh(REFRESH_EVERY).is_none());
@@ -228,17 +271,25 @@ mod tests {
         std::fs::create_dir_all(&d).unwrap();
         let file = d.join("braid0.clock");
         std::fs::write(&file, "yesterday\n").unwrap();
-        let s = ClockFloor::start(file.clone(), 42);
+        let mut s = ClockFloor::start(file.clone(), 42);
         assert_eq!(s.wall_ns, 42);
         assert!(s.note.unwrap().contains("cannot read"));
-        // It was replaced by a good reservation.
+        // It is replaced by a good reservation.
+        assert!(s.floor.refresh(0).is_none());
         assert_eq!(read(&file).unwrap(), Some(42 + RESERVE));
-        // A directory where the file should be: cannot write.
+        // A directory where the file should be: cannot write, said, tried again a second
+        // later, and no temporary file left behind.
         let blocked = d.join("blocked");
-        std::fs::create_dir_all(blocked.join("x")).unwrap();
-        let s = ClockFloor::start(blocked.join("x"), 42);
+        std::fs::create_dir_all(blocked.join("x").join("y")).unwrap();
+        let mut s = ClockFloor::start(blocked.join("x"), 42);
         assert_eq!(s.wall_ns, 42);
-        assert!(s.note.is_some());
+        assert!(s.floor.refresh(0).unwrap().contains("cannot write"));
+        assert!(
+            s.floor.refresh(RETRY_AFTER - 1).is_none(),
+            "not before the retry"
+        );
+        assert!(s.floor.refresh(RETRY_AFTER).is_some());
+        assert_eq!(std::fs::read_dir(&blocked).unwrap().count(), 1, "only x");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -577,7 +577,7 @@ pub struct Config {
     pub rekey_after: Duration,
     /// Control socket.
     pub control_socket: PathBuf,
-    /// Where a client keeps its handshake clock floor (`<ifname>.clock`,
+    /// Where a client keeps its handshake clock floor (`client-<key>.clock`,
     /// [`crate::clock_floor`]).
     pub state_dir: PathBuf,
     /// Prometheus endpoint.

@@ -845,7 +845,8 @@ impl Daemon {
         let guard = handshake_guard(&cfg)?;
         // A client starts its handshake clock at or above every timestamp it sent before.
         let (clock_floor, wall) = if cfg.role == Role::Initiator {
-            let file = cfg.state_dir.join(format!("{}.clock", cfg.ifname));
+            let name = clock_floor::file_name(&cfg.private_key.public_key());
+            let file = cfg.state_dir.join(name);
             let started = clock_floor::ClockFloor::start(file, wall_ns());
             if let Some(note) = &started.note {
                 eprintln!("braid: {note}");

@@ -94,9 +94,10 @@ impl TunnelLauncher for DaemonLauncher {
             server.push_str(&section("bond", toml::Value::Table(local))?);
         }
         let mut client = format!(
-            "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
+            "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\nstate_dir = \"{}\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"{TUNNEL_CLIENT_ADDR}/{TUNNEL_PREFIX_LEN}\"]\n\
              [control]\nsocket = \"{}\"\n[bond]\n{bond}\n",
+            dir.display(),
             dir.join("client.sock").display()
         );
         // PET (and adaptive SRR) measures the paths' rates: the braid variant is then told

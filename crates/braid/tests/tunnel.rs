@@ -42,6 +42,10 @@ struct Bed {
     /// Path one's `remote` as this host name (with port 7000), resolved through the client
     /// namespace's own hosts file (`/etc/netns/NS/hosts`, which `ip netns exec` mounts).
     remote1_host: Option<String>,
+    /// A handshake clock floor to leave for the client before it starts (ns since the epoch).
+    client_clock_floor: Option<u64>,
+    /// The client's handshake clock floor file, once `up` made the client's key.
+    client_clock: PathBuf,
 }
 
 impl Bed {
@@ -70,6 +74,8 @@ impl Bed {
             v6: false,
             path_mtu: None,
             remote1_host: None,
+            client_clock_floor: None,
+            client_clock: PathBuf::new(),
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -104,6 +110,13 @@ impl Bed {
         let (ck, cp) = key();
         let (sk, sp) = key();
         self.server_public = sp.clone();
+        let client_key = braid_session::PublicKey::from_base64(&cp).unwrap();
+        self.client_clock = self
+            .dir
+            .join(braid_daemon::clock_floor::file_name(&client_key));
+        if let Some(floor) = self.client_clock_floor {
+            std::fs::write(&self.client_clock, format!("{floor}\n")).unwrap();
+        }
         let server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:7000\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"{v6s}]\noffload = {offload}\n{mtu}[control]\nsocket = \"{}/s.sock\"\nprometheus = \"127.0.0.1:9477\"\n",
@@ -1179,7 +1192,7 @@ impl Proxy {
         // No [interface] address: each client takes what the server hands it.
         let client = |key: &str, name: &str, paths: &[u8]| {
             let mut c = format!(
-                "role = \"client\"\nprivate_key = \"{key}\"\npeer_public_key = \"{sp}\"\n\
+                "role = \"client\"\nprivate_key = \"{key}\"\npeer_public_key = \"{sp}\"\nstate_dir = \"{dir}\"\n\
                  [interface]\nname = \"braid0\"\n[control]\nsocket = \"{dir}/{name}.sock\"\n\
                  [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n"
             );
@@ -1299,11 +1312,11 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     // A client whose key is no [[client]]'s: the server names the key.
     let (stranger, stranger_public) = key();
     let config = format!(
-        "role = \"client\"\nprivate_key = \"{stranger}\"\npeer_public_key = \"{}\"\n\
-         [interface]\nname = \"braid1\"\naddress = [\"10.78.9.2/30\"]\n[control]\nsocket = \"{}/x.sock\"\n\
+        "role = \"client\"\nprivate_key = \"{stranger}\"\npeer_public_key = \"{}\"\nstate_dir = \"{dir}\"\n\
+         [interface]\nname = \"braid1\"\naddress = [\"10.78.9.2/30\"]\n[control]\nsocket = \"{dir}/x.sock\"\n\
          [[path]]\nlocal = \"10.81.1.1\"\nremote = \"10.81.1.2:7000\"\nrate_mbit = 10\n",
         p.server_public,
-        p.dir.display()
+        dir = p.dir.display()
     );
     std::fs::write(p.dir.join("x.toml"), config).unwrap();
     p.children.push(start_daemon(&a, &p.dir, "x"));
@@ -1551,7 +1564,7 @@ fn a_misconfigured_client_and_the_server_say_what_is_wrong() {
         (2, stranger_key, server),
     ] {
         let config = format!(
-            "role = \"client\"\nprivate_key = \"{private}\"\npeer_public_key = \"{server_key}\"\n\
+            "role = \"client\"\nprivate_key = \"{private}\"\npeer_public_key = \"{server_key}\"\nstate_dir = \"{dir}\"\n\
              [interface]\nname = \"braid{n}\"\naddress = [\"10.7{n}.9.2/30\"]\n[control]\nsocket = \"{dir}/x{n}.sock\"\n\
              [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\nrate_mbit = 10\n",
             dir = bed.dir.display()
@@ -1842,16 +1855,15 @@ fn a_client_restarted_with_its_clock_behind_still_gets_in() {
         .unwrap()
         .as_nanos() as u64;
     let ahead = now_ns + 2 * 86_400 * 1_000_000_000;
-    let clock = bed.dir.join("braid0.clock");
-    std::fs::write(&clock, format!("{ahead}\n")).unwrap();
+    bed.client_clock_floor = Some(ahead);
     bed.up(None);
+    let clock = bed.client_clock.clone();
     let floor = |c: &std::path::Path| -> u64 {
         std::fs::read_to_string(c).unwrap().trim().parse().unwrap()
     };
     assert!(floor(&clock) > ahead, "a reservation above the last one");
     assert!(
-        bed.logs()
-            .contains("behind the last handshake's reservation"),
+        bed.logs().contains("behind the handshake clock floor"),
         "{}",
         bed.logs()
     );
