@@ -470,6 +470,9 @@ struct Daemon {
     resolver: Option<Resolver>,
     /// Client: the handshake clock floor, renewed while the daemon runs.
     clock_floor: Option<clock_floor::ClockFloor>,
+    /// A handshake completed since the MTU and the datagram slots were last fitted to the
+    /// peers' bond parameters.
+    params_changed: bool,
     /// The status JSON the control thread serves, refreshed by the loop.
     snapshot: Arc<Mutex<String>>,
     /// The metrics text the metrics thread serves, if there is a metrics endpoint.
@@ -974,6 +977,7 @@ impl Daemon {
             mtu_warned: None,
             resolver: Resolver::start(&cfg),
             clock_floor,
+            params_changed: false,
             cfg,
             peers,
             tun,
@@ -1069,8 +1073,11 @@ impl Daemon {
                 p.ptcp.handle_timeout(now);
             }
             self.warn_no_handshake(now);
-            self.adopt_mtu();
-            self.fit_datagram_room();
+            // Each looks at every peer: only after a handshake (a proxy may have thousands).
+            if std::mem::take(&mut self.params_changed) {
+                self.adopt_mtu();
+                self.fit_datagram_room();
+            }
             self.resolve_remotes(now);
             if let Some(note) = self
                 .clock_floor
@@ -1723,6 +1730,16 @@ impl Daemon {
                     };
                     let peer = &mut self.peers[c];
                     let handled = peer.session.handle_datagram(now, arrived_on, datagram);
+                    // A handshake may bring new bond parameters (the client's largest packet).
+                    if handled.is_ok()
+                        && matches!(
+                            datagram.get(1),
+                            Some(&braid_wire::outer::kind::HANDSHAKE_INIT)
+                                | Some(&braid_wire::outer::kind::HANDSHAKE_RESPONSE)
+                        )
+                    {
+                        self.params_changed = true;
+                    }
                     if let (Err(why), Role::Responder) = (handled, self.cfg.role) {
                         warn_drop(&mut self.warnings, now, why, m.addr);
                     }
