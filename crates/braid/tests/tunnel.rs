@@ -1839,6 +1839,17 @@ fn a_remote_host_name_is_followed_when_its_address_changes() {
         bed.logs()
     );
     both_ways(&bed, 1 << 20, 1 << 20);
+    // `braid status` shows the name beside the address.
+    let out = Command::new(BRAID)
+        .args(["status", "-s"])
+        .arg(bed.dir.join("c.sock"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("10.61.1.3:7000 (braid-server.test:7000)"),
+        "{text}"
+    );
 }
 
 /// A client whose clock is behind the timestamps of its last handshakes (a router without a
