@@ -52,6 +52,15 @@ pub fn up(args: &UpArgs) -> Result<()> {
             cfg.mtu
                 .map_or("from the handshake".to_owned(), |m| m.to_string())
         );
+        // What the paths' host names resolve to now (braid up resolves them again as it runs).
+        for p in &cfg.paths {
+            if let Some((host, port)) = &p.remote_host {
+                println!(
+                    "  path `{}`: {host}:{port} resolves to {}",
+                    p.name, p.remote
+                );
+            }
+        }
         return Ok(());
     }
     let stop = Arc::new(AtomicBool::new(false));

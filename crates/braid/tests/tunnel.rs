@@ -1803,6 +1803,18 @@ fn a_remote_host_name_is_followed_when_its_address_changes() {
     let (peer, _, host) = path_one(&bed).unwrap();
     assert_eq!(peer, "10.61.1.2:7000");
     assert_eq!(host, "braid-server.test:7000");
+    // `--check` says what the name resolves to (here through the namespace's hosts file).
+    let out = Command::new("ip")
+        .args(["netns", "exec", &bed.ns("c"), BRAID, "up", "--check", "-c"])
+        .arg(bed.dir.join("c.toml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("path `one`: braid-server.test:7000 resolves to 10.61.1.2:7000"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The server moves to 10.61.1.3 on path one, and the name follows. (The old address goes
     // first: deleting a primary address deletes its secondaries too, unless
     // promote_secondaries is set.) The path was up at its first look, so the next periodic one is a
