@@ -271,7 +271,9 @@ pub struct Status {
     pub interface: String,
     /// Its MTU, and where it came from.
     pub mtu: u16,
-    /// `configured` or `derived: smallest path MTU minus braid's overhead`.
+    /// Where it came from: `configured (interface.mtu)`, a client's `derived: ...`, or a
+    /// server's default until the first handshake, then its client's (the largest of its
+    /// clients').
     pub mtu_source: String,
     /// Client or server.
     pub role: Role,
