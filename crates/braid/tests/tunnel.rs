@@ -1915,3 +1915,95 @@ fn a_client_restarted_with_its_clock_behind_still_gets_in() {
         .and_then(|d| d[1].as_u64());
     assert!(stale.is_some_and(|n| n > 0), "server: {s}");
 }
+
+/// Under a handshake flood whose initiations carry good cookies (`mac2`) from the client's own
+/// IP addresses (a neighbour behind the same NAT), the server limits each address to 20
+/// initiations a second; a running client's rekeys come from a source the server already has
+/// authenticated traffic from, which has a rate of its own, so they still get through.
+#[test]
+fn a_running_client_rekeys_through_a_cookie_flood_from_its_own_addresses() {
+    need_root!();
+    use braid_session::cookie::CookieKeys;
+    use braid_session::PublicKey;
+    let mut bed = Bed::new(19);
+    // Rekey every second (the line lands in the client's [liveness] table).
+    bed.bond = Some("rekey_after_s = 1\n".into());
+    bed.up(None);
+    let server = PublicKey::from_base64(&bed.server_public).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let floods: Vec<_> = [
+        ("10.61.1.1", "10.61.1.2:7000"),
+        ("10.62.2.1", "10.62.2.2:7000"),
+    ]
+    .into_iter()
+    .map(|(from, to)| {
+        let (stop, keys) = (stop.clone(), CookieKeys::new(&server));
+        in_ns(&bed.ns("c"), move || {
+            let s = UdpSocket::bind((from, 0)).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let target: SocketAddr = to.parse().unwrap();
+            let mut mac1s = std::collections::HashMap::new();
+            let mut cookie = None;
+            let (mut buf, mut sent, mut with_cookie) = ([0u8; 128], 0u32, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..10 {
+                    let (d, mac1) = keys.initiation(
+                        braid_proto::PathId(0),
+                        sent,
+                        &[0x44; 120],
+                        cookie.as_ref(),
+                    );
+                    if cookie.is_none() {
+                        mac1s.insert(sent, mac1);
+                    } else {
+                        with_cookie += 1;
+                    }
+                    let _ = s.send_to(&d, target);
+                    sent += 1;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                while let Ok(n) = s.recv(&mut buf) {
+                    // A cookie reply: kind 0x13, the initiation's index, a 24-byte nonce and the
+                    // 32-byte sealed cookie.
+                    if n != 64 || buf[1] != 0x13 {
+                        continue;
+                    }
+                    let index = u32::from_be_bytes(buf[4..8].try_into().unwrap());
+                    let nonce: [u8; 24] = buf[8..32].try_into().unwrap();
+                    let sealed: [u8; 32] = buf[32..64].try_into().unwrap();
+                    if let Some(m) = mac1s.get(&index) {
+                        cookie = cookie.or(keys.open_cookie(m, &nonce, &sealed));
+                    }
+                }
+            }
+            with_cookie
+        })
+    })
+    .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    let handshakes = |bed: &Bed| {
+        bed.status("s").unwrap()["peers"][0]["session"]["handshakes"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = handshakes(&bed);
+    std::thread::sleep(Duration::from_millis(4000));
+    let during = handshakes(&bed) - before;
+    let st = bed.status("s").unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let with_cookie: u64 = floods.into_iter().map(|f| f.join().unwrap()).sum();
+    let g = &st["handshake_guard"];
+    // The flood got cookies and was held to its addresses' rate...
+    assert!(
+        with_cookie > 1000,
+        "{with_cookie} initiations with a cookie: {st}"
+    );
+    assert!(g["rate_limited"].as_u64().unwrap() > 1000, "{st}");
+    // ... while the client's rekeys went through, from their known sources.
+    assert!(
+        during >= 2,
+        "{during} handshakes in 4 s of flood: {st}; logs: {}",
+        bed.logs()
+    );
+    both_ways(&bed, 1 << 20, 1 << 20);
+}
