@@ -609,11 +609,7 @@ pub fn overhead(ipv6: bool, with_seq: bool) -> u16 {
 impl Config {
     /// Read, parse and check `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.display().to_string(),
-            source: e,
-        })?;
-        Config::parse(&text, path)
+        Config::load_with(path, true)
     }
 
     /// [`Config::load`] without resolving the paths' `remote` host names: for a command that
@@ -621,11 +617,15 @@ impl Config {
     /// must work when DNS does not. A named `remote` is the unspecified address of `local`'s
     /// IP version (IPv4 without one), with its port.
     pub fn load_offline(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_with(path, false)
+    }
+
+    fn load_with(path: &Path, resolve_names: bool) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.display().to_string(),
             source: e,
         })?;
-        Config::parse_with(&text, path, false)
+        Config::parse_with(&text, path, resolve_names)
     }
 
     /// Parse and check `text` (named `path` in messages).

@@ -152,7 +152,7 @@ pub struct TooBigCounters {
 /// (RFC 4443 section 2.4 (f) asks a router to limit its ICMP errors' rate), set high because
 /// path MTU discovery runs on these (Linux does not limit them at all), and each of a burst of
 /// a sender's segments may need one before the first arrives.
-pub const TOO_BIG_ANSWERS_PER_S: u32 = 1000;
+pub const TOO_BIG_ANSWERS_PER_S: u64 = 1000;
 
 /// How often a client resolves a path's `remote` host name again while the path is up.
 pub const RESOLVE_UP_EVERY: braid_proto::time::Duration =
@@ -189,8 +189,6 @@ struct ResolvedPath {
     asked: bool,
     /// The path was up when last looked at.
     was_up: bool,
-    /// When the last "cannot resolve" warning was said.
-    warned: Option<Instant>,
     /// Asked to hurry: ask at the next look even if the path is up and was resolved at start.
     hurried: bool,
     /// The last address other than the path's own that the server answered from.
@@ -252,7 +250,6 @@ impl Resolver {
             looked: false,
             asked: false,
             was_up: false,
-            warned: None,
             hurried: false,
             stray_source: None,
         };
@@ -489,8 +486,8 @@ struct Daemon {
     unrouted: u64,
     unclaimed: u64,
     too_big: TooBigCounters,
-    /// The second the `too_big` answers are counted in, and how many it had.
-    too_big_window: (Instant, u32),
+    /// The `too_big` answers' limit: [`TOO_BIG_ANSWERS_PER_S`], as much in a burst.
+    too_big_answers: braid_session::cookie::Bucket,
     /// Warnings about what peers send (and a client's handshake that does not complete).
     warnings: Warnings,
     /// Client: the session's cookie replies when the last "no handshake" warning was said.
@@ -520,24 +517,41 @@ pub(crate) fn sock_index(role: Role, path: usize) -> usize {
 /// How often one kind of warning may be said.
 const WARN_EVERY: braid_proto::time::Duration = braid_proto::time::Duration::from_secs(60);
 
-/// Warnings about what peers send, each kind said at most once a minute.
+/// Warnings about what peers send, each kind (and each path, for a kind about one) said at
+/// most once a minute.
 #[derive(Default)]
 struct Warnings {
-    last: std::collections::HashMap<&'static str, Instant>,
+    last: std::collections::HashMap<(&'static str, usize), Instant>,
 }
 
 impl Warnings {
     /// Whether a warning of this kind may be said now.
-    fn due(&self, now: Instant, kind: &str) -> bool {
+    fn due(&self, now: Instant, kind: &'static str) -> bool {
+        self.due_for(now, kind, 0)
+    }
+
+    fn due_for(&self, now: Instant, kind: &'static str, index: usize) -> bool {
         self.last
-            .get(kind)
+            .get(&(kind, index))
             .is_none_or(|&t| now.saturating_duration_since(t) >= WARN_EVERY)
     }
 
     /// Says `message` unless a warning of this kind was said less than a minute ago.
     fn say(&mut self, now: Instant, kind: &'static str, message: impl FnOnce() -> String) {
-        if self.due(now, kind) {
-            self.last.insert(kind, now);
+        self.say_for(now, kind, 0, message);
+    }
+
+    /// [`Warnings::say`] for one of several things of a kind (a path, by its index), each
+    /// with its own minute.
+    fn say_for(
+        &mut self,
+        now: Instant,
+        kind: &'static str,
+        index: usize,
+        message: impl FnOnce() -> String,
+    ) {
+        if self.due_for(now, kind, index) {
+            self.last.insert((kind, index), now);
             eprintln!("braid: {} (said at most once a minute)", message());
         }
     }
@@ -999,7 +1013,11 @@ impl Daemon {
             send_errors: 0,
             unrouted: 0,
             too_big: TooBigCounters::default(),
-            too_big_window: (Instant::ZERO, 0),
+            too_big_answers: braid_session::cookie::Bucket::full(
+                Instant::ZERO,
+                TOO_BIG_ANSWERS_PER_S,
+                TOO_BIG_ANSWERS_PER_S,
+            ),
             unclaimed: 0,
             warnings: Warnings::default(),
             warned_cookie_replies: 0,
@@ -1075,10 +1093,12 @@ impl Daemon {
                 p.ptcp.handle_timeout(now);
             }
             self.warn_no_handshake(now);
-            // Each looks at every peer: only after a handshake (a proxy may have thousands).
+            // One look at every peer, only after a handshake (a proxy may have thousands).
             if std::mem::take(&mut self.params_changed) {
-                self.adopt_mtu();
-                self.fit_datagram_room();
+                if let Some((smallest, largest)) = self.peers_max_packets() {
+                    self.adopt_mtu(smallest, largest);
+                    self.fit_datagram_room(largest);
+                }
             }
             self.resolve_remotes(now);
             if let Some(note) = self
@@ -1210,23 +1230,16 @@ impl Daemon {
     /// largest of them: one client's small MTU does not shrink every other client's packets.
     /// A packet larger than its own client's bond carries is answered with ICMP "packet too
     /// big" or fragmented ([`Daemon::too_big`]), as a router on the path would.
-    fn adopt_mtu(&mut self) {
+    /// `smallest` and `largest` are the clients' largest packets ([`Daemon::peers_max_packets`]).
+    fn adopt_mtu(&mut self, smallest: u32, largest: u32) {
         if self.cfg.role != Role::Responder {
             return;
         }
         if self.cfg.mtu_configured {
-            self.warn_mtu_above_client();
+            self.warn_mtu_above_client(smallest);
             return;
         }
-        let Some(max) = self
-            .peers
-            .iter()
-            .filter_map(|p| p.session.params().map(|p| p.max_packet))
-            .max()
-        else {
-            return;
-        };
-        let Ok(max) = u16::try_from(max) else {
+        let Ok(max) = u16::try_from(largest) else {
             return;
         };
         let source = if self.single() {
@@ -1306,14 +1319,6 @@ impl Daemon {
                     rp.stray_source = None;
                 }
                 (None, found) => {
-                    // Once a minute per path.
-                    if rp
-                        .warned
-                        .is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY)
-                    {
-                        continue;
-                    }
-                    rp.warned = Some(now);
                     let why = match found {
                         Ok(f) if f.is_empty() => "no address".to_owned(),
                         Ok(f) => format!(
@@ -1326,11 +1331,13 @@ impl Daemon {
                         ),
                         Err(e) => e.to_string(),
                     };
-                    eprintln!(
-                        "braid: path `{}`: cannot resolve {host} again ({why}): still sending to {} (said at most once a minute)",
-                        p.name,
-                        slot.map_or("none".into(), |s| s.to_string())
-                    );
+                    self.warnings.say_for(now, "resolve", i, || {
+                        format!(
+                            "path `{}`: cannot resolve {host} again ({why}): still sending to {}",
+                            p.name,
+                            slot.map_or("none".into(), |s| s.to_string())
+                        )
+                    });
                 }
             }
         }
@@ -1363,37 +1370,39 @@ impl Daemon {
         }
     }
 
-    /// Server: make the send buffer's datagram slots fit the largest packet of any client's
-    /// bond (jumbo-frame paths make packets of up to 65,535 bytes), which a server learns only
-    /// from the handshakes. A slot too small would lose every packet larger than it.
-    fn fit_datagram_room(&mut self) {
-        let largest = self
-            .peers
+    /// The smallest and the largest of the peers' bonds' largest packets (their clients' TUN
+    /// MTUs), from the handshakes; `None` before any.
+    fn peers_max_packets(&self) -> Option<(u32, u32)> {
+        self.peers
             .iter()
-            .filter_map(|p| p.session.params().map(|p| p.max_packet as usize))
-            .max();
-        if let Some(room) = largest.map(datagram_room).filter(|&r| r > self.room) {
+            .filter_map(|p| p.session.params().map(|b| b.max_packet))
+            .fold(None, |range, m| {
+                Some(range.map_or((m, m), |(lo, hi): (u32, u32)| (lo.min(m), hi.max(m))))
+            })
+    }
+
+    /// Server: make the send buffer's datagram slots fit `largest`, the largest packet of any
+    /// client's bond (jumbo-frame paths make packets of up to 65,535 bytes), which a server
+    /// learns only from the handshakes. A slot too small would lose every packet larger than it.
+    fn fit_datagram_room(&mut self, largest: u32) {
+        let room = datagram_room(largest as usize);
+        if room > self.room {
             self.room = room;
             self.out.resize(send_buffer_len(room), 0);
         }
     }
 
-    /// Server with `interface.mtu` set: say once per value when it is above a client's largest
-    /// packet (its packets above that are answered with ICMP "packet too big" or fragmented).
-    fn warn_mtu_above_client(&mut self) {
-        let smallest = self
-            .peers
-            .iter()
-            .filter_map(|p| p.session.params().map(|p| p.max_packet))
-            .min();
-        if let Some(m) = smallest.filter(|&m| u32::from(self.mtu) > m) {
-            if self.mtu_warned != Some(m) {
-                self.mtu_warned = Some(m);
-                eprintln!(
-                    "braid: warning: interface.mtu = {} is above a client's largest packet, {m} (its TUN MTU): packets between the two are answered with ICMP \"packet too big\" or fragmented; set interface.mtu = {m}, or leave it out to follow the clients (docs/config.md, \"The TUN MTU\")",
-                    self.mtu
-                );
-            }
+    /// Server with `interface.mtu` set: say once per value when it is above `smallest`, a
+    /// client's largest packet (its packets above that are answered with ICMP "packet too big"
+    /// or fragmented).
+    fn warn_mtu_above_client(&mut self, smallest: u32) {
+        let m = smallest;
+        if u32::from(self.mtu) > m && self.mtu_warned != Some(m) {
+            self.mtu_warned = Some(m);
+            eprintln!(
+                "braid: warning: interface.mtu = {} is above a client's largest packet, {m} (its TUN MTU): packets between the two are answered with ICMP \"packet too big\" or fragmented; set interface.mtu = {m}, or leave it out to follow the clients (docs/config.md, \"The TUN MTU\")",
+                self.mtu
+            );
         }
     }
 
@@ -1551,22 +1560,16 @@ impl Daemon {
                     let verdict = braid_session::pmtu::too_big(p, max);
                     if let braid_session::pmtu::TooBig::Fragments(f) = &verdict {
                         let first = f.first().map_or(0, Vec::len);
-                        if single && !self.peers[i].session.can_send(first) {
-                            self.flush();
-                            if !self.peers[i].session.can_send(first) {
-                                return;
-                            }
+                        if single && !self.room_after_flush(i, first) {
+                            return;
                         }
                     }
                     self.tun.advance();
                     self.too_big(now, i, verdict);
                     continue;
                 }
-                if single && !self.peers[i].session.can_send(len) {
-                    self.flush();
-                    if !self.peers[i].session.can_send(len) {
-                        return;
-                    }
+                if single && !self.room_after_flush(i, len) {
+                    return;
                 }
                 if let Some(p) = self.tun.pending() {
                     self.peers[i].session.send(now, p);
@@ -1589,6 +1592,16 @@ impl Daemon {
         }
     }
 
+    /// Whether peer `i`'s bond takes a packet of `len` bytes now, flushing what it has queued
+    /// first if it would not: `false` leaves the packet waiting in the TUN batch (backpressure).
+    fn room_after_flush(&mut self, i: usize, len: usize) -> bool {
+        if self.peers[i].session.can_send(len) {
+            return true;
+        }
+        self.flush();
+        self.peers[i].session.can_send(len)
+    }
+
     /// A packet from the TUN device larger than peer `i`'s bond carries, and
     /// `braid_session::pmtu`'s verdict on it: answer its sender with ICMP "packet too big"
     /// through the TUN device (at most [`TOO_BIG_ANSWERS_PER_S`] a second), or send it in IPv4
@@ -1598,17 +1611,11 @@ impl Daemon {
         self.too_big.packets += 1;
         match verdict {
             TooBig::Answer(icmp) => {
-                let (start, n) = &mut self.too_big_window;
-                if now.saturating_duration_since(*start)
-                    >= braid_proto::time::Duration::from_secs(1)
-                {
-                    (*start, *n) = (now, 0);
-                }
-                if *n >= TOO_BIG_ANSWERS_PER_S {
+                let (rate, burst) = (TOO_BIG_ANSWERS_PER_S, TOO_BIG_ANSWERS_PER_S);
+                if !self.too_big_answers.take(now, rate, burst) {
                     self.too_big.rate_limited += 1;
                     return;
                 }
-                *n += 1;
                 if self.tun.queue_full() {
                     self.write_tun();
                 }

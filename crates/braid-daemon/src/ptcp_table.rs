@@ -539,6 +539,21 @@ mod tests {
             n
         }
 
+        /// End `end` (0: the client, 1: the server) restarts: a new session (a new instance,
+        /// its wall clock a minute on) and an empty table.
+        fn restart(&mut self, end: usize) {
+            let (config, role) = if end == 0 {
+                (self.client_config.clone(), Role::Initiator)
+            } else {
+                (self.server_config.clone(), Role::Responder)
+            };
+            let seed = [8 + end as u8; 32];
+            self.ends[end] = (
+                Session::new(config, self.now, seed, self.wall + 60_000_000_000),
+                PtcpTable::new(role, options(end == 1)),
+            );
+        }
+
         /// An established pair with one connection, open and idle: nothing to send either
         /// way. Its id.
         fn idle_connection() -> (Pair, u16) {
@@ -777,11 +792,7 @@ mod tests {
         // The client daemon restarts: a new session (a new instance) and a new table. The
         // server's session sees the new instance in its handshake, and its table ends the
         // idle connection then, not a keepalive later.
-        let (config, now) = (n.client_config.clone(), n.now);
-        n.ends[0] = (
-            Session::new(config, now, [9; 32], n.wall + 60_000_000_000),
-            PtcpTable::new(Role::Initiator, options(false)),
-        );
+        n.restart(0);
         n.wire.clear();
         let start = n.now;
         while n.ends[1].1.conn(id).unwrap().state() != braid_ptcp::State::Closed {
@@ -806,11 +817,7 @@ mod tests {
         let (mut n, old) = Pair::idle_connection();
         // The server daemon restarts: a new session and table. The client opens a connection
         // before it notices: its SYN goes out under the old keys and is lost.
-        let (config, now) = (n.server_config.clone(), n.now);
-        n.ends[1] = (
-            Session::new(config, now, [8; 32], n.wall + 60_000_000_000),
-            PtcpTable::new(Role::Responder, options(true)),
-        );
+        n.restart(1);
         let new = n.connect().unwrap();
         let start = n.now;
         while n.ends[1].1.conn(new).is_none() {

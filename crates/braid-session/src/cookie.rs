@@ -202,14 +202,16 @@ impl CookieKeys {
 }
 
 /// A token bucket: `burst` tokens, refilled at `rate` a second, kept in nanoseconds of credit.
+/// The guard's limits, and the daemon's on its ICMP "packet too big" answers.
 #[derive(Clone, Copy, Debug)]
-struct Bucket {
+pub struct Bucket {
     credit_ns: u64,
     last: Instant,
 }
 
 impl Bucket {
-    fn full(now: Instant, rate: u64, burst: u64) -> Self {
+    /// A bucket holding `burst` tokens at `now`.
+    pub fn full(now: Instant, rate: u64, burst: u64) -> Self {
         Bucket {
             credit_ns: burst * (1_000_000_000 / rate),
             last: now,
@@ -217,7 +219,7 @@ impl Bucket {
     }
 
     /// Takes a token if there is one.
-    fn take(&mut self, now: Instant, rate: u64, burst: u64) -> bool {
+    pub fn take(&mut self, now: Instant, rate: u64, burst: u64) -> bool {
         let cost = 1_000_000_000 / rate;
         let elapsed = now.saturating_duration_since(self.last).as_nanos();
         self.credit_ns = self
