@@ -12,11 +12,15 @@
 //! - [`endpoint`]: the bond endpoint (striper, resequencer, credits) without crypto.
 //! - [`session`]: the session: handshake, rekey, per-path encryption, liveness probes, and the
 //!   endpoint inside.
+//! - `hostile` (feature `fuzzing`): a bond whose peer is authenticated but lies, for the
+//!   hostile-peer tests and the fuzz target.
 
 #![warn(missing_docs)]
 
 pub mod cookie;
 pub mod endpoint;
+#[cfg(feature = "fuzzing")]
+pub mod hostile;
 pub mod keys;
 pub mod noise;
 pub mod params;

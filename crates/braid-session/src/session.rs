@@ -1532,6 +1532,17 @@ impl Session {
         Some(total)
     }
 
+    /// Seal arbitrary inner bytes as this end's transport datagram on `path`, under the
+    /// current keys: what a hostile peer, authenticated but lying, can put on the wire. For
+    /// the hostile-peer tests and the fuzz target only (feature `fuzzing`).
+    #[cfg(feature = "fuzzing")]
+    pub fn seal_inner(&mut self, path: PathId, plain: &[u8], out: &mut [u8]) -> Option<usize> {
+        if path.index() >= self.paths.len() {
+            return None;
+        }
+        self.seal(path.index(), plain, out)
+    }
+
     fn seal_repr(&mut self, path: usize, repr: Repr<'_>, out: &mut [u8]) -> Option<usize> {
         let mut inner = std::mem::take(&mut self.inner);
         let sealed = match repr.emit_into(&mut inner) {

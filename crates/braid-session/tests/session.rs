@@ -7,10 +7,10 @@ use braid_proto::striper::MarkerPosition;
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
 use braid_session::cookie::{CookieGuard, CookieKeys, Verdict, LOAD_BURST};
+use braid_session::hostile::{InFlight, Wires};
 use braid_session::session::DropReason;
 use braid_session::{BondParams, PrivateKey, Role, Session, SessionConfig};
 use braid_wire::outer::Outer;
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 fn params(paths: usize, mode: ResequenceMode) -> BondParams {
@@ -38,8 +38,7 @@ struct Net {
     server: Session,
     now: Instant,
     delay: Vec<Duration>,
-    /// In flight: (arrival, path, to_server, bytes).
-    wires: VecDeque<(Instant, usize, bool, Vec<u8>)>,
+    wires: Wires,
     /// Paths that drop everything.
     dead: Vec<bool>,
     /// Client-to-server paths that drop every n-th datagram longer than 200 bytes (data).
@@ -104,7 +103,7 @@ impl Net {
             delay: (0..paths)
                 .map(|i| Duration::from_millis(5 + 20 * i as u64))
                 .collect(),
-            wires: VecDeque::new(),
+            wires: Wires::default(),
             dead: vec![false; paths],
             drop_every: vec![None; paths],
             drop_run: vec![None; paths],
@@ -163,15 +162,14 @@ impl Net {
             left = self.now.max(self.free_at[p]) + air;
             self.free_at[p] = left;
         }
-        self.wires
-            .push_back((left + self.delay[p], p, true, datagram.to_vec()));
+        self.wires.push(left + self.delay[p], p, true, datagram);
     }
 
     /// Puts a datagram of the server on path `p`'s wire (no rate), unless the path is dead.
     fn server_wire(&mut self, p: usize, datagram: &[u8]) {
         if !self.dead[p] {
             self.wires
-                .push_back((self.now + self.delay[p], p, false, datagram.to_vec()));
+                .push(self.now + self.delay[p], p, false, datagram);
         }
     }
 
@@ -179,29 +177,17 @@ impl Net {
         let end = self.now + dt;
         loop {
             self.flush();
-            let next_wire = self.wires.iter().map(|w| w.0).min();
-            let next = [
-                next_wire,
-                self.client.poll_timeout(),
-                self.server.poll_timeout(),
-            ]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(end)
-            .max(self.now);
-            if next > end {
-                self.now = end;
+            let sessions = [&self.client, &self.server];
+            let Some(due) = self.wires.next(&mut self.now, end, sessions) else {
                 break;
-            }
-            self.now = next;
-            let due: Vec<_> = {
-                let (d, keep): (Vec<_>, Vec<_>) =
-                    self.wires.drain(..).partition(|w| w.0 <= self.now);
-                self.wires = keep.into();
-                d
             };
-            for (_, p, to_server, bytes) in due {
+            for InFlight {
+                path: p,
+                to_server,
+                bytes,
+                ..
+            } in due
+            {
                 if let (true, Some(g)) = (to_server, &mut self.guard) {
                     match g.check(self.now, client_source(p), || false, &bytes) {
                         Verdict::Pass => {}

@@ -1,0 +1,339 @@
+//! A hostile peer, for tests and fuzzing (feature `fuzzing`): two sessions over three
+//! in-memory paths, one of which is authenticated but lies.
+//!
+//! A proxy serves many clients, and any one of them holds a valid key, so whatever its session
+//! can seal reaches the server's session past the cryptography. [`Pair::forge`] seals arbitrary
+//! inner bytes under the liar's real keys and hands them to the other end, between the honest
+//! traffic [`Pair::honest`] and [`Pair::step`] carry both ways. The property the tests and the
+//! fuzz target check: nothing panics (a panic takes every client's tunnel down), and neither
+//! end holds more than its bounds ([`Pair::held_bytes`]).
+
+use braid_proto::resequence::ResequenceMode;
+use braid_proto::scheduler::SchedulerKind;
+use braid_proto::striper::MarkerPosition;
+use braid_proto::time::{Duration, Instant};
+use braid_proto::PathId;
+use std::collections::VecDeque;
+
+use crate::{BondParams, PrivateKey, Role, Session, SessionConfig};
+
+/// The bond's paths.
+pub const PATHS: usize = 3;
+
+/// Each path's one-way delay, both ways.
+const DELAY_MS: [u64; PATHS] = [5, 30, 80];
+
+/// What either end may hold at most, whatever it is told: its reorder buffers and send
+/// queues are bounded by the bond's limits (64 KiB per path here), with a generous margin.
+pub const HELD_BOUND: u64 = 4 << 20;
+
+/// The bond's shape.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    /// The scheduler.
+    pub scheduler: SchedulerKind,
+    /// The resequencing.
+    pub resequence: ResequenceMode,
+    /// In-tunnel retransmission (NACKs and abandons).
+    pub retransmit: bool,
+    /// Delay equalisation.
+    pub equalize_delay: bool,
+    /// Adaptive SRR.
+    pub adaptive: bool,
+    /// A `[qos]` shaper at both ends (voice on DSCP 46, bulk for the rest).
+    pub qos: bool,
+    /// Which end lies: the client (the proxy's case) or the server.
+    pub liar_is_client: bool,
+}
+
+impl Shape {
+    /// A shape from raw choices, moved to what the bond's parameters allow: EDPF is not
+    /// causal (sequence numbers or none), PET's SIG-ACKs and adaptive SRR need sequence
+    /// numbers.
+    pub fn new(scheduler: SchedulerKind, resequence: ResequenceMode, flags: [bool; 5]) -> Shape {
+        let [retransmit, equalize_delay, adaptive, qos, liar_is_client] = flags;
+        let adaptive = adaptive && scheduler == SchedulerKind::Srr;
+        let resequence = match (scheduler, resequence) {
+            (SchedulerKind::Pet, _) => ResequenceMode::Sequence,
+            (_, _) if adaptive => ResequenceMode::Sequence,
+            (SchedulerKind::Edpf, ResequenceMode::Logical) => ResequenceMode::Sequence,
+            (_, r) => r,
+        };
+        Shape {
+            scheduler,
+            resequence,
+            retransmit,
+            equalize_delay,
+            adaptive,
+            qos,
+            liar_is_client,
+        }
+    }
+
+    /// The shape the first bytes of a fuzz input choose (two bytes).
+    pub fn from_bytes(b: [u8; 2]) -> Shape {
+        let scheduler = [
+            SchedulerKind::Srr,
+            SchedulerKind::Pet,
+            SchedulerKind::Edpf,
+            SchedulerKind::Rr,
+        ][usize::from(b[0] % 4)];
+        let resequence = [
+            ResequenceMode::Sequence,
+            ResequenceMode::Logical,
+            ResequenceMode::None,
+        ][usize::from(b[0] / 4 % 3)];
+        let flag = |i: u8| b[1] & (1 << i) != 0;
+        Shape::new(
+            scheduler,
+            resequence,
+            [flag(0), flag(1), flag(2), flag(3), flag(4)],
+        )
+    }
+
+    fn params(&self) -> BondParams {
+        BondParams {
+            scheduler: self.scheduler,
+            rates_bps: vec![8_000_000, 4_000_000, 2_000_000],
+            max_packet: 1400,
+            seed: 1,
+            resequence: self.resequence,
+            marker_interval_rounds: u32::from(self.resequence == ResequenceMode::Logical),
+            marker_position: MarkerPosition::End,
+            hold_ms: 100,
+            credit_buffer_bytes: 0,
+            queue_limit_bytes: 64 * 1024,
+            equalize_delay: self.equalize_delay,
+            retransmit: self.retransmit,
+            backup_rtt_multiple: 0,
+            adaptive: self.adaptive,
+            policies: Vec::new(),
+        }
+    }
+}
+
+/// A datagram in flight between two sessions.
+#[derive(Clone, Debug)]
+pub struct InFlight {
+    /// When it arrives.
+    pub at: Instant,
+    /// Its path.
+    pub path: usize,
+    /// Client to server (else server to client).
+    pub to_server: bool,
+    /// The datagram.
+    pub bytes: Vec<u8>,
+}
+
+/// The in-memory wires between two sessions, and the clock that runs them.
+#[derive(Debug, Default)]
+pub struct Wires {
+    in_flight: VecDeque<InFlight>,
+}
+
+impl Wires {
+    /// Put a datagram on the wire, to arrive `at`.
+    pub fn push(&mut self, at: Instant, path: usize, to_server: bool, bytes: &[u8]) {
+        self.in_flight.push_back(InFlight {
+            at,
+            path,
+            to_server,
+            bytes: bytes.to_vec(),
+        });
+    }
+
+    /// Move `now` to the next instant, not after `end`, at which either session's timer
+    /// fires or a datagram arrives, and take the datagrams due then off the wire; `None`
+    /// (with `now` at `end`) if nothing happens until `end`.
+    pub fn next(
+        &mut self,
+        now: &mut Instant,
+        end: Instant,
+        sessions: [&Session; 2],
+    ) -> Option<Vec<InFlight>> {
+        let wire = self.in_flight.iter().map(|w| w.at).min();
+        let next = [wire, sessions[0].poll_timeout(), sessions[1].poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(end)
+            .max(*now);
+        if next > end {
+            *now = end;
+            return None;
+        }
+        *now = next;
+        let (due, keep): (Vec<_>, Vec<_>) = self.in_flight.drain(..).partition(|w| w.at <= next);
+        self.in_flight = keep.into();
+        Some(due)
+    }
+}
+
+/// Two sessions over [`PATHS`] in-memory paths, driven as the daemon drives them.
+pub struct Pair {
+    /// The client (initiator).
+    pub client: Session,
+    /// The server (responder).
+    pub server: Session,
+    /// Which end lies.
+    liar_is_client: bool,
+    /// Virtual time.
+    pub now: Instant,
+    wires: Wires,
+    next_id: u32,
+    buf: Vec<u8>,
+}
+
+impl Pair {
+    /// A bond of `shape`, established honestly (300 ms of virtual time); `None` if the
+    /// handshake did not complete, which would be a defect.
+    pub fn established(shape: &Shape) -> Option<Pair> {
+        let ck = PrivateKey::from_random([1; 32]);
+        let sk = PrivateKey::from_random([2; 32]);
+        let mut client_cfg = SessionConfig::new(
+            Role::Initiator,
+            ck.clone(),
+            sk.public_key(),
+            Some(shape.params()),
+        );
+        let mut server_cfg = SessionConfig::new(Role::Responder, sk, ck.public_key(), None);
+        if shape.qos {
+            let mut qos = braid_qos::QosConfig::one_class("bulk", 200);
+            qos.classes.insert(
+                0,
+                braid_qos::ClassTable {
+                    name: "voice".into(),
+                    dscp: vec![46],
+                    ..braid_qos::ClassTable::default()
+                },
+            );
+            client_cfg.qos = Some(qos.clone());
+            server_cfg.qos = Some(qos);
+        }
+        let wall = 1_700_000_000_000_000_000;
+        let mut pair = Pair {
+            client: Session::new(client_cfg, Instant::ZERO, [3; 32], wall),
+            server: Session::new(server_cfg, Instant::ZERO, [4; 32], wall),
+            liar_is_client: shape.liar_is_client,
+            now: Instant::ZERO,
+            wires: Wires::default(),
+            next_id: 0,
+            buf: vec![0; 2048],
+        };
+        pair.step(Duration::from_millis(300));
+        (pair.client.is_established() && pair.server.is_established()).then_some(pair)
+    }
+
+    /// The liar seals `inner` on wire path `wire` under its real keys (it passes decryption
+    /// and the replay window) and the other end takes it at once. False if the liar's session
+    /// would not seal it (a path the bond does not have).
+    pub fn forge(&mut self, wire: PathId, inner: &[u8]) -> bool {
+        let liar = if self.liar_is_client {
+            &mut self.client
+        } else {
+            &mut self.server
+        };
+        let Some(n) = liar.seal_inner(wire, inner, &mut self.buf) else {
+            return false;
+        };
+        let bytes = self.buf[..n].to_vec();
+        self.arrive(wire.index(), self.liar_is_client, &bytes);
+        self.drain();
+        true
+    }
+
+    /// Both ends send `n` honest packets to each other, and 1 ms passes.
+    pub fn honest(&mut self, n: u32) {
+        for _ in 0..n {
+            let (a, b) = (self.packet(), self.packet());
+            self.client.send(self.now, &a);
+            self.server.send(self.now, &b);
+        }
+        self.step(Duration::from_millis(1));
+    }
+
+    /// The bytes either end holds in its reorder buffers and send queues, the larger.
+    pub fn held_bytes(&self) -> u64 {
+        [&self.client, &self.server]
+            .iter()
+            .map(|s| {
+                s.status()
+                    .paths
+                    .iter()
+                    .map(|p| p.reorder_buffer_bytes + p.queued_bytes)
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Run both ends for `dt`: wires, timers, deliveries.
+    pub fn step(&mut self, dt: Duration) {
+        let end = self.now + dt;
+        loop {
+            self.flush();
+            let sessions = [&self.client, &self.server];
+            let Some(due) = self.wires.next(&mut self.now, end, sessions) else {
+                break;
+            };
+            for w in due {
+                self.arrive(w.path, w.to_server, &w.bytes);
+            }
+            self.client.handle_timeout(self.now);
+            self.server.handle_timeout(self.now);
+            self.drain();
+        }
+    }
+
+    /// Everything both ends have to send, onto the wires.
+    fn flush(&mut self) {
+        for (p, ms) in DELAY_MS.iter().enumerate() {
+            let at = self.now + Duration::from_millis(*ms);
+            for to_server in [true, false] {
+                let from = if to_server {
+                    &mut self.client
+                } else {
+                    &mut self.server
+                };
+                while let Some(n) = from.poll_transmit(self.now, PathId(p as u8), &mut self.buf) {
+                    self.wires.push(at, p, to_server, &self.buf[..n]);
+                }
+            }
+        }
+    }
+
+    /// One datagram into its receiver, as the daemon hands it over (the server learns a
+    /// datagram's path from its header; the client knows its sockets).
+    fn arrive(&mut self, p: usize, to_server: bool, bytes: &[u8]) {
+        if to_server {
+            let _ = self.server.handle_datagram(self.now, None, bytes);
+        } else {
+            let _ = self
+                .client
+                .handle_datagram(self.now, Some(PathId(p as u8)), bytes);
+        }
+    }
+
+    /// Take what each end delivers, and the pTCP segments that arrived.
+    fn drain(&mut self) {
+        for s in [&mut self.client, &mut self.server] {
+            while s.poll_deliver(self.now).is_some() {}
+            while s.poll_ptcp().is_some() {}
+        }
+    }
+
+    /// An honest IPv4 UDP packet, 60-1199 bytes, every fifth one DSCP 46.
+    fn packet(&mut self) -> Vec<u8> {
+        self.next_id = self.next_id.wrapping_add(1);
+        let len = 60 + (self.next_id as usize * 97) % 1140;
+        let mut p = vec![0u8; len];
+        p[0] = 0x45;
+        p[1] = if self.next_id % 5 == 0 { 46 << 2 } else { 0 };
+        p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[20..24].copy_from_slice(&self.next_id.to_be_bytes());
+        p
+    }
+}

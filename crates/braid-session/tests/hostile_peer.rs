@@ -1,0 +1,282 @@
+//! A hostile peer: authenticated, but lying. A proxy serves many clients, and any one of them
+//! holds a valid key, so whatever its session can seal reaches the server's session past the
+//! cryptography: data with any sequence number, markers, credits, probes and their
+//! acknowledgements with any clock or rate, NACKs and abandons of any range, SIG-ACKs with any
+//! arrival times, pTCP segments of any connection, and bytes that parse as nothing. None of it
+//! may panic the session (a panic takes every client's tunnel down) or make it hold more than
+//! its bounds, and the session must keep sending and polling as before. The same holds the
+//! other way round, for a client whose server lies.
+//!
+//! Each case builds a bond of random shape (scheduler, resequencing, in-tunnel retransmission,
+//! delay equalisation, adaptive SRR, a `[qos]` shaper), establishes it honestly, then
+//! interleaves forged frames with honest traffic both ways and time steps
+//! (`braid_session::hostile`, feature `fuzzing`, which the fuzz target
+//! `fuzz/fuzz_targets/hostile_peer.rs` drives with raw bytes too).
+
+use braid_proto::pet::SigAckEntry;
+use braid_proto::resequence::ResequenceMode;
+use braid_proto::scheduler::SchedulerKind;
+use braid_proto::time::{Duration, Instant};
+use braid_proto::{Credit, Marker, PacketNumber, PathId};
+use braid_session::hostile::{Pair, Shape, HELD_BOUND, PATHS};
+use braid_wire::sigack::SigAcks;
+use braid_wire::{Abandon, Credits, Nack, Probe, Repr};
+use proptest::prelude::*;
+
+/// A frame the liar seals and sends on wire path `wire` (its inner path fields are separate:
+/// they may name another path, or one the bond does not have).
+#[derive(Debug, Clone)]
+enum Frame {
+    Bytes(Vec<u8>),
+    Data {
+        path: u8,
+        seq: Option<u64>,
+        len: u16,
+    },
+    Marker {
+        path: u8,
+        round: u64,
+        deficit: i64,
+        tx_bytes: u64,
+    },
+    Feedback(Vec<(u8, u64)>),
+    Probe {
+        ack: bool,
+        path: u8,
+        id: u32,
+        timestamp: u64,
+        rate_kbps: u32,
+    },
+    Nack {
+        path: u8,
+        first: u64,
+        count: u32,
+    },
+    Abandon {
+        path: u8,
+        first: u64,
+        count: u32,
+    },
+    SigAck(Vec<(u8, u64, u64)>),
+    Ptcp {
+        conn: u16,
+        segment: Vec<u8>,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// The liar seals `frame` and sends it on wire path `wire`.
+    Forge { wire: u8, frame: Frame },
+    /// Both ends send `n` honest packets to each other.
+    Honest(u8),
+    /// Time passes (nanoseconds), with the honest datagrams in flight delivered.
+    Advance(u32),
+}
+
+/// Any u64, with the edges well represented: 0, 1, the top, the transport counters' limit
+/// (2^56: a NACK's range), the top of an i64, and small values near a fresh session's
+/// counters and sequence numbers.
+fn edgy() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        prop::sample::select(vec![
+            0,
+            1,
+            u64::MAX - 1,
+            u64::MAX,
+            (1 << 56) - 1,
+            1 << 56,
+            i64::MAX as u64,
+        ]),
+        0u64..2000,
+        any::<u64>(),
+    ]
+}
+
+/// [`edgy`] for a u32 (its top edges become u32's).
+fn edgy32() -> impl Strategy<Value = u32> {
+    edgy().prop_map(|v| v as u32)
+}
+
+fn frame() -> impl Strategy<Value = Frame> {
+    // Inner path fields: mostly the bond's (0..3), sometimes past it.
+    let path = || prop_oneof![4 => 0u8..3, 1 => 3u8..64];
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..80).prop_map(Frame::Bytes),
+        (path(), prop::option::of(edgy()), 0u16..1500).prop_map(|(path, seq, len)| Frame::Data {
+            path,
+            seq,
+            len
+        }),
+        (path(), edgy(), any::<i64>(), edgy()).prop_map(|(path, round, deficit, tx_bytes)| {
+            Frame::Marker {
+                path,
+                round,
+                deficit,
+                tx_bytes,
+            }
+        }),
+        prop::collection::vec((path(), edgy()), 0..5).prop_map(Frame::Feedback),
+        (any::<bool>(), path(), edgy32(), edgy(), edgy32()).prop_map(
+            |(ack, path, id, timestamp, rate_kbps)| Frame::Probe {
+                ack,
+                path,
+                id,
+                timestamp,
+                rate_kbps
+            }
+        ),
+        (path(), edgy(), edgy32()).prop_map(|(path, first, count)| Frame::Nack {
+            path,
+            first,
+            count
+        }),
+        (path(), edgy(), edgy32()).prop_map(|(path, first, count)| Frame::Abandon {
+            path,
+            first,
+            count
+        }),
+        prop::collection::vec((path(), edgy(), edgy()), 0..12).prop_map(Frame::SigAck),
+        (any::<u16>(), prop::collection::vec(any::<u8>(), 1..80))
+            .prop_map(|(conn, segment)| Frame::Ptcp { conn, segment }),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0u8..4, frame()).prop_map(|(wire, frame)| Step::Forge { wire, frame }),
+        2 => (1u8..20).prop_map(Step::Honest),
+        2 => (0u32..400_000_000).prop_map(Step::Advance),
+    ]
+}
+
+fn shape() -> impl Strategy<Value = Shape> {
+    (
+        prop_oneof![
+            Just(SchedulerKind::Srr),
+            Just(SchedulerKind::Pet),
+            Just(SchedulerKind::Edpf),
+            Just(SchedulerKind::Rr),
+        ],
+        prop_oneof![
+            Just(ResequenceMode::Sequence),
+            Just(ResequenceMode::Logical),
+            Just(ResequenceMode::None),
+        ],
+        any::<[bool; 5]>(),
+    )
+        .prop_map(|(scheduler, resequence, flags)| Shape::new(scheduler, resequence, flags))
+}
+
+/// The inner bytes of `frame`. What the codec will not emit (a path past `MAX_PATHS`, an
+/// empty payload) goes as nothing; `Frame::Bytes` covers inner bytes that parse as nothing.
+fn inner(frame: &Frame) -> Vec<u8> {
+    let repr = |r: Repr<'_>| r.emit_to_vec().unwrap_or_default();
+    match frame {
+        Frame::Bytes(b) => b.clone(),
+        Frame::Data { path, seq, len } => repr(Repr::Data {
+            path: PathId(*path),
+            seq: *seq,
+            payload: &vec![0x45; usize::from(*len)],
+        }),
+        Frame::Marker {
+            path,
+            round,
+            deficit,
+            tx_bytes,
+        } => repr(Repr::Marker(Marker {
+            path: PathId(*path),
+            number: PacketNumber {
+                round: *round,
+                deficit: *deficit,
+            },
+            tx_bytes: *tx_bytes,
+        })),
+        Frame::Feedback(c) => {
+            let credits: Vec<Credit> = c
+                .iter()
+                .map(|&(p, l)| Credit {
+                    path: PathId(p),
+                    limit_bytes: l,
+                })
+                .collect();
+            repr(Repr::Feedback(Credits::from_slice(&credits)))
+        }
+        Frame::Probe {
+            ack,
+            path,
+            id,
+            timestamp,
+            rate_kbps,
+        } => {
+            let p = Probe {
+                path: PathId(*path),
+                id: *id,
+                timestamp: *timestamp,
+                rate_kbps: *rate_kbps,
+            };
+            repr(if *ack {
+                Repr::ProbeAck(p)
+            } else {
+                Repr::Probe(p)
+            })
+        }
+        Frame::Nack { path, first, count } => repr(Repr::Nack(Nack {
+            path: PathId(*path),
+            first: *first,
+            count: *count,
+        })),
+        Frame::Abandon { path, first, count } => repr(Repr::Abandon(Abandon {
+            path: PathId(*path),
+            first: *first,
+            count: *count,
+        })),
+        Frame::SigAck(entries) => {
+            let entries: Vec<SigAckEntry> = entries
+                .iter()
+                .map(|&(p, seq, at)| SigAckEntry {
+                    path: PathId(p),
+                    seq,
+                    arrival: Instant::from_nanos(at),
+                })
+                .collect();
+            repr(Repr::SigAck(SigAcks::from_slice(&entries)))
+        }
+        Frame::Ptcp { conn, segment } => repr(Repr::Ptcp {
+            conn: *conn,
+            segment,
+        }),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn a_lying_peer_crashes_nothing_and_bloats_nothing(
+        shape in shape(),
+        steps in prop::collection::vec(step(), 1..160),
+    ) {
+        let Some(mut pair) = Pair::established(&shape) else {
+            return Err(TestCaseError::fail(format!("no handshake: {shape:?}")));
+        };
+        for st in &steps {
+            match st {
+                Step::Forge { wire, frame } => {
+                    let sealed = pair.forge(PathId(*wire), &inner(frame));
+                    // Only a wire path the bond does not have is refused.
+                    prop_assert_eq!(sealed, usize::from(*wire) < PATHS);
+                }
+                Step::Honest(n) => pair.honest(u32::from(*n)),
+                Step::Advance(ns) => pair.step(Duration::from_nanos(u64::from(*ns))),
+            }
+            let held = pair.held_bytes();
+            prop_assert!(held <= HELD_BOUND, "{} bytes held: {:?}", held, shape);
+        }
+        // Whatever it was told, each end still sends, keeps time and reports.
+        pair.step(Duration::from_secs(2));
+        pair.honest(2);
+        pair.step(Duration::from_secs(1));
+        let _ = (pair.client.status(), pair.server.status());
+    }
+}

@@ -1,0 +1,38 @@
+//! A hostile peer: authenticated, but lying (`braid_session::hostile`). The input's first two
+//! bytes choose the bond's shape and which end lies; the rest is a list of steps. Each step's
+//! first byte chooses: a forged frame (a wire path, a length, and that many inner bytes, sealed
+//! under the liar's real keys), honest traffic both ways, or time passing. Nothing may panic,
+//! and neither end may hold more than its bounds.
+
+#![no_main]
+
+use braid_proto::time::Duration;
+use braid_proto::PathId;
+use braid_session::hostile::{Pair, Shape, HELD_BOUND};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((shape, mut rest)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let shape = Shape::from_bytes(*shape);
+    let mut pair = Pair::established(&shape).expect("an honest handshake completes");
+    while let Some((&op, tail)) = rest.split_first() {
+        rest = tail;
+        match op % 8 {
+            0..=5 => {
+                let Some((&[wire, len], tail)) = rest.split_first_chunk::<2>() else {
+                    break;
+                };
+                let n = usize::from(len).min(tail.len());
+                pair.forge(PathId(wire % 4), &tail[..n]);
+                rest = &tail[n..];
+            }
+            6 => pair.honest(u32::from(op / 8 % 16 + 1)),
+            _ => pair.step(Duration::from_micros(u64::from(op) * 2_000)),
+        }
+        assert!(pair.held_bytes() <= HELD_BOUND);
+    }
+    pair.step(Duration::from_secs(2));
+    pair.honest(2);
+});
