@@ -60,6 +60,22 @@ pub struct Started {
 }
 
 impl ClockFloor {
+    /// A client's floor in `cfg.state_dir` and the wall clock its session starts from (the
+    /// larger of the clock and the floor; what [`ClockFloor::start`] found is said on
+    /// stderr). A server keeps none and starts from the clock.
+    pub fn for_config(cfg: &crate::config::Config) -> (Option<ClockFloor>, u64) {
+        let wall = crate::wall_ns();
+        if cfg.role != braid_session::Role::Initiator {
+            return (None, wall);
+        }
+        let file = cfg.state_dir.join(file_name(&cfg.private_key.public_key()));
+        let started = ClockFloor::start(file, wall);
+        if let Some(note) = &started.note {
+            eprintln!("braid: {note}");
+        }
+        (Some(started.floor), started.wall_ns)
+    }
+
     /// Read the floor in `path` and pick the session's starting clock from it and `wall_ns`
     /// (the system's clock). Nothing is written until the first [`ClockFloor::refresh`], in
     /// the daemon's first turn. A file that cannot be read is said (in `note`) and the clock

@@ -18,10 +18,13 @@ mod metrics;
 mod net;
 pub mod ptcp_node;
 pub mod ptcp_table;
+mod resolver;
 pub mod tcp_pair;
 
 use crate::config::{Config, PeerConfig};
 use crate::ptcp_table::{PtcpTable, TableOptions};
+use crate::resolver::Resolver;
+pub use crate::resolver::{RESOLVE_DOWN_FIRST, RESOLVE_UP_EVERY};
 use crate::tcp_pair::Pair;
 use braid_proto::time::Instant;
 use braid_proto::PathId;
@@ -153,113 +156,6 @@ pub struct TooBigCounters {
 /// path MTU discovery runs on these (Linux does not limit them at all), and each of a burst of
 /// a sender's segments may need one before the first arrives.
 pub const TOO_BIG_ANSWERS_PER_S: u64 = 1000;
-
-/// How often a client resolves a path's `remote` host name again while the path is up.
-pub const RESOLVE_UP_EVERY: braid_proto::time::Duration =
-    braid_proto::time::Duration::from_secs(60);
-
-/// When a path with a host name goes down (its server's address may have changed: dynamic
-/// DNS), its name is resolved again at once, then after this long, then twice as long each
-/// time, up to [`RESOLVE_UP_EVERY`].
-pub const RESOLVE_DOWN_FIRST: braid_proto::time::Duration =
-    braid_proto::time::Duration::from_secs(2);
-
-/// Client: the paths' `remote` host names, resolved again at run time in a thread of its own
-/// (the system's resolver blocks), so a server whose address changes (dynamic DNS) is found
-/// again without a restart.
-struct Resolver {
-    ask: std::sync::mpsc::Sender<(usize, String, u16)>,
-    answers: std::sync::mpsc::Receiver<(usize, io::Result<Vec<SocketAddr>>)>,
-    paths: Vec<ResolvedPath>,
-}
-
-/// One path's part of the [`Resolver`].
-#[derive(Clone)]
-struct ResolvedPath {
-    /// When to ask next.
-    next: Instant,
-    /// How long to wait after that while the path is down.
-    down_every: braid_proto::time::Duration,
-    /// When it was last asked (`None`: only resolved with the config, at start).
-    last_asked: Option<Instant>,
-    /// The first scheduled look has happened (one that finds the path up asks nothing: the
-    /// config resolved the name moments before).
-    looked: bool,
-    /// An answer is awaited.
-    asked: bool,
-    /// The path was up when last looked at.
-    was_up: bool,
-    /// Asked to hurry: ask at the next look even if the path is up and was resolved at start.
-    hurried: bool,
-    /// The last address other than the path's own that the server answered from.
-    stray_source: Option<SocketAddr>,
-}
-
-impl ResolvedPath {
-    /// Ask soon (the path went down, or the server answers from another address), unless it
-    /// was asked less than [`RESOLVE_DOWN_FIRST`] ago: a flapping path or a stream of
-    /// datagrams does not make a query each. Whether it will ask.
-    fn hurry(&mut self, now: Instant) -> bool {
-        let due = self
-            .last_asked
-            .is_none_or(|t| now.saturating_duration_since(t) >= RESOLVE_DOWN_FIRST);
-        if due {
-            self.next = now;
-            self.down_every = RESOLVE_DOWN_FIRST;
-            self.hurried = true;
-        }
-        due
-    }
-
-    /// The server answered on this path from `source`, not the address the path sends to:
-    /// it may have moved. Only a source not seen before hurries the lookup, so a server that
-    /// always answers from another of its addresses (several interfaces, IPv6 temporary
-    /// addresses) does not make a query every few seconds.
-    fn stray(&mut self, now: Instant, source: SocketAddr) {
-        if self.stray_source != Some(source) && self.hurry(now) {
-            self.stray_source = Some(source);
-        }
-    }
-}
-
-impl Resolver {
-    /// A resolver for `cfg`'s paths, if any of them has a host name.
-    fn start(cfg: &Config) -> Option<Resolver> {
-        if cfg.role != Role::Initiator || cfg.paths.iter().all(|p| p.remote_host.is_none()) {
-            return None;
-        }
-        let (ask, asked_for) = std::sync::mpsc::channel::<(usize, String, u16)>();
-        let (tell, answers) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("braid-resolve".into())
-            .spawn(move || {
-                for (i, host, port) in asked_for {
-                    if tell.send((i, config::resolve(&host, port))).is_err() {
-                        break;
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            eprintln!("braid: warning: cannot start the thread that resolves the paths' host names again ({e}): each path keeps the address it resolved to at start");
-            return None;
-        }
-        let path = ResolvedPath {
-            next: Instant::ZERO + RESOLVE_DOWN_FIRST,
-            down_every: RESOLVE_DOWN_FIRST,
-            last_asked: None,
-            looked: false,
-            asked: false,
-            was_up: false,
-            hurried: false,
-            stray_source: None,
-        };
-        Some(Resolver {
-            ask,
-            answers,
-            paths: vec![path; cfg.paths.len()],
-        })
-    }
-}
 
 /// What `braid status` shows.
 #[derive(Debug, Serialize)]
@@ -520,7 +416,7 @@ const WARN_EVERY: braid_proto::time::Duration = braid_proto::time::Duration::fro
 /// Warnings about what peers send, each kind (and each path, for a kind about one) said at
 /// most once a minute.
 #[derive(Default)]
-struct Warnings {
+pub(crate) struct Warnings {
     last: std::collections::HashMap<(&'static str, usize), Instant>,
 }
 
@@ -537,13 +433,18 @@ impl Warnings {
     }
 
     /// Says `message` unless a warning of this kind was said less than a minute ago.
-    fn say(&mut self, now: Instant, kind: &'static str, message: impl FnOnce() -> String) {
+    pub(crate) fn say(
+        &mut self,
+        now: Instant,
+        kind: &'static str,
+        message: impl FnOnce() -> String,
+    ) {
         self.say_for(now, kind, 0, message);
     }
 
     /// [`Warnings::say`] for one of several things of a kind (a path, by its index), each
     /// with its own minute.
-    fn say_for(
+    pub(crate) fn say_for(
         &mut self,
         now: Instant,
         kind: &'static str,
@@ -863,17 +764,7 @@ impl Daemon {
         });
         let guard = handshake_guard(&cfg)?;
         // A client starts its handshake clock at or above every timestamp it sent before.
-        let (clock_floor, wall) = if cfg.role == Role::Initiator {
-            let name = clock_floor::file_name(&cfg.private_key.public_key());
-            let file = cfg.state_dir.join(name);
-            let started = clock_floor::ClockFloor::start(file, wall_ns());
-            if let Some(note) = &started.note {
-                eprintln!("braid: {note}");
-            }
-            (Some(started.floor), started.wall_ns)
-        } else {
-            (None, wall_ns())
-        };
+        let (clock_floor, wall) = clock_floor::ClockFloor::for_config(&cfg);
         let mut peers = Vec::new();
         for p in &cfg.peers {
             let seed = random_seed()?;
@@ -1278,96 +1169,20 @@ impl Daemon {
         }
     }
 
-    /// Client: take what the resolver found for the paths' host names (a changed address is
-    /// said, and the path's datagrams go there from now on), and ask it again for those due:
-    /// every [`RESOLVE_UP_EVERY`] while a path is up; at once when it goes down (or the server
-    /// answers from another address, [`Daemon::read_udp`]), then after [`RESOLVE_DOWN_FIRST`],
-    /// doubling.
+    /// Client: the resolver's turn ([`Resolver::turn`]): take what it found for the paths'
+    /// host names, and ask again for those due.
     fn resolve_remotes(&mut self, now: Instant) {
-        let Some(r) = &mut self.resolver else {
+        let (Some(r), Some(peer)) = (&mut self.resolver, self.peers.first_mut()) else {
             return;
         };
-        let Some(peer) = self.peers.first_mut() else {
-            return;
-        };
-        while let Ok((i, found)) = r.answers.try_recv() {
-            let (Some(p), Some(slot), Some(rp)) = (
-                self.cfg.paths.get(i),
-                peer.addrs.get_mut(i),
-                r.paths.get_mut(i),
-            ) else {
-                continue;
-            };
-            rp.asked = false;
-            let Some((host, _)) = &p.remote_host else {
-                continue;
-            };
-            let v6 = p.remote.is_ipv6();
-            let picked = found
-                .as_ref()
-                .ok()
-                .and_then(|f| config::pick_remote(*slot, f, Some(v6)));
-            match (picked, found) {
-                (Some(a), _) if Some(a) == *slot => {}
-                (Some(a), _) => {
-                    eprintln!(
-                        "braid: path `{}`: {host} now resolves to {a} (was {}): sending there",
-                        p.name,
-                        slot.map_or("none".into(), |s| s.to_string())
-                    );
-                    *slot = Some(a);
-                    rp.stray_source = None;
-                }
-                (None, found) => {
-                    let why = match found {
-                        Ok(f) if f.is_empty() => "no address".to_owned(),
-                        Ok(f) => format!(
-                            "no {} address, only {}",
-                            if v6 { "IPv6" } else { "IPv4" },
-                            f.iter()
-                                .map(|a| a.ip().to_string())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                        Err(e) => e.to_string(),
-                    };
-                    self.warnings.say_for(now, "resolve", i, || {
-                        format!(
-                            "path `{}`: cannot resolve {host} again ({why}): still sending to {}",
-                            p.name,
-                            slot.map_or("none".into(), |s| s.to_string())
-                        )
-                    });
-                }
-            }
-        }
-        for (i, p) in self.cfg.paths.iter().enumerate() {
-            let (Some((host, port)), Some(rp)) = (&p.remote_host, r.paths.get_mut(i)) else {
-                continue;
-            };
-            let up = peer.session.path_is_up(PathId(i as u8));
-            if std::mem::replace(&mut rp.was_up, up) && !up {
-                // Just went down: perhaps the server moved.
-                let _ = rp.hurry(now);
-            }
-            if rp.asked || now < rp.next {
-                continue;
-            }
-            if up {
-                rp.down_every = RESOLVE_DOWN_FIRST;
-                rp.next = now + RESOLVE_UP_EVERY;
-                if !std::mem::replace(&mut rp.looked, true) && !rp.hurried {
-                    // Resolved with the config moments ago, and the path works.
-                    continue;
-                }
-            } else {
-                rp.next = now + rp.down_every;
-                rp.down_every = (rp.down_every * 2).min(RESOLVE_UP_EVERY);
-            }
-            rp.last_asked = Some(now);
-            rp.hurried = false;
-            rp.asked = r.ask.send((i, host.clone(), *port)).is_ok();
-        }
+        let session = &peer.session;
+        r.turn(
+            now,
+            &self.cfg.paths,
+            &mut peer.addrs,
+            |i| session.path_is_up(PathId(i as u8)),
+            &mut self.warnings,
+        );
     }
 
     /// The smallest and the largest of the peers' bonds' largest packets (their clients' TUN
@@ -1759,10 +1574,8 @@ impl Daemon {
                         {
                             // The server answers from an address the path does not send to:
                             // if the path's remote is a host name, it may have moved.
-                            if let Some(rp) =
-                                self.resolver.as_mut().and_then(|r| r.paths.get_mut(p))
-                            {
-                                rp.stray(now, m.addr);
+                            if let Some(r) = &mut self.resolver {
+                                r.stray(p, now, m.addr);
                             }
                         }
                         if self.cfg.role == Role::Responder {

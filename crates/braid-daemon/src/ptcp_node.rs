@@ -17,10 +17,12 @@
 //! application reads from and writes to its connections ([`PtcpNode::conn_mut`]); the next
 //! turn sends what that made ready (or call [`PtcpNode::flush`] at once).
 
-use crate::config::Config;
+use crate::clock_floor::ClockFloor;
+use crate::config::{Config, PathConfig};
 use crate::gso;
 use crate::ptcp_table::{mss_of, PtcpTable, TableOptions};
-use crate::{net, random_id, random_seed, wall_ns, DaemonError};
+use crate::resolver::Resolver;
+use crate::{net, random_id, random_seed, DaemonError, Warnings};
 use braid_proto::time::Instant;
 use braid_proto::PathId;
 use braid_ptcp::{CongestionAlgorithm, StripedConnection};
@@ -42,7 +44,8 @@ pub struct NodeOptions {
     /// Receive buffer of each connection, bytes; `None`: from the paths (see
     /// [`PtcpNode::connection_config`]).
     pub receive_buffer_bytes: Option<u64>,
-    /// Client: send every path's datagrams to this address instead of the path's `remote`.
+    /// Client: send every path's datagrams to this address instead of the path's `remote`
+    /// (whose host name, if it has one, is then not resolved again).
     pub remote_override: Option<SocketAddr>,
 }
 
@@ -88,6 +91,15 @@ pub struct PtcpNode {
     stats: NodeStats,
     rx: Vec<u8>,
     out: Vec<u8>,
+    /// Client: the config's paths, for the resolver.
+    path_configs: Vec<PathConfig>,
+    /// Client: the paths' host names, resolved again while the node runs, as `braid up`
+    /// does ([`crate::resolver`]).
+    resolver: Option<Resolver>,
+    /// Client: the handshake clock floor it shares with `braid up` of the same key
+    /// ([`crate::clock_floor`]).
+    clock_floor: Option<ClockFloor>,
+    warnings: Warnings,
 }
 
 const UDP_BASE: usize = 1;
@@ -117,7 +129,9 @@ impl PtcpNode {
             )));
         };
         let scfg = cfg.session_config(peer);
-        let mut session = Session::new(scfg, Instant::ZERO, random_seed()?, wall_ns());
+        // A client starts its handshake clock at or above every timestamp it sent before.
+        let (clock_floor, wall) = ClockFloor::for_config(cfg);
+        let mut session = Session::new(scfg, Instant::ZERO, random_seed()?, wall);
         // A path whose interface or address is not there stays out of use.
         for (i, s) in sockets.iter().enumerate() {
             if s.is_none() {
@@ -135,7 +149,7 @@ impl PtcpNode {
         )
         .with_first_id(random_id()?);
         let guard = crate::handshake_guard(cfg)?;
-        Ok(PtcpNode {
+        let mut node = PtcpNode {
             role: cfg.role,
             session,
             guard,
@@ -158,7 +172,18 @@ impl PtcpNode {
             stats: NodeStats::default(),
             rx: vec![0u8; 65_536],
             out: vec![0u8; 65_536],
-        })
+            path_configs: cfg.paths.clone(),
+            resolver: options
+                .remote_override
+                .is_none()
+                .then(|| Resolver::start(cfg))
+                .flatten(),
+            clock_floor,
+            warnings: Warnings::default(),
+        };
+        // The floor's first reservation, before any handshake can leave.
+        node.client_chores(Instant::ZERO);
+        Ok(node)
     }
 
     /// The node's clock (time since it started).
@@ -285,8 +310,30 @@ impl PtcpNode {
         let now = self.now();
         self.session.handle_timeout(now);
         self.table.handle_timeout(now);
+        self.client_chores(now);
         self.flush();
         Ok(app)
+    }
+
+    /// Client: resolve the paths' host names again when due, and renew the clock floor.
+    fn client_chores(&mut self, now: Instant) {
+        if let Some(r) = &mut self.resolver {
+            let session = &self.session;
+            r.turn(
+                now,
+                &self.path_configs,
+                &mut self.peers,
+                |i| session.path_is_up(PathId(i as u8)),
+                &mut self.warnings,
+            );
+        }
+        if let Some(note) = self
+            .clock_floor
+            .as_mut()
+            .and_then(|f| f.refresh(now.as_nanos()))
+        {
+            self.warnings.say(now, "clock_floor", || note);
+        }
     }
 
     fn read_socket(&mut self, i: usize) {
@@ -315,6 +362,13 @@ impl PtcpNode {
             let Ok(path) = self.session.handle_datagram(now, arrived_on, &self.rx[..n]) else {
                 continue;
             };
+            if self.role == Role::Initiator && self.peers.get(i).copied().flatten() != Some(from) {
+                // The server answers from an address the path does not send to: if the
+                // path's remote is a host name, it may have moved.
+                if let Some(r) = &mut self.resolver {
+                    r.stray(i, now, from);
+                }
+            }
             if self.role == Role::Responder {
                 let p = path.index();
                 if self.peers.len() <= p {
@@ -356,5 +410,17 @@ impl PtcpNode {
             self.out = out;
         }
         batches.flush(&route, &mut outcome);
+    }
+}
+
+impl Drop for PtcpNode {
+    /// A client leaves the exact clock floor, not the reservation ahead of it, so that
+    /// restarts do not move its handshake clock ahead each time.
+    fn drop(&mut self) {
+        if let Some(f) = &self.clock_floor {
+            if let Some(note) = f.finish(self.now().as_nanos()) {
+                eprintln!("braid: {note}");
+            }
+        }
     }
 }

@@ -22,6 +22,9 @@ struct Bed {
     dir: PathBuf,
     stop: Arc<AtomicBool>,
     children: Vec<Child>,
+    /// The client's path one `remote`: the server's address, or a host name in the client
+    /// namespace's own hosts file (`/etc/netns/NS/hosts`, which `ip netns exec` mounts).
+    path_one_remote: String,
 }
 
 impl Bed {
@@ -39,6 +42,7 @@ impl Bed {
             dir,
             stop: Arc::new(AtomicBool::new(false)),
             children: Vec::new(),
+            path_one_remote: "10.91.1.2:7000".into(),
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -91,17 +95,18 @@ impl Bed {
         }
         let (ck, cp) = key();
         let (sk, sp) = key();
+        let dir = self.dir.display();
         let server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:7000\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/30\"]\n[control]\nsocket = \"{}/s.sock\"\n",
             self.dir.display()
         );
         let client = format!(
-            "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
-             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"]\n[control]\nsocket = \"{}/c.sock\"\n\
+            "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\nstate_dir = \"{dir}\"\n\
+             [interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"]\n[control]\nsocket = \"{dir}/c.sock\"\n\
              [liveness]\nprobe_interval_ms = 50\ndead_after_ms = 250\n\
-             [[path]]\nname = \"one\"\nlocal = \"10.91.1.1\"\nremote = \"10.91.1.2:7000\"\nrate_mbit = 20\n{}",
-            self.dir.display(),
+             [[path]]\nname = \"one\"\nlocal = \"10.91.1.1\"\nremote = \"{}\"\nrate_mbit = 20\n{}",
+            self.path_one_remote,
             if two_paths {
                 "[[path]]\nname = \"two\"\nlocal = \"10.92.2.1\"\nremote = \"10.92.2.2:7100\"\nrate_mbit = 20\n"
             } else {
@@ -239,6 +244,7 @@ impl Drop for Bed {
                 .status();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", self.ns("c")));
     }
 }
 
@@ -297,6 +303,55 @@ fn a_path_blacked_out_mid_transfer_loses_nothing() {
     blackout.store(false, Ordering::Relaxed);
     bed.finish_transfer(tx, rx, &file, &out);
     eprintln!("{}", bed.log("c"));
+}
+
+/// `braid send` follows its server's host name, as `braid up` does: path one's `remote` is a
+/// name in the client namespace's hosts file, path two is blacked out throughout, and a
+/// quarter into the transfer the server's address on path one changes (and the name with
+/// it). Path one goes down, the name is looked up again, and the rest of the file crosses to
+/// the new address. Without the lookup nothing could carry it. The client also keeps its
+/// handshake clock floor in its `state_dir`, as `braid up` does.
+#[test]
+fn a_sending_client_follows_its_servers_host_name() {
+    need_root!();
+    let mut bed = Bed::new(6);
+    let Some(hosts) = common::NetnsHosts::new(&bed.ns("c"), "10.91.1.2") else {
+        return;
+    };
+    bed.path_one_remote = "braid-server.test:7000".into();
+    bed.configs();
+    bed.relay(RelayFaults {
+        blackout: Some(Arc::new(AtomicBool::new(true))),
+        ..RelayFaults::default()
+    });
+    let len = 12 << 20;
+    let (file, out, rx, tx) = bed.send_file(len);
+    bed.wait_received(&out, (len / 4) as u64);
+    // Path one's server address moves. (The old address goes first: deleting a primary
+    // address deletes its secondaries too.)
+    let (s, dev) = (bed.ns("s"), format!("ps{}1", bed.tag));
+    hosts.point("10.91.1.3");
+    sh(&["ip", "-n", &s, "addr", "del", "10.91.1.2/24", "dev", &dev]);
+    sh(&["ip", "-n", &s, "addr", "add", "10.91.1.3/24", "dev", &dev]);
+    bed.finish_transfer(tx, rx, &file, &out);
+    let log = bed.log("c");
+    assert!(
+        log.contains("braid-server.test now resolves to 10.91.1.3:7000"),
+        "{log}"
+    );
+    // A clean exit leaves the floor file (the exact floor, a timestamp in ns).
+    let floors: Vec<_> = std::fs::read_dir(&bed.dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".clock"))
+        .collect();
+    assert_eq!(floors.len(), 1, "{floors:?}");
+    let floor: u64 = std::fs::read_to_string(floors[0].path())
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(floor > 1_700_000_000_000_000_000, "{floor}");
 }
 
 #[test]

@@ -1775,19 +1775,9 @@ fn jumbo_frame_paths_carry_jumbo_packets() {
 fn a_remote_host_name_is_followed_when_its_address_changes() {
     need_root!();
     let mut bed = Bed::new(17);
-    let hosts_dir = format!("/etc/netns/{}", bed.ns("c"));
-    if let Err(e) = std::fs::create_dir_all(&hosts_dir) {
-        eprintln!("skipping: cannot make {hosts_dir} for the namespace's hosts file: {e}");
+    let Some(hosts) = common::NetnsHosts::new(&bed.ns("c"), "10.61.1.2") else {
         return;
-    }
-    let hosts = |addr: &str| {
-        std::fs::write(
-            format!("{hosts_dir}/hosts"),
-            format!("127.0.0.1 localhost\n{addr} braid-server.test\n"),
-        )
-        .unwrap();
     };
-    hosts("10.61.1.2");
     bed.remote1_host = Some("braid-server.test".into());
     bed.up(None);
     let path_one = |bed: &Bed| {
@@ -1823,7 +1813,7 @@ fn a_remote_host_name_is_followed_when_its_address_changes() {
     // Past the first scheduled look (2 s after start), which sees the path up.
     std::thread::sleep(Duration::from_millis(2500));
     let (s, dev) = (bed.ns("s"), format!("s{}1", bed.tag));
-    hosts("10.61.1.3");
+    hosts.point("10.61.1.3");
     sh(&["ip", "-n", &s, "addr", "del", "10.61.1.2/24", "dev", &dev]);
     sh(&["ip", "-n", &s, "addr", "add", "10.61.1.3/24", "dev", &dev]);
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -176,3 +176,34 @@ pub fn relay(
     });
     relayed
 }
+
+/// The host name `braid-server.test` in namespace `ns`'s own hosts file
+/// (`/etc/netns/NS/hosts`, which `ip netns exec` mounts over `/etc/hosts`): a stand-in for
+/// dynamic DNS. The test's bed removes the directory.
+pub struct NetnsHosts {
+    dir: String,
+}
+
+impl NetnsHosts {
+    /// The hosts file of `ns`, naming `braid-server.test` at `addr`; `None` (said) if its
+    /// directory cannot be made, and the test should skip.
+    pub fn new(ns: &str, addr: &str) -> Option<NetnsHosts> {
+        let dir = format!("/etc/netns/{ns}");
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            eprintln!("skipping: cannot make {dir} for the namespace's hosts file: {e}");
+            return None;
+        }
+        let hosts = NetnsHosts { dir };
+        hosts.point(addr);
+        Some(hosts)
+    }
+
+    /// `braid-server.test` now resolves to `addr`.
+    pub fn point(&self, addr: &str) {
+        std::fs::write(
+            format!("{}/hosts", self.dir),
+            format!("127.0.0.1 localhost\n{addr} braid-server.test\n"),
+        )
+        .unwrap();
+    }
+}
