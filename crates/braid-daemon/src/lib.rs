@@ -1366,7 +1366,8 @@ impl Daemon {
                     continue;
                 };
                 // Larger than the bond carries: answered, or sent in fragments (with room for
-                // the first, as for any packet), never waited for in vain.
+                // the first, as for any packet, before the TUN packet is taken; the others
+                // flush for theirs), never waited for in vain.
                 let max = self.peers[i]
                     .session
                     .params()
@@ -1440,10 +1441,15 @@ impl Daemon {
                 }
             }
             TooBig::Fragments(pieces) => {
-                // A piece the bond refuses (its queue full, no keys) ends the packet: the rest
-                // would be of no use to the far end's reassembly.
+                // Each piece gets room as any packet does (what is queued is flushed first);
+                // a piece the bond still refuses (its queue full, no keys) ends the packet:
+                // the rest would be of no use to the far end's reassembly.
+                let single = self.single();
                 let mut sent = 0;
                 for f in &pieces {
+                    if single && !self.room_after_flush(i, f.len()) {
+                        break;
+                    }
                     if !self.peers[i].session.send(now, f) {
                         break;
                     }
