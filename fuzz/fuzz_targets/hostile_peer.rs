@@ -1,8 +1,8 @@
 //! A hostile peer: authenticated, but lying (`braid_session::hostile`). The input's first two
 //! bytes choose the bond's shape and which end lies; the rest is a list of steps. Each step's
-//! first byte chooses: a forged frame (a wire path, a length, and that many inner bytes, sealed
-//! under the liar's real keys), honest traffic both ways, or time passing. Nothing may panic,
-//! and neither end may hold more than its bounds.
+//! first byte chooses: a forged frame (a wire path, a two-byte length, and that many inner
+//! bytes, sealed under the liar's real keys), honest traffic both ways, or time passing.
+//! Nothing may panic, and neither end may hold more than its bounds.
 
 #![no_main]
 
@@ -21,10 +21,10 @@ fuzz_target!(|data: &[u8]| {
         rest = tail;
         match op % 8 {
             0..=5 => {
-                let Some((&[wire, len], tail)) = rest.split_first_chunk::<2>() else {
+                let Some((&[wire, hi, lo], tail)) = rest.split_first_chunk::<3>() else {
                     break;
                 };
-                let n = usize::from(len).min(tail.len());
+                let n = usize::from(u16::from_be_bytes([hi, lo])).min(tail.len());
                 pair.forge(PathId(wire % 4), &tail[..n]);
                 rest = &tail[n..];
             }

@@ -46,6 +46,8 @@ pub struct ClockFloor {
     base: u64,
     /// Running time (ns) at which to renew the reservation next.
     next_refresh: u64,
+    /// The last value this process wrote (`None`: none yet).
+    written: std::cell::Cell<Option<u64>>,
 }
 
 /// What [`ClockFloor::start`] found.
@@ -111,6 +113,7 @@ impl ClockFloor {
                 path,
                 base,
                 next_refresh: 0,
+                written: std::cell::Cell::new(None),
             },
             wall_ns: base,
             note,
@@ -124,7 +127,7 @@ impl ClockFloor {
             return None;
         }
         let reserved = self.base.saturating_add(running_ns).saturating_add(RESERVE);
-        let written = write(&self.path, reserved);
+        let written = self.write(reserved, false);
         let again = if written.is_ok() {
             REFRESH_EVERY
         } else {
@@ -140,10 +143,12 @@ impl ClockFloor {
     }
 
     /// The daemon stops cleanly `running_ns` into the session: leave the floor just above the
-    /// last timestamp it can have sent (a failure, to say).
+    /// last timestamp it can have sent, in place of its own reservation (a failure, to say).
+    /// If another process of the same key (`braid up`, `braid send`, `braid forward`) has
+    /// written a higher value since, that one stays.
     pub fn finish(&self, running_ns: u64) -> Option<String> {
         let last = self.base.saturating_add(running_ns).saturating_add(1);
-        write(&self.path, last).err().map(|e| {
+        self.write(last, true).err().map(|e| {
             format!(
                 "cannot write the handshake clock floor {} ({e})",
                 self.path.display()
@@ -155,6 +160,55 @@ impl ClockFloor {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Write `value` unless that would lower the floor below what another process wrote:
+    /// under a lock on the file's directory entry (`<file>.lock`, `flock`), the file keeps
+    /// the larger of `value` and what is in it, except that (`lower_own`) this process may
+    /// take back its own last reservation. A value years ahead of `value` is damage and is
+    /// replaced.
+    fn write(&self, value: u64, lower_own: bool) -> io::Result<()> {
+        let _lock = lock(&self.path)?;
+        let current = read(&self.path).ok().flatten().filter(|&c| {
+            c <= value.saturating_add(FLOOR_AHEAD_MAX)
+                && !(lower_own && Some(c) == self.written.get())
+        });
+        let value = current.map_or(value, |c| c.max(value));
+        if current != Some(value) {
+            write(&self.path, value)?;
+        }
+        self.written.set(Some(value));
+        Ok(())
+    }
+}
+
+/// An exclusive `flock` on `<path>.lock`, held until the file is dropped: the processes of
+/// one client key (`braid up`, `braid send`, `braid forward`) read and write its floor one at
+/// a time. The directory is made (owner only) if it is not there.
+fn lock(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    make_dir(path)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path.with_extension("clock.lock"))?;
+    // SAFETY: flock on a descriptor this function owns; it has no other precondition.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
+/// Make `path`'s directory (owner only) if it is not there.
+fn make_dir(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    Ok(())
 }
 
 /// The floor in `path`: `None` if there is no file yet.
@@ -175,13 +229,7 @@ fn read(path: &Path) -> io::Result<Option<u64>> {
 /// over it. The directory is made (owner only) if it is not there.
 fn write(path: &Path, value: u64) -> io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::DirBuilderExt;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-    }
+    make_dir(path)?;
     // Per process: two daemons of the same interface name (in two network namespaces) do not
     // write into one another's temporary file.
     let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
@@ -268,6 +316,34 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// Two processes of one key (`braid up` and `braid send`) share the file: neither
+    /// lowers it below what the other has written, so neither can restart below timestamps
+    /// the other sent.
+    #[test]
+    fn two_processes_never_lower_each_others_floor() {
+        let d = dir("two");
+        let file = d.join("client.clock");
+        let mut a = ClockFloor::start(file.clone(), 1_000).floor;
+        assert!(a.refresh(0).is_none());
+        // B starts from A's reservation, and reserves further ahead.
+        let b = ClockFloor::start(file.clone(), 1_000);
+        assert_eq!(b.wall_ns, 1_000 + RESERVE);
+        let mut b = b.floor;
+        assert!(b.refresh(10).is_none());
+        let b_reserved = 1_000 + RESERVE + 10 + RESERVE;
+        assert_eq!(read(&file).unwrap(), Some(b_reserved));
+        // A stops: its exact floor is far below B's reservation, which stays.
+        assert!(a.finish(20).is_none());
+        assert_eq!(read(&file).unwrap(), Some(b_reserved));
+        // A renewal of A's is below it too, and does not lower it.
+        assert!(a.refresh(REFRESH_EVERY).is_none());
+        assert_eq!(read(&file).unwrap(), Some(b_reserved));
+        // B stops: it takes back its own reservation, to just above what it sent.
+        assert!(b.finish(30).is_none());
+        assert_eq!(read(&file).unwrap(), Some(1_000 + RESERVE + 31));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn renewals_wait_their_turn() {
         let d = dir("turn");
@@ -305,7 +381,14 @@ mod tests {
             "not before the retry"
         );
         assert!(s.floor.refresh(RETRY_AFTER).is_some());
-        assert_eq!(std::fs::read_dir(&blocked).unwrap().count(), 1, "only x");
+        let left: Vec<_> = std::fs::read_dir(&blocked)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(
+            left.iter().all(|n| n == "x" || n == "x.clock.lock"),
+            "only x and its lock: {left:?}"
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -1,5 +1,5 @@
 //! A client's paths' `remote` host names, resolved again while it runs (dynamic DNS), for
-//! `braid up` and for `braid send`/`recv`/`forward` alike.
+//! `braid up` and for the clients of `braid send` and `braid forward` alike.
 //!
 //! The system's resolver blocks, so the lookups run in a thread of their own; the event loop
 //! asks ([`Resolver::turn`]) and takes the answers on its next turns. A name is resolved

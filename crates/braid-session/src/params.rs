@@ -77,6 +77,10 @@ pub enum PolicyStriping {
     Fastest,
 }
 
+/// The largest per-path queue a bond may ask for, bytes (`queue_kb` 65,536): the server keeps
+/// one of this size per path for each client.
+pub const MAX_QUEUE_LIMIT_BYTES: u32 = 64 << 20;
+
 /// The largest `backup_rtt_multiple`.
 pub const MAX_BACKUP_RTT_MULTIPLE: u8 = 16;
 
@@ -167,6 +171,13 @@ impl BondParams {
         if !(576..=65_535).contains(&self.max_packet) {
             return Err(ConfigError::Invalid(
                 "the largest packet (the TUN MTU) must be 576 to 65535 bytes",
+            ));
+        }
+        // The server keeps a queue of this size per path for the client: a client must not
+        // be able to make it hold gigabytes (a proxy serves many).
+        if self.queue_limit_bytes > MAX_QUEUE_LIMIT_BYTES {
+            return Err(ConfigError::Invalid(
+                "each path's queue is at most 64 MiB (queue_kb = 65536)",
             ));
         }
         if self.backup_rtt_multiple > MAX_BACKUP_RTT_MULTIPLE {
@@ -433,6 +444,20 @@ mod tests {
             Some(3)
         );
         assert_eq!(example(2).resequencer_config().backup, None);
+    }
+
+    /// The server keeps a queue of this size per path for the client: bounded.
+    #[test]
+    fn a_bond_asks_for_at_most_64_mib_of_queue_per_path() {
+        let mut p = example(2);
+        p.queue_limit_bytes = MAX_QUEUE_LIMIT_BYTES;
+        assert!(p.validate().is_ok());
+        p.queue_limit_bytes = MAX_QUEUE_LIMIT_BYTES + 1;
+        assert!(p.validate().is_err());
+        assert!(
+            BondParams::decode(&p.encode()).is_err(),
+            "refused in a handshake too"
+        );
     }
 
     #[test]

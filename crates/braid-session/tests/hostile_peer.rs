@@ -68,6 +68,16 @@ enum Frame {
 enum Step {
     /// The liar seals `frame` and sends it on wire path `wire`.
     Forge { wire: u8, frame: Frame },
+    /// The liar floods data on wire path `wire`: `times` packets of `len` bytes naming inner
+    /// path `path`, their sequence numbers counting up from `seq` (if any). Enough to pass
+    /// the bounds: 4,000-8,000 packets of 1,200-1,400 bytes are 4.8-11.2 MB.
+    Flood {
+        wire: u8,
+        path: u8,
+        seq: Option<u64>,
+        len: u16,
+        times: u16,
+    },
     /// Both ends send `n` honest packets to each other.
     Honest(u8),
     /// Time passes (nanoseconds), with the honest datagrams in flight delivered.
@@ -145,6 +155,15 @@ fn frame() -> impl Strategy<Value = Frame> {
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => (0u8..4, frame()).prop_map(|(wire, frame)| Step::Forge { wire, frame }),
+        1 => (0u8..3, 0u8..3, prop::option::of(edgy()), 1200u16..1400, 4000u16..8000).prop_map(
+            |(wire, path, seq, len, times)| Step::Flood {
+                wire,
+                path,
+                seq,
+                len,
+                times
+            }
+        ),
         2 => (1u8..20).prop_map(Step::Honest),
         2 => (0u32..400_000_000).prop_map(Step::Advance),
     ]
@@ -250,12 +269,12 @@ fn inner(frame: &Frame) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
     fn a_lying_peer_crashes_nothing_and_bloats_nothing(
         shape in shape(),
-        steps in prop::collection::vec(step(), 1..160),
+        steps in prop::collection::vec(step(), 1..120),
     ) {
         let Some(mut pair) = Pair::established(&shape) else {
             return Err(TestCaseError::fail(format!("no handshake: {shape:?}")));
@@ -267,13 +286,29 @@ proptest! {
                     // Only a wire path the bond does not have is refused.
                     prop_assert_eq!(sealed, usize::from(*wire) < PATHS);
                 }
+                Step::Flood {
+                    wire,
+                    path,
+                    seq,
+                    len,
+                    times,
+                } => {
+                    for k in 0..u64::from(*times) {
+                        let frame = Frame::Data {
+                            path: *path,
+                            seq: seq.map(|s| s.wrapping_add(k)),
+                            len: *len,
+                        };
+                        pair.forge(PathId(*wire), &inner(&frame));
+                    }
+                }
                 Step::Honest(n) => pair.honest(u32::from(*n)),
                 Step::Advance(ns) => pair.step(Duration::from_nanos(u64::from(*ns))),
             }
             let held = pair.held_bytes();
             prop_assert!(held <= HELD_BOUND, "{} bytes held: {:?}", held, shape);
         }
-        // Whatever it was told, each end still sends, keeps time and reports.
+        // Whatever it was told, each end still runs: timers, polls, status.
         pair.step(Duration::from_secs(2));
         pair.honest(2);
         pair.step(Duration::from_secs(1));

@@ -106,9 +106,14 @@ impl PtcpLauncher for Launcher {
             "role = \"server\"\nprivate_key = \"{sk}\"\npeer_public_key = \"{cp}\"\nlisten = \"0.0.0.0:{PORT}\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"10.99.0.1/30\"]\n"
         );
+        // The client's handshake clock floor goes to a directory of the run's own, not to
+        // the machine's /var/lib/braid (fresh keys each run: a new file each time).
+        let state = std::env::temp_dir().join(format!("braid-lab-ptcp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&state);
         let mut client = format!(
-            "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\n\
-             [interface]\nname = \"braid0\"\naddress = [\"10.99.0.2/30\"]\n"
+            "role = \"client\"\nprivate_key = \"{ck}\"\npeer_public_key = \"{sp}\"\nstate_dir = \"{}\"\n\
+             [interface]\nname = \"braid0\"\naddress = [\"10.99.0.2/30\"]\n",
+            state.display()
         );
         for (i, p) in scenario.paths.iter().enumerate() {
             let rate = p.forward.as_ref().map_or(1000.0, |f| f.rate_mbit);

@@ -339,7 +339,7 @@ fn a_sending_client_follows_its_servers_host_name() {
         log.contains("braid-server.test now resolves to 10.91.1.3:7000"),
         "{log}"
     );
-    // A clean exit leaves the floor file (the exact floor, a timestamp in ns).
+    // A clean exit leaves the floor file (the exact floor, a timestamp in ns), beside its lock.
     let floors: Vec<_> = std::fs::read_dir(&bed.dir)
         .unwrap()
         .flatten()
@@ -351,7 +351,15 @@ fn a_sending_client_follows_its_servers_host_name() {
         .trim()
         .parse()
         .unwrap();
-    assert!(floor > 1_700_000_000_000_000_000, "{floor}");
+    // Just above the last timestamp sent: not the running reservation, two minutes ahead.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    assert!(
+        floor > now - 120_000_000_000 && floor <= now,
+        "floor {floor}, clock {now}"
+    );
 }
 
 #[test]
@@ -456,9 +464,12 @@ fn misuse_is_refused_with_the_problem_and_the_fix() {
     .unwrap();
     std::fs::write(
         &client,
-        "role = \"client\"\nprivate_key = \"qKepv4YZTRipn+Xj6jqd5z4nStDtKQ+OYE0yaL3oalg=\"\n\
-         peer_public_key = \"l89yN2l4VzVPvhoUd8JRY9AMbb3L0ba2qA/HpnwoFT4=\"\n\
-         [interface]\naddress = [\"10.77.0.2/30\"]\n[[path]]\nremote = \"127.0.0.1:9\"\nrate_mbit = 10\n",
+        format!(
+            "role = \"client\"\nprivate_key = \"qKepv4YZTRipn+Xj6jqd5z4nStDtKQ+OYE0yaL3oalg=\"\n\
+             peer_public_key = \"l89yN2l4VzVPvhoUd8JRY9AMbb3L0ba2qA/HpnwoFT4=\"\nstate_dir = \"{}\"\n\
+             [interface]\naddress = [\"10.77.0.2/30\"]\n[[path]]\nremote = \"127.0.0.1:9\"\nrate_mbit = 10\n",
+            dir.display()
+        ),
     )
     .unwrap();
     let (s, c) = (server.to_str().unwrap(), client.to_str().unwrap());
@@ -523,9 +534,12 @@ fn a_sender_without_a_receiver_gives_up_with_the_reason() {
     let client = dir.join("c.toml");
     std::fs::write(
         &client,
-        "role = \"client\"\nprivate_key = \"qKepv4YZTRipn+Xj6jqd5z4nStDtKQ+OYE0yaL3oalg=\"\n\
-         peer_public_key = \"l89yN2l4VzVPvhoUd8JRY9AMbb3L0ba2qA/HpnwoFT4=\"\n\
-         [interface]\naddress = [\"10.77.0.2/30\"]\n[[path]]\nremote = \"127.0.0.1:9\"\nrate_mbit = 10\n",
+        format!(
+            "role = \"client\"\nprivate_key = \"qKepv4YZTRipn+Xj6jqd5z4nStDtKQ+OYE0yaL3oalg=\"\n\
+             peer_public_key = \"l89yN2l4VzVPvhoUd8JRY9AMbb3L0ba2qA/HpnwoFT4=\"\nstate_dir = \"{}\"\n\
+             [interface]\naddress = [\"10.77.0.2/30\"]\n[[path]]\nremote = \"127.0.0.1:9\"\nrate_mbit = 10\n",
+            dir.display()
+        ),
     )
     .unwrap();
     let c = client.to_str().unwrap();
