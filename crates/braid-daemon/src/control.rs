@@ -36,6 +36,18 @@ pub fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
     bound
 }
 
+/// [`bind_private`], unless something answers on `path` already (a running daemon of another
+/// config with the same socket): then `AddrInUse`, and that socket is left alone.
+pub fn bind_private_if_free(path: &Path) -> std::io::Result<UnixListener> {
+    if UnixStream::connect(path).is_ok() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "another braid answers on it",
+        ));
+    }
+    bind_private(path)
+}
+
 /// Send `request` to the daemon behind `socket`; its answer, as JSON text.
 pub fn request(socket: &Path, request: &str) -> Result<String, String> {
     let mut s = UnixStream::connect(socket).map_err(|e| {
@@ -181,6 +193,13 @@ mod tests {
         assert!(meta.file_type().is_socket());
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         assert!(UnixStream::connect(&path).is_ok());
+        // A socket something answers on is not taken (a `braid forward` beside a `braid up`
+        // that uses the same one); a stale one is.
+        let e = bind_private_if_free(&path).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+        assert!(UnixStream::connect(&path).is_ok(), "left alone");
+        drop(_listener);
+        assert!(bind_private_if_free(&path).is_ok());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

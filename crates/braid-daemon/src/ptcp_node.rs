@@ -100,7 +100,26 @@ pub struct PtcpNode {
     /// ([`crate::clock_floor`]).
     clock_floor: Option<ClockFloor>,
     warnings: Warnings,
+    /// `braid status` and `braid path` on the config's control socket, if served
+    /// ([`PtcpNode::serve_control`]).
+    control: Option<Control>,
+    /// The peer's public key, for the status.
+    public_key: String,
+    /// When the node started.
+    started: std::time::Instant,
 }
+
+/// The control socket of a node: the status the thread serves, refreshed every
+/// [`STATUS_EVERY`], and the path commands it queues.
+struct Control {
+    socket: std::path::PathBuf,
+    snapshot: std::sync::Arc<std::sync::Mutex<String>>,
+    commands: std::sync::mpsc::Receiver<crate::control::Command>,
+    published: Option<Instant>,
+}
+
+/// How often a node refreshes the status its control socket serves.
+const STATUS_EVERY: braid_proto::time::Duration = braid_proto::time::Duration::from_millis(100);
 
 const UDP_BASE: usize = 1;
 
@@ -180,6 +199,9 @@ impl PtcpNode {
                 .flatten(),
             clock_floor,
             warnings: Warnings::default(),
+            control: None,
+            public_key: peer.public_key.to_base64(),
+            started: std::time::Instant::now(),
         };
         // The floor's first reservation, before any handshake can leave.
         node.client_chores(Instant::ZERO);
@@ -311,8 +333,120 @@ impl PtcpNode {
         self.session.handle_timeout(now);
         self.table.handle_timeout(now);
         self.client_chores(now);
+        self.control_chores(now);
         self.flush();
         Ok(app)
+    }
+
+    /// Serve `braid status` and `braid path up|down` on `socket` (the config's control
+    /// socket), as `braid up` does, from a thread; the node refreshes the status every
+    /// 100 ms of its turns. Refused if another braid answers on that socket already (a
+    /// `braid up` of another config with the same one), which is left alone.
+    pub fn serve_control(&mut self, socket: &std::path::Path) -> io::Result<()> {
+        if let Some(dir) = socket.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let listener = crate::control::bind_private_if_free(socket)?;
+        let snapshot = std::sync::Arc::new(std::sync::Mutex::new(String::from("{}")));
+        let (tx, commands) = std::sync::mpsc::sync_channel(crate::COMMAND_QUEUE);
+        let names = if self.role == Role::Initiator {
+            self.names.clone()
+        } else {
+            Vec::new()
+        };
+        crate::control::serve(listener, snapshot.clone(), tx, names);
+        self.control = Some(Control {
+            socket: socket.to_path_buf(),
+            snapshot,
+            commands,
+            published: None,
+        });
+        self.publish(self.now());
+        Ok(())
+    }
+
+    /// What `braid status` shows of a node: the daemon's status without a TUN device
+    /// (`program` names the command), one peer with its paths and session, and the pTCP
+    /// connections.
+    pub fn status_json(&self) -> serde_json::Value {
+        let session = self.session.status();
+        let paths: Vec<crate::PathInfo> = (0..session.paths.len())
+            .map(|i| crate::PathInfo {
+                name: self.path_name(i),
+                peer: self.peers.get(i).copied().flatten(),
+                remote_host: self
+                    .path_configs
+                    .get(i)
+                    .and_then(|p| p.remote_host.as_ref())
+                    .map(|(h, port)| format!("{h}:{port}")),
+                problem: self
+                    .sockets
+                    .get(i)
+                    .is_some_and(Option::is_none)
+                    .then(|| "its interface or local address is not here".to_owned()),
+            })
+            .collect();
+        let peer = crate::PeerStatus {
+            name: if self.role == Role::Initiator {
+                "server".into()
+            } else {
+                "client".into()
+            },
+            public_key: self.public_key.clone(),
+            addresses: Vec::new(),
+            routes: Vec::new(),
+            paths,
+            session,
+            spoofed_packets: 0,
+            ptcp_connections: self.table.conn_ids().len(),
+            ptcp_unknown_conn: self.table.unknown_conn(),
+        };
+        let stats = self.stats();
+        serde_json::json!({
+            "program": "pTCP node (braid send, recv or forward; no TUN device)",
+            "role": self.role,
+            "uptime_s": self.started.elapsed().as_secs_f64(),
+            "peers": [peer],
+            "node": {
+                "send_errors": stats.send_errors,
+                "no_peer": stats.no_peer,
+                "unknown_conn": stats.unknown_conn,
+            },
+        })
+    }
+
+    /// Control socket: apply the path commands queued, and refresh the status when due.
+    fn control_chores(&mut self, now: Instant) {
+        let Some(c) = &self.control else {
+            return;
+        };
+        while let Ok(crate::control::Command::Path { index, enabled }) = c.commands.try_recv() {
+            if index < self.session.paths() && self.sockets.get(index).is_some_and(Option::is_some)
+            {
+                self.session
+                    .set_path_enabled(now, PathId(index as u8), enabled);
+                eprintln!(
+                    "braid: path `{}` {} by `braid path`",
+                    self.path_name(index),
+                    if enabled { "enabled" } else { "disabled" }
+                );
+            }
+        }
+        if c.published
+            .is_none_or(|t| now.saturating_duration_since(t) >= STATUS_EVERY)
+        {
+            self.publish(now);
+        }
+    }
+
+    fn publish(&mut self, now: Instant) {
+        let json = self.status_json().to_string();
+        if let Some(c) = &mut self.control {
+            if let Ok(mut s) = c.snapshot.lock() {
+                *s = json;
+            }
+            c.published = Some(now);
+        }
     }
 
     /// Client: resolve the paths' host names again when due, and renew the clock floor.
@@ -414,9 +548,12 @@ impl PtcpNode {
 }
 
 impl Drop for PtcpNode {
-    /// A client leaves the exact clock floor, not the reservation ahead of it, so that
-    /// restarts do not move its handshake clock ahead each time.
+    /// The control socket goes; a client leaves the exact clock floor, not the reservation
+    /// ahead of it, so that restarts do not move its handshake clock ahead each time.
     fn drop(&mut self) {
+        if let Some(c) = &self.control {
+            let _ = std::fs::remove_file(&c.socket);
+        }
         if let Some(f) = &self.clock_floor {
             if let Some(note) = f.finish(self.now().as_nanos()) {
                 eprintln!("braid: {note}");

@@ -156,6 +156,23 @@ pub fn status(args: &StatusArgs) -> Result<()> {
     if let Some(e) = v.get("error") {
         bail!("the daemon said: {e}");
     }
+    if let Some(program) = v["program"].as_str() {
+        // A pTCP node (`braid forward`): no TUN device, one peer.
+        println!(
+            "{program}  role {}  up {:.0} s",
+            v["role"].as_str().unwrap_or("?"),
+            v["uptime_s"].as_f64().unwrap_or(0.0)
+        );
+        let empty = Vec::new();
+        for peer in v["peers"].as_array().unwrap_or(&empty) {
+            print_peer(peer, false);
+            println!(
+                "pTCP connections {}  unknown-connection segments dropped {}",
+                peer["ptcp_connections"], peer["ptcp_unknown_conn"]
+            );
+        }
+        return Ok(());
+    }
     println!(
         "interface {}  mtu {} ({})  role {}  addresses {}  up {:.0} s",
         v["interface"].as_str().unwrap_or("?"),

@@ -101,6 +101,13 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
     ctrlc::set_handler(move || s.store(true, Ordering::Relaxed))
         .context("cannot install the SIGINT/SIGTERM handler")?;
     let mut node = PtcpNode::new(&cfg, options)?;
+    // `braid status` and `braid path` work on a forwarder as on `braid up`.
+    if let Err(e) = node.serve_control(&cfg.control_socket) {
+        eprintln!(
+            "braid forward: warning: no control socket at {} ({e}): `braid status` will not see this forwarder",
+            cfg.control_socket.display()
+        );
+    }
     let listener_token = Token(APP_TOKEN_BASE);
     let listener = match listen {
         Some(a) => {

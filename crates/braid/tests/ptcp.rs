@@ -438,6 +438,41 @@ fn tcp_connections_are_forwarded_both_ways_over_ptcp() {
             bed.log("s")
         );
     }
+    // `braid status` sees both forwarders, as it sees `braid up`, and `braid path` takes a
+    // client's path out of use.
+    for (side, config) in [("c", &c), ("s", &s)] {
+        let out = Command::new(BRAID)
+            .args(["status", "--json", "-c"])
+            .arg(config)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{side}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let session = &v["peers"][0]["session"];
+        assert_eq!(session["established"], true, "{side}: {v}");
+        assert_eq!(session["paths"].as_array().unwrap().len(), 2, "{side}: {v}");
+        assert!(v["program"].as_str().unwrap().contains("pTCP"), "{v}");
+    }
+    let (ok, err) = braid(&["path", "down", "two", "-c", c.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut text = String::new();
+    while Instant::now() < deadline {
+        let out = Command::new(BRAID)
+            .args(["status", "-c"])
+            .arg(&c)
+            .output()
+            .unwrap();
+        text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("disabled") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        text.contains("pTCP node") && text.contains("disabled"),
+        "{text}"
+    );
 }
 
 /// Runs `braid ARGS` and returns (exit success, stderr).
