@@ -17,6 +17,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// How far ahead of the session's clock the file's reservation is kept, in nanoseconds.
 pub const RESERVE: u64 = 2 * 60 * 1_000_000_000;
@@ -127,13 +128,21 @@ impl ClockFloor {
             return None;
         }
         let reserved = self.base.saturating_add(running_ns).saturating_add(RESERVE);
-        let written = self.write(reserved, false);
+        let written = self.write(reserved, false, Duration::ZERO);
         let again = if written.is_ok() {
             REFRESH_EVERY
         } else {
             RETRY_AFTER
         };
         self.next_refresh = running_ns.saturating_add(again);
+        // Another process of the key holds the lock a moment: tried again, nothing to say.
+        let written = written.or_else(|e| {
+            if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        });
         written.err().map(|e| {
             format!(
                 "cannot write the handshake clock floor {} ({e}): if this client restarts with its clock behind, the server refuses it until the clock catches up (set state_dir to a writable directory)",
@@ -148,12 +157,14 @@ impl ClockFloor {
     /// written a higher value since, that one stays.
     pub fn finish(&self, running_ns: u64) -> Option<String> {
         let last = self.base.saturating_add(running_ns).saturating_add(1);
-        self.write(last, true).err().map(|e| {
-            format!(
-                "cannot write the handshake clock floor {} ({e})",
-                self.path.display()
-            )
-        })
+        self.write(last, true, Duration::from_secs(1))
+            .err()
+            .map(|e| {
+                format!(
+                    "cannot write the handshake clock floor {} ({e})",
+                    self.path.display()
+                )
+            })
     }
 
     /// The file.
@@ -166,8 +177,12 @@ impl ClockFloor {
     /// the larger of `value` and what is in it, except that (`lower_own`) this process may
     /// take back its own last reservation. A value years ahead of `value` is damage and is
     /// replaced.
-    fn write(&self, value: u64, lower_own: bool) -> io::Result<()> {
-        let _lock = lock(&self.path)?;
+    ///
+    /// A lock another process holds is waited for up to `patience`, then given up on
+    /// (`WouldBlock`): a renewal from the event loop does not wait (it is tried again a second
+    /// later), a clean stop waits up to a second.
+    fn write(&self, value: u64, lower_own: bool, patience: Duration) -> io::Result<()> {
+        let _lock = lock(&self.path, patience)?;
         let current = read(&self.path).ok().flatten().filter(|&c| {
             c <= value.saturating_add(FLOOR_AHEAD_MAX)
                 && !(lower_own && Some(c) == self.written.get())
@@ -175,16 +190,19 @@ impl ClockFloor {
         let value = current.map_or(value, |c| c.max(value));
         if current != Some(value) {
             write(&self.path, value)?;
+            // Only what this process wrote is its own to take back: a higher value that was
+            // already there is another's.
+            self.written.set(Some(value));
         }
-        self.written.set(Some(value));
         Ok(())
     }
 }
 
 /// An exclusive `flock` on `<path>.lock`, held until the file is dropped: the processes of
 /// one client key (`braid up`, `braid send`, `braid forward`) read and write its floor one at
-/// a time. The directory is made (owner only) if it is not there.
-fn lock(path: &Path) -> io::Result<std::fs::File> {
+/// a time. Never blocks: tried every 10 ms for `patience`, then `WouldBlock` (a holder that is
+/// stopped must not freeze a tunnel). The directory is made (owner only) if it is not there.
+fn lock(path: &Path, patience: Duration) -> io::Result<std::fs::File> {
     use std::os::fd::AsRawFd;
     make_dir(path)?;
     let file = std::fs::OpenOptions::new()
@@ -192,11 +210,18 @@ fn lock(path: &Path) -> io::Result<std::fs::File> {
         .truncate(false)
         .write(true)
         .open(path.with_extension("clock.lock"))?;
-    // SAFETY: flock on a descriptor this function owns; it has no other precondition.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(io::Error::last_os_error());
+    let give_up = std::time::Instant::now() + patience;
+    loop {
+        // SAFETY: flock on a descriptor this function owns; it has no other precondition.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(file);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::WouldBlock || std::time::Instant::now() >= give_up {
+            return Err(e);
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
-    Ok(file)
 }
 
 /// Make `path`'s directory (owner only) if it is not there.
@@ -332,15 +357,36 @@ mod tests {
         assert!(b.refresh(10).is_none());
         let b_reserved = 1_000 + RESERVE + 10 + RESERVE;
         assert_eq!(read(&file).unwrap(), Some(b_reserved));
-        // A stops: its exact floor is far below B's reservation, which stays.
-        assert!(a.finish(20).is_none());
-        assert_eq!(read(&file).unwrap(), Some(b_reserved));
-        // A renewal of A's is below it too, and does not lower it.
+        // A renewal of A's is below it, and does not lower it (nor make it A's own).
         assert!(a.refresh(REFRESH_EVERY).is_none());
+        assert_eq!(read(&file).unwrap(), Some(b_reserved));
+        // A stops: its exact floor is far below B's reservation, which stays.
+        assert!(a.finish(REFRESH_EVERY + 20).is_none());
         assert_eq!(read(&file).unwrap(), Some(b_reserved));
         // B stops: it takes back its own reservation, to just above what it sent.
         assert!(b.finish(30).is_none());
         assert_eq!(read(&file).unwrap(), Some(1_000 + RESERVE + 31));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A lock held by another process (stopped, say) never blocks a renewal: it is tried
+    /// again a second later, without a word.
+    #[test]
+    fn a_held_lock_delays_a_renewal_and_blocks_nothing() {
+        let d = dir("locked");
+        let file = d.join("client.clock");
+        let mut f = ClockFloor::start(file.clone(), 1_000).floor;
+        let held = lock(&file, Duration::ZERO).unwrap();
+        assert!(f.refresh(0).is_none(), "nothing said");
+        assert_eq!(
+            read(&file).unwrap(),
+            None,
+            "not written under another's lock"
+        );
+        assert!(f.refresh(RETRY_AFTER - 1).is_none());
+        drop(held);
+        assert!(f.refresh(RETRY_AFTER).is_none());
+        assert_eq!(read(&file).unwrap(), Some(1_000 + RETRY_AFTER + RESERVE));
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -113,6 +113,11 @@ pub struct PtcpNode {
 /// [`STATUS_EVERY`], and the path commands it queues.
 struct Control {
     socket: std::path::PathBuf,
+    /// The socket file's device and inode once bound: removed at the end only if it is still
+    /// this one (a `braid up` started since may have replaced it with its own).
+    identity: Option<(u64, u64)>,
+    /// Client: paths taken down with `braid path down`.
+    admin_down: Vec<bool>,
     snapshot: std::sync::Arc<std::sync::Mutex<String>>,
     commands: std::sync::mpsc::Receiver<crate::control::Command>,
     published: Option<Instant>,
@@ -357,6 +362,8 @@ impl PtcpNode {
         crate::control::serve(listener, snapshot.clone(), tx, names);
         self.control = Some(Control {
             socket: socket.to_path_buf(),
+            identity: socket_identity(socket),
+            admin_down: vec![false; self.names.len()],
             snapshot,
             commands,
             published: None,
@@ -379,11 +386,18 @@ impl PtcpNode {
                     .get(i)
                     .and_then(|p| p.remote_host.as_ref())
                     .map(|(h, port)| format!("{h}:{port}")),
-                problem: self
-                    .sockets
-                    .get(i)
-                    .is_some_and(Option::is_none)
-                    .then(|| "its interface or local address is not here".to_owned()),
+                problem: if self
+                    .control
+                    .as_ref()
+                    .is_some_and(|c| c.admin_down.get(i) == Some(&true))
+                {
+                    Some("taken down with `braid path down`".to_owned())
+                } else {
+                    self.sockets
+                        .get(i)
+                        .is_some_and(Option::is_none)
+                        .then(|| "its interface or local address is not here".to_owned())
+                },
             })
             .collect();
         let peer = crate::PeerStatus {
@@ -417,24 +431,36 @@ impl PtcpNode {
 
     /// Control socket: apply the path commands queued, and refresh the status when due.
     fn control_chores(&mut self, now: Instant) {
-        let Some(c) = &self.control else {
+        let Some(c) = &mut self.control else {
             return;
         };
-        while let Ok(crate::control::Command::Path { index, enabled }) = c.commands.try_recv() {
-            if index < self.session.paths() && self.sockets.get(index).is_some_and(Option::is_some)
-            {
-                self.session
-                    .set_path_enabled(now, PathId(index as u8), enabled);
-                eprintln!(
-                    "braid: path `{}` {} by `braid path`",
-                    self.path_name(index),
-                    if enabled { "enabled" } else { "disabled" }
-                );
+        let commands: Vec<_> = c.commands.try_iter().collect();
+        // A command shows in the status at once.
+        let due = !commands.is_empty()
+            || c.published
+                .is_none_or(|t| now.saturating_duration_since(t) >= STATUS_EVERY);
+        for crate::control::Command::Path { index, enabled } in commands {
+            let usable = index < self.session.paths()
+                && self.sockets.get(index).is_some_and(Option::is_some);
+            if !usable {
+                continue;
             }
+            self.session
+                .set_path_enabled(now, PathId(index as u8), enabled);
+            if let Some(d) = self
+                .control
+                .as_mut()
+                .and_then(|c| c.admin_down.get_mut(index))
+            {
+                *d = !enabled;
+            }
+            eprintln!(
+                "braid: path `{}` {} by `braid path`",
+                self.path_name(index),
+                if enabled { "enabled" } else { "disabled" }
+            );
         }
-        if c.published
-            .is_none_or(|t| now.saturating_duration_since(t) >= STATUS_EVERY)
-        {
+        if due {
             self.publish(now);
         }
     }
@@ -552,7 +578,9 @@ impl Drop for PtcpNode {
     /// ahead of it, so that restarts do not move its handshake clock ahead each time.
     fn drop(&mut self) {
         if let Some(c) = &self.control {
-            let _ = std::fs::remove_file(&c.socket);
+            if c.identity.is_some() && socket_identity(&c.socket) == c.identity {
+                let _ = std::fs::remove_file(&c.socket);
+            }
         }
         if let Some(f) = &self.clock_floor {
             if let Some(note) = f.finish(self.now().as_nanos()) {
@@ -560,4 +588,10 @@ impl Drop for PtcpNode {
             }
         }
     }
+}
+
+/// The device and inode of the file at `path`, if there is one.
+fn socket_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
