@@ -417,7 +417,7 @@ impl PtcpNode {
         };
         let stats = self.stats();
         serde_json::json!({
-            "program": "pTCP node (braid send, recv or forward; no TUN device)",
+            "program": "pTCP node (braid forward: no TUN device)",
             "role": self.role,
             "uptime_s": self.started.elapsed().as_secs_f64(),
             "peers": [peer],
