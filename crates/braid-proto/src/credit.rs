@@ -81,7 +81,7 @@ impl CreditGrantor {
     /// A data packet of `len` bytes arrived on `path`.
     pub fn on_data(&mut self, path: PathId, len: u32) {
         if let Some(g) = self.grants.get_mut(path.index()) {
-            g.rx_bytes += u64::from(len);
+            g.rx_bytes = g.rx_bytes.saturating_add(u64::from(len));
             self.dirty = true;
         }
     }
@@ -92,7 +92,7 @@ impl CreditGrantor {
             // A marker may not claim more than the path could have sent under its grant.
             let claimed = marker.tx_bytes.min(g.sent_limit);
             if claimed > g.rx_bytes {
-                self.lost_bytes += claimed - g.rx_bytes;
+                self.lost_bytes = self.lost_bytes.saturating_add(claimed - g.rx_bytes);
                 g.rx_bytes = claimed;
                 self.dirty = true;
             }
@@ -106,9 +106,9 @@ impl CreditGrantor {
 
     /// The limit `path` would be granted now with `buffered` bytes of it still held.
     pub fn limit(&self, path: PathId, buffered: u64) -> u64 {
-        self.grants
-            .get(path.index())
-            .map_or(0, |g| g.rx_bytes.saturating_sub(buffered) + g.share)
+        self.grants.get(path.index()).map_or(0, |g| {
+            g.rx_bytes.saturating_sub(buffered).saturating_add(g.share)
+        })
     }
 
     /// Fresh grants, if any limit moved by a quarter of its share or the refresh interval has
@@ -122,8 +122,11 @@ impl CreditGrantor {
     ) -> bool {
         let mut due = self.dirty && now >= self.last_sent + self.refresh;
         for (i, g) in self.grants.iter().enumerate() {
-            let limit = g.rx_bytes.saturating_sub(buffered(PathId(i as u8))) + g.share;
-            if limit >= g.sent_limit + g.share.div_ceil(4).max(1) {
+            let limit = g
+                .rx_bytes
+                .saturating_sub(buffered(PathId(i as u8)))
+                .saturating_add(g.share);
+            if limit >= g.sent_limit.saturating_add(g.share.div_ceil(4).max(1)) {
                 due = true;
             }
         }
@@ -133,7 +136,11 @@ impl CreditGrantor {
         out.clear();
         for (i, g) in self.grants.iter_mut().enumerate() {
             let path = PathId(i as u8);
-            let limit = (g.rx_bytes.saturating_sub(buffered(path)) + g.share).max(g.sent_limit);
+            let limit = (g
+                .rx_bytes
+                .saturating_sub(buffered(path))
+                .saturating_add(g.share))
+            .max(g.sent_limit);
             g.sent_limit = limit;
             out.push(Credit {
                 path,
@@ -155,6 +162,32 @@ impl CreditGrantor {
 mod tests {
     use super::*;
     use crate::path::PacketNumber;
+
+    /// A share near the top of u64 (a peer's bond parameters set it) saturates instead of
+    /// overflowing: it once panicked a debug build (found by the hostile-peer test).
+    #[test]
+    fn huge_shares_saturate() {
+        let cfg = CreditConfig::proportional(u64::MAX - 1, &[3, 1, 1], Duration::from_millis(20));
+        let mut g = CreditGrantor::new(&cfg);
+        let mut out = Vec::new();
+        for i in 0..3 {
+            g.on_data(PathId(i), u32::MAX);
+            g.on_data(PathId(i), u32::MAX);
+        }
+        g.on_marker(&Marker {
+            path: PathId(0),
+            number: PacketNumber {
+                round: 1,
+                deficit: 0,
+            },
+            tx_bytes: u64::MAX,
+        });
+        let _ = g.poll_credits(Instant::ZERO + Duration::from_secs(1), |_| 0, &mut out);
+        assert!(out
+            .iter()
+            .all(|c| c.limit_bytes >= cfg.share_bytes[c.path.index()]));
+        assert!(g.limit(PathId(0), 0) >= cfg.share_bytes[0]);
+    }
 
     #[test]
     fn grants_follow_consumption() {

@@ -102,7 +102,8 @@ impl Shape {
         )
     }
 
-    fn params(&self) -> BondParams {
+    /// The bond's parameters for this shape (three paths of 8, 4 and 2 Mbit/s).
+    pub fn params(&self) -> BondParams {
         BondParams {
             scheduler: self.scheduler,
             rates_bps: vec![8_000_000, 4_000_000, 2_000_000],
@@ -199,14 +200,16 @@ impl Pair {
     /// A bond of `shape`, established honestly (300 ms of virtual time); `None` if the
     /// handshake did not complete, which would be a defect.
     pub fn established(shape: &Shape) -> Option<Pair> {
+        Pair::established_with(shape, shape.params())
+    }
+
+    /// [`Pair::established`] with the client proposing `params` (of [`PATHS`] paths) in its
+    /// handshake instead of the shape's: a lying client sets the server's limits this way.
+    pub fn established_with(shape: &Shape, params: BondParams) -> Option<Pair> {
         let ck = PrivateKey::from_random([1; 32]);
         let sk = PrivateKey::from_random([2; 32]);
-        let mut client_cfg = SessionConfig::new(
-            Role::Initiator,
-            ck.clone(),
-            sk.public_key(),
-            Some(shape.params()),
-        );
+        let mut client_cfg =
+            SessionConfig::new(Role::Initiator, ck.clone(), sk.public_key(), Some(params));
         let mut server_cfg = SessionConfig::new(Role::Responder, sk, ck.public_key(), None);
         if shape.qos {
             let mut qos = braid_qos::QosConfig::one_class("bulk", 200);
@@ -229,7 +232,8 @@ impl Pair {
             now: Instant::ZERO,
             wires: Wires::default(),
             next_id: 0,
-            buf: vec![0; 2048],
+            // Room for the largest datagram any bond makes (jumbo frames included).
+            buf: vec![0; 1 << 17],
         };
         pair.step(Duration::from_millis(300));
         (pair.client.is_established() && pair.server.is_established()).then_some(pair)

@@ -81,6 +81,9 @@ pub enum PolicyStriping {
 /// one of this size per path for each client.
 pub const MAX_QUEUE_LIMIT_BYTES: u32 = 64 << 20;
 
+/// The largest credit buffer a bond may ask for, bytes (`credit_buffer_kb` 1,048,576).
+pub const MAX_CREDIT_BUFFER_BYTES: u64 = 1 << 30;
+
 /// The largest `backup_rtt_multiple`.
 pub const MAX_BACKUP_RTT_MULTIPLE: u8 = 16;
 
@@ -178,6 +181,12 @@ impl BondParams {
         if self.queue_limit_bytes > MAX_QUEUE_LIMIT_BYTES {
             return Err(ConfigError::Invalid(
                 "each path's queue is at most 64 MiB (queue_kb = 65536)",
+            ));
+        }
+        // Credits are the server's receive buffer for the client: bounded like its queues.
+        if self.credit_buffer_bytes > MAX_CREDIT_BUFFER_BYTES {
+            return Err(ConfigError::Invalid(
+                "the credit buffer is at most 1 GiB (credit_buffer_kb = 1048576)",
             ));
         }
         if self.backup_rtt_multiple > MAX_BACKUP_RTT_MULTIPLE {
@@ -446,9 +455,10 @@ mod tests {
         assert_eq!(example(2).resequencer_config().backup, None);
     }
 
-    /// The server keeps a queue of this size per path for the client: bounded.
+    /// The server keeps a queue of this size per path for the client, and grants credits
+    /// from a buffer of this size: both bounded.
     #[test]
-    fn a_bond_asks_for_at_most_64_mib_of_queue_per_path() {
+    fn a_bond_asks_for_at_most_64_mib_of_queue_per_path_and_1_gib_of_credit() {
         let mut p = example(2);
         p.queue_limit_bytes = MAX_QUEUE_LIMIT_BYTES;
         assert!(p.validate().is_ok());
@@ -458,6 +468,11 @@ mod tests {
             BondParams::decode(&p.encode()).is_err(),
             "refused in a handshake too"
         );
+        let mut p = example(2);
+        p.credit_buffer_bytes = MAX_CREDIT_BUFFER_BYTES;
+        assert!(p.validate().is_ok());
+        p.credit_buffer_bytes = u64::MAX - 1;
+        assert!(BondParams::decode(&p.encode()).is_err());
     }
 
     #[test]

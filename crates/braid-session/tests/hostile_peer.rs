@@ -19,6 +19,9 @@ use braid_proto::scheduler::SchedulerKind;
 use braid_proto::time::{Duration, Instant};
 use braid_proto::{Credit, Marker, PacketNumber, PathId};
 use braid_session::hostile::{Pair, Shape, HELD_BOUND, PATHS};
+use braid_session::params::{
+    PathPolicy, PolicyStriping, MAX_CREDIT_BUFFER_BYTES, MAX_QUEUE_LIMIT_BYTES,
+};
 use braid_wire::sigack::SigAcks;
 use braid_wire::{Abandon, Credits, Nack, Probe, Repr};
 use proptest::prelude::*;
@@ -268,6 +271,46 @@ fn inner(frame: &Frame) -> Vec<u8> {
     }
 }
 
+/// Carry out one step; for a forged frame, whether the liar's session sealed it.
+fn run(pair: &mut Pair, step: &Step) -> bool {
+    match step {
+        Step::Forge { wire, frame } => pair.forge(PathId(*wire), &inner(frame)),
+        Step::Flood {
+            wire,
+            path,
+            seq,
+            len,
+            times,
+        } => {
+            for k in 0..u64::from(*times) {
+                let frame = Frame::Data {
+                    path: *path,
+                    seq: seq.map(|s| s.wrapping_add(k)),
+                    len: *len,
+                };
+                pair.forge(PathId(*wire), &inner(&frame));
+            }
+            true
+        }
+        Step::Honest(n) => {
+            pair.honest(u32::from(*n));
+            true
+        }
+        Step::Advance(ns) => {
+            pair.step(Duration::from_nanos(u64::from(*ns)));
+            true
+        }
+    }
+}
+
+/// After the steps: idle, a little honest traffic, idle again, and a status from each end.
+fn settle(pair: &mut Pair) {
+    pair.step(Duration::from_secs(2));
+    pair.honest(2);
+    pair.step(Duration::from_secs(1));
+    let _ = (pair.client.status(), pair.server.status());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
@@ -280,38 +323,101 @@ proptest! {
             return Err(TestCaseError::fail(format!("no handshake: {shape:?}")));
         };
         for st in &steps {
-            match st {
-                Step::Forge { wire, frame } => {
-                    let sealed = pair.forge(PathId(*wire), &inner(frame));
-                    // Only a wire path the bond does not have is refused.
-                    prop_assert_eq!(sealed, usize::from(*wire) < PATHS);
-                }
-                Step::Flood {
-                    wire,
-                    path,
-                    seq,
-                    len,
-                    times,
-                } => {
-                    for k in 0..u64::from(*times) {
-                        let frame = Frame::Data {
-                            path: *path,
-                            seq: seq.map(|s| s.wrapping_add(k)),
-                            len: *len,
-                        };
-                        pair.forge(PathId(*wire), &inner(&frame));
-                    }
-                }
-                Step::Honest(n) => pair.honest(u32::from(*n)),
-                Step::Advance(ns) => pair.step(Duration::from_nanos(u64::from(*ns))),
+            if let Step::Forge { wire, .. } = st {
+                // Only a wire path the bond does not have is refused.
+                prop_assert_eq!(run(&mut pair, st), usize::from(*wire) < PATHS);
+            } else {
+                run(&mut pair, st);
             }
             let held = pair.held_bytes();
             prop_assert!(held <= HELD_BOUND, "{} bytes held: {:?}", held, shape);
         }
         // Whatever it was told, each end still runs: timers, polls, status.
-        pair.step(Duration::from_secs(2));
-        pair.honest(2);
-        pair.step(Duration::from_secs(1));
-        let _ = (pair.client.status(), pair.server.status());
+        settle(&mut pair);
+    }
+}
+
+/// Bond parameters a lying client may propose, within what a server accepts
+/// (`BondParams::validate`): any rates, packet sizes, hold and backup timers, credit buffers,
+/// queues up to the 64 MiB limit, marker intervals and path policies.
+fn wild_params(shape: &Shape) -> impl Strategy<Value = braid_session::BondParams> {
+    let base = shape.params();
+    (
+        // Up to 10 Tbit/s, the most a path may claim.
+        prop::collection::vec(
+            prop_oneof![Just(1u64), Just(10_000_000_000_000), 1u64..100_000_000_000],
+            PATHS,
+        ),
+        576u32..9000,
+        any::<u64>(),
+        prop_oneof![Just(0u32), 0u32..5, Just(u32::MAX)],
+        edgy32(),
+        prop_oneof![
+            Just(0u64),
+            1u64..=MAX_CREDIT_BUFFER_BYTES,
+            Just(MAX_CREDIT_BUFFER_BYTES)
+        ],
+        prop_oneof![Just(0u32), 1u32..200_000, Just(MAX_QUEUE_LIMIT_BYTES)],
+        0u8..=16,
+        prop::collection::vec((1u64.., 1u64..8, 0u8..3, any::<bool>()), 0..3),
+    )
+        .prop_map(
+            move |(rates, max_packet, seed, markers, hold, credit, queue, backup, policies)| {
+                let mut p = base.clone();
+                p.rates_bps = rates;
+                p.max_packet = max_packet;
+                p.seed = seed;
+                if p.resequence == braid_proto::resequence::ResequenceMode::Logical {
+                    p.marker_interval_rounds = markers;
+                }
+                p.hold_ms = hold;
+                p.credit_buffer_bytes = credit;
+                p.queue_limit_bytes = queue;
+                p.backup_rtt_multiple = backup;
+                // Policies need sequence numbers.
+                let sequence = p.resequence == braid_proto::resequence::ResequenceMode::Sequence;
+                p.policies = policies
+                    .into_iter()
+                    .filter(|_| sequence)
+                    .map(|(dscp, paths, striping, duplicate)| PathPolicy {
+                        dscp,
+                        paths,
+                        striping: [
+                            PolicyStriping::Packet,
+                            PolicyStriping::Flow,
+                            PolicyStriping::Fastest,
+                        ][usize::from(striping)],
+                        // A copy is told apart by its sequence number: per-packet only.
+                        duplicate: duplicate && striping == 0,
+                    })
+                    .collect();
+                p
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A client's bond parameters set the server's schedulers, timers and limits: whatever a
+    /// client proposes that the server accepts, honest traffic, forged frames and floods both
+    /// ways crash nothing and stay within the bounds those parameters set.
+    #[test]
+    fn a_lying_clients_bond_parameters_crash_nothing(
+        (shape, params) in shape().prop_flat_map(|s| (Just(s.clone()), wild_params(&s))),
+        steps in prop::collection::vec(step(), 1..60),
+    ) {
+        prop_assume!(params.validate().is_ok());
+        let queue = u64::from(params.queue_limit_bytes.max(params.max_packet));
+        let bound = 2 * (4 << 20) + PATHS as u64 * (queue + u64::from(params.max_packet) + 2048);
+        let Some(mut pair) = Pair::established_with(&shape, params.clone()) else {
+            return Err(TestCaseError::fail(format!("no handshake: {params:?}")));
+        };
+        for st in &steps {
+            run(&mut pair, st);
+            let held = pair.held_bytes();
+            prop_assert!(held <= bound, "{} bytes held: {:?}", held, params);
+        }
+        settle(&mut pair);
     }
 }
