@@ -38,6 +38,12 @@ const QUEUE_LIMIT_BYTES: u32 = 64 * 1024;
 /// packet is taken while there is room).
 pub const HELD_BOUND: u64 = 2 * (4 << 20) + PATHS as u64 * (QUEUE_LIMIT_BYTES as u64 + 2048);
 
+/// [`HELD_BOUND`] for a bond of `params` (the client's choice of queue and packet size).
+pub fn held_bound(params: &BondParams) -> u64 {
+    let queue = u64::from(params.queue_limit_bytes.max(params.max_packet));
+    2 * (4 << 20) + PATHS as u64 * (queue + u64::from(params.max_packet) + 2048)
+}
+
 /// The bond's shape.
 #[derive(Clone, Debug)]
 pub struct Shape {

@@ -18,7 +18,7 @@ use braid_proto::resequence::ResequenceMode;
 use braid_proto::scheduler::SchedulerKind;
 use braid_proto::time::{Duration, Instant};
 use braid_proto::{Credit, Marker, PacketNumber, PathId};
-use braid_session::hostile::{Pair, Shape, HELD_BOUND, PATHS};
+use braid_session::hostile::{held_bound, Pair, Shape, HELD_BOUND, PATHS};
 use braid_session::params::{
     PathPolicy, PolicyStriping, MAX_CREDIT_BUFFER_BYTES, MAX_QUEUE_LIMIT_BYTES,
 };
@@ -408,8 +408,7 @@ proptest! {
         steps in prop::collection::vec(step(), 1..60),
     ) {
         prop_assume!(params.validate().is_ok());
-        let queue = u64::from(params.queue_limit_bytes.max(params.max_packet));
-        let bound = 2 * (4 << 20) + PATHS as u64 * (queue + u64::from(params.max_packet) + 2048);
+        let bound = held_bound(&params);
         let Some(mut pair) = Pair::established_with(&shape, params.clone()) else {
             return Err(TestCaseError::fail(format!("no handshake: {params:?}")));
         };
