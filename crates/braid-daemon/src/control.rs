@@ -42,7 +42,7 @@ pub fn bind_private_if_free(path: &Path) -> std::io::Result<UnixListener> {
     if UnixStream::connect(path).is_ok() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::AddrInUse,
-            "another braid answers on it",
+            "another braid answers on it: stop that one, or give this config its own [control] socket",
         ));
     }
     bind_private(path)

@@ -740,12 +740,14 @@ impl Daemon {
             let _ = std::fs::create_dir_all(dir);
         }
         // Owner-only from the moment it can be connected to: the control socket takes
-        // commands that change the bond.
-        let control =
-            control::bind_private(&cfg.control_socket).map_err(|e| DaemonError::Control {
+        // commands that change the bond. One another braid answers on is not taken over (a
+        // stale one, from a daemon that died, is replaced).
+        let control = control::bind_private_if_free(&cfg.control_socket).map_err(|e| {
+            DaemonError::Control {
                 path: cfg.control_socket.display().to_string(),
                 err: e,
-            })?;
+            }
+        })?;
         let metrics = match cfg.prometheus {
             Some(addr) => Some(TcpListener::bind(addr).map_err(|e| DaemonError::Socket {
                 what: format!("the Prometheus endpoint {addr}"),
