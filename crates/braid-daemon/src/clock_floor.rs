@@ -167,11 +167,6 @@ impl ClockFloor {
             })
     }
 
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Write `value` unless that would lower the floor below what another process wrote:
     /// under a lock on the file's directory entry (`<file>.lock`, `flock`), the file keeps
     /// the larger of `value` and what is in it, except that (`lower_own`) this process may
@@ -195,6 +190,26 @@ impl ClockFloor {
             self.written.set(Some(value));
         }
         Ok(())
+    }
+}
+
+/// Renew `floor` (a client's) if due, `now` into the session; a failure is said through
+/// `warnings`, at most once a minute.
+pub(crate) fn renew(
+    floor: Option<&mut ClockFloor>,
+    now: braid_proto::time::Instant,
+    warnings: &mut crate::Warnings,
+) {
+    if let Some(note) = floor.and_then(|f| f.refresh(now.as_nanos())) {
+        warnings.say(now, "clock_floor", || note);
+    }
+}
+
+/// A clean stop `running_ns` into the session: leave `floor` (a client's) exact, and say a
+/// failure ([`ClockFloor::finish`]).
+pub(crate) fn finish(floor: Option<&ClockFloor>, running_ns: u64) {
+    if let Some(note) = floor.and_then(|f| f.finish(running_ns)) {
+        eprintln!("braid: {note}");
     }
 }
 

@@ -22,10 +22,13 @@ pub enum Command {
     },
 }
 
-/// Binds the control socket at `path` (replacing a stale socket of an earlier run), owner-only
-/// (mode 0600) from the moment it exists: bound under a umask that leaves the group and others
-/// nothing, whatever the daemon's umask.
+/// Binds the control socket at `path` (replacing a stale socket of an earlier run, making its
+/// directory if missing), owner-only (mode 0600) from the moment it exists: bound under a
+/// umask that leaves the group and others nothing, whatever the daemon's umask.
 pub fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
     let _ = std::fs::remove_file(path);
     // SAFETY: umask only swaps the process's file-creation mask; it is put back at once. The
     // daemon binds this before it starts any thread that creates files.
@@ -46,6 +49,14 @@ pub fn bind_private_if_free(path: &Path) -> std::io::Result<UnixListener> {
         ));
     }
     bind_private(path)
+}
+
+/// Say in the log that `braid path` took path `name` out of use or gave it back.
+pub(crate) fn say_path_command(name: &str, enabled: bool) {
+    eprintln!(
+        "braid: path `{name}` {} by `braid path`",
+        if enabled { "enabled" } else { "disabled" }
+    );
 }
 
 /// Send `request` to the daemon behind `socket`; its answer, as JSON text.

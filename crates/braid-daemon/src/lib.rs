@@ -275,6 +275,32 @@ pub struct PathInfo {
     pub problem: Option<String>,
 }
 
+impl PathInfo {
+    /// Path `name`'s line: where its datagrams go (`peer`), its config (a client's; a server
+    /// has none) for the host name, and why it is out of use: taken down by the user
+    /// (`admin_down`), else `problem`.
+    pub(crate) fn new(
+        name: String,
+        peer: Option<SocketAddr>,
+        cfg: Option<&config::PathConfig>,
+        admin_down: bool,
+        problem: Option<String>,
+    ) -> PathInfo {
+        PathInfo {
+            name,
+            peer,
+            remote_host: cfg
+                .and_then(|c| c.remote_host.as_ref())
+                .map(|(h, port)| format!("{h}:{port}")),
+            problem: if admin_down {
+                Some("taken down with `braid path down`".into())
+            } else {
+                problem
+            },
+        }
+    }
+}
+
 /// One peer's session and what the daemon keeps for it.
 struct Peer {
     cfg: PeerConfig,
@@ -517,12 +543,7 @@ pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
     let result = d.event_loop(&stop);
     // A clean stop leaves the exact floor, not the reservation ahead of it, so that restarts
     // do not move the handshake clock ahead each time.
-    let running = d.now().as_nanos();
-    if let Some(f) = &d.clock_floor {
-        if let Some(note) = f.finish(running) {
-            eprintln!("braid: {note}");
-        }
-    }
+    clock_floor::finish(d.clock_floor.as_ref(), d.now().as_nanos());
     let _ = std::fs::remove_file(&d.cfg.control_socket);
     d.remove_tcp_rules();
     result
@@ -735,9 +756,6 @@ impl Daemon {
                 poll.registry()
                     .register(s, Token(UDP_BASE + i), Interest::READABLE)?;
             }
-        }
-        if let Some(dir) = cfg.control_socket.parent() {
-            let _ = std::fs::create_dir_all(dir);
         }
         // Owner-only from the moment it can be connected to: the control socket takes
         // commands that change the bond. One another braid answers on is not taken over (a
@@ -994,13 +1012,7 @@ impl Daemon {
                 }
             }
             self.resolve_remotes(now);
-            if let Some(note) = self
-                .clock_floor
-                .as_mut()
-                .and_then(|f| f.refresh(now.as_nanos()))
-            {
-                self.warnings.say(now, "clock_floor", || note);
-            }
+            clock_floor::renew(self.clock_floor.as_mut(), now, &mut self.warnings);
             self.adopt_addresses();
             self.install_tcp_rules();
             self.accelerate(now);
@@ -1046,11 +1058,7 @@ impl Daemon {
                 control::Command::Path { index, enabled } => {
                     if let Some(d) = self.admin_down.get_mut(index) {
                         *d = !enabled;
-                        eprintln!(
-                            "braid: path `{}` {} by `braid path`",
-                            self.names[index],
-                            if enabled { "enabled" } else { "disabled" }
-                        );
+                        control::say_path_command(&self.names[index], enabled);
                     }
                     self.apply_path_state(now, index);
                 }
@@ -2149,26 +2157,17 @@ impl Daemon {
                         addresses: p.cfg.addresses.iter().map(|a| a.to_string()).collect(),
                         routes: p.cfg.routes.iter().map(|a| a.to_string()).collect(),
                         paths: (0..n)
-                            .map(|i| PathInfo {
-                                name: self
-                                    .names
-                                    .get(i)
-                                    .cloned()
-                                    .unwrap_or_else(|| format!("path{i}")),
-                                peer: p.addrs.get(i).copied().flatten(),
-                                remote_host: self
-                                    .cfg
-                                    .paths
-                                    .get(i)
-                                    .and_then(|c| c.remote_host.as_ref())
-                                    .map(|(h, port)| format!("{h}:{port}")),
-                                problem: match (self.admin_down.get(i), self.problems.get(i)) {
-                                    (Some(true), _) => {
-                                        Some("taken down with `braid path down`".into())
-                                    }
-                                    (_, Some(Some(why))) => Some(why.clone()),
-                                    _ => None,
-                                },
+                            .map(|i| {
+                                PathInfo::new(
+                                    self.names
+                                        .get(i)
+                                        .cloned()
+                                        .unwrap_or_else(|| format!("path{i}")),
+                                    p.addrs.get(i).copied().flatten(),
+                                    self.cfg.paths.get(i),
+                                    self.admin_down.get(i) == Some(&true),
+                                    self.problems.get(i).cloned().flatten(),
+                                )
                             })
                             .collect(),
                         session: p.session.status(),

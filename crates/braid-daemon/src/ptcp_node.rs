@@ -348,9 +348,6 @@ impl PtcpNode {
     /// 100 ms of its turns. Refused if another braid answers on that socket already (a
     /// `braid up` of another config with the same one), which is left alone.
     pub fn serve_control(&mut self, socket: &std::path::Path) -> io::Result<()> {
-        if let Some(dir) = socket.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
         let listener = crate::control::bind_private_if_free(socket)?;
         let snapshot = std::sync::Arc::new(std::sync::Mutex::new(String::from("{}")));
         let (tx, commands) = std::sync::mpsc::sync_channel(crate::COMMAND_QUEUE);
@@ -378,26 +375,19 @@ impl PtcpNode {
     pub fn status_json(&self) -> serde_json::Value {
         let session = self.session.status();
         let paths: Vec<crate::PathInfo> = (0..session.paths.len())
-            .map(|i| crate::PathInfo {
-                name: self.path_name(i),
-                peer: self.peers.get(i).copied().flatten(),
-                remote_host: self
-                    .path_configs
-                    .get(i)
-                    .and_then(|p| p.remote_host.as_ref())
-                    .map(|(h, port)| format!("{h}:{port}")),
-                problem: if self
-                    .control
-                    .as_ref()
-                    .is_some_and(|c| c.admin_down.get(i) == Some(&true))
-                {
-                    Some("taken down with `braid path down`".to_owned())
-                } else {
+            .map(|i| {
+                crate::PathInfo::new(
+                    self.path_name(i),
+                    self.peers.get(i).copied().flatten(),
+                    self.path_configs.get(i),
+                    self.control
+                        .as_ref()
+                        .is_some_and(|c| c.admin_down.get(i) == Some(&true)),
                     self.sockets
                         .get(i)
                         .is_some_and(Option::is_none)
-                        .then(|| "its interface or local address is not here".to_owned())
-                },
+                        .then(|| "its interface or local address is not here".to_owned()),
+                )
             })
             .collect();
         let peer = crate::PeerStatus {
@@ -454,11 +444,7 @@ impl PtcpNode {
             {
                 *d = !enabled;
             }
-            eprintln!(
-                "braid: path `{}` {} by `braid path`",
-                self.path_name(index),
-                if enabled { "enabled" } else { "disabled" }
-            );
+            crate::control::say_path_command(&self.path_name(index), enabled);
         }
         if due {
             self.publish(now);
@@ -487,13 +473,7 @@ impl PtcpNode {
                 &mut self.warnings,
             );
         }
-        if let Some(note) = self
-            .clock_floor
-            .as_mut()
-            .and_then(|f| f.refresh(now.as_nanos()))
-        {
-            self.warnings.say(now, "clock_floor", || note);
-        }
+        crate::clock_floor::renew(self.clock_floor.as_mut(), now, &mut self.warnings);
     }
 
     fn read_socket(&mut self, i: usize) {
@@ -582,11 +562,7 @@ impl Drop for PtcpNode {
                 let _ = std::fs::remove_file(&c.socket);
             }
         }
-        if let Some(f) = &self.clock_floor {
-            if let Some(note) = f.finish(self.now().as_nanos()) {
-                eprintln!("braid: {note}");
-            }
-        }
+        crate::clock_floor::finish(self.clock_floor.as_ref(), self.now().as_nanos());
     }
 }
 
