@@ -192,6 +192,9 @@ pub struct Striper<P> {
     markers: MarkerConfig,
     sequence_numbers: bool,
     next_seq: u64,
+    /// The sequence number of the data packet queued last; `None` if it had none (or none
+    /// was queued): what [`Striper::duplicate_last`] copies.
+    last_seq: Option<u64>,
     queue_limit_bytes: u64,
     max_packet: u32,
     /// One-way delay of each path, as the driver measures it (for EDPF and small packets).
@@ -258,6 +261,7 @@ impl<P> Striper<P> {
             markers: config.markers,
             sequence_numbers: config.sequence_numbers,
             next_seq: 0,
+            last_seq: None,
             queue_limit_bytes: config.queue_limit_bytes,
             max_packet: config.scheduler.max_packet,
             path_delay: vec![crate::time::Duration::ZERO; n],
@@ -605,7 +609,8 @@ impl<P> Striper<P> {
     /// active path with the least delay other than `first`, so the packet arrives if either
     /// path delivers it; the receiver drops whichever copy comes second. Mode `sequence` only
     /// (the sequence number identifies the copy); `None` when there is no such path with room
-    /// (counted) or no packet was just sent.
+    /// (counted) or no numbered packet was just sent (an unsequenced one is not copied: the
+    /// receiver could not tell the copies apart).
     pub fn duplicate_last(&mut self, first: PathId, len: u32, payload: P) -> Option<PathId> {
         self.duplicate_last_within(first, len, payload, u64::MAX)
     }
@@ -619,9 +624,7 @@ impl<P> Striper<P> {
         payload: P,
         allowed: u64,
     ) -> Option<PathId> {
-        if !self.sequence_numbers || self.next_seq == 0 {
-            return None;
-        }
+        let seq = self.last_seq.filter(|_| self.sequence_numbers)?;
         let Some(i) = self.least_delay_path(|i| {
             i != first.index() && allowed & (1 << i) != 0 && self.has_room(i, len)
         }) else {
@@ -630,7 +633,7 @@ impl<P> Striper<P> {
         };
         let tx = &mut self.paths[i];
         tx.queue.push_back(Outgoing::Data {
-            seq: Some(self.next_seq - 1),
+            seq: Some(seq),
             len,
             payload,
         });
@@ -652,6 +655,7 @@ impl<P> Striper<P> {
 
     /// Queue a data packet numbered `seq` on path `i`.
     fn enqueue(&mut self, i: usize, seq: Option<u64>, len: u32, payload: P) {
+        self.last_seq = seq;
         let tx = &mut self.paths[i];
         tx.queue.push_back(Outgoing::Data { seq, len, payload });
         tx.queued_bytes += u64::from(len);
@@ -907,5 +911,32 @@ mod tests {
         let q0 = drain(&mut s, PathId(0));
         assert!(matches!(q0[0], Outgoing::Data { seq: Some(0), .. }));
         assert!(matches!(q0[1], Outgoing::Data { seq: Some(2), .. }));
+    }
+
+    #[test]
+    fn a_copy_has_its_originals_number_and_an_unnumbered_packet_gets_none() {
+        let mut c = config(MarkerPosition::End, 0);
+        c.sequence_numbers = true;
+        let mut s = Striper::new(&c).unwrap();
+        assert_eq!(s.duplicate_last(PathId(0), 500, 9), None);
+        let first = s.send(Instant::ZERO, 500, 1).unwrap();
+        let copy = s.duplicate_last(first, 500, 1).expect("a copy");
+        assert_ne!(copy, first);
+        // A packet sent without a number cannot be copied: the receiver could not tell the
+        // copy apart (without this check the copy took the previous packet's number).
+        s.send_unsequenced(Instant::ZERO, PathId(0), 500, 2)
+            .unwrap();
+        assert_eq!(s.duplicate_last(PathId(0), 500, 2), None);
+        let copies: Vec<_> = [PathId(0), PathId(1)]
+            .into_iter()
+            .flat_map(|p| drain(&mut s, p))
+            .filter_map(|o| match o {
+                Outgoing::Data { seq, payload, .. } => Some((payload, seq)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(copies.iter().filter(|(p, _)| *p == 1).count(), 2);
+        assert!(copies.iter().all(|&(p, seq)| (p == 1) == (seq == Some(0))));
+        assert_eq!(copies.iter().filter(|(p, _)| *p == 2).count(), 1);
     }
 }
