@@ -387,6 +387,7 @@ struct RawBond {
     backup_rtt_multiple: u8,
     adaptive: bool,
     shape_egress: Option<bool>,
+    compress_headers: bool,
 }
 
 impl Default for RawBond {
@@ -407,6 +408,7 @@ impl Default for RawBond {
             backup_rtt_multiple: 0,
             adaptive: false,
             shape_egress: None,
+            compress_headers: true,
         }
     }
 }
@@ -917,6 +919,7 @@ impl Config {
                         }
                     },
                     adaptive: b.adaptive,
+                    compress_headers: b.compress_headers,
                     policies: policies(&raw.policies, &paths, b.resequence).map_err(&invalid)?,
                 };
                 params
@@ -1774,6 +1777,15 @@ duplicate = true
         assert_eq!(b.rates_bps, vec![PET_PRIOR_RATE_BPS, 5_000_000]);
         let err = parse(&client("[bond]\nadaptive = true\nscheduler = \"grr\"\n")).unwrap_err();
         assert!(err.contains("adaptive quanta need"), "{err}");
+    }
+
+    #[test]
+    fn header_compression_is_on_unless_turned_off() {
+        assert!(parse(&client("")).unwrap().bond.unwrap().compress_headers);
+        let c = parse(&client("[bond]\ncompress_headers = false\n")).unwrap();
+        assert!(!c.bond.unwrap().compress_headers);
+        let err = parse(&client("[bond]\ncompress_headers = 1\n")).unwrap_err();
+        assert!(err.contains("compress_headers"), "{err}");
     }
 
     #[test]

@@ -34,6 +34,7 @@ fn params() -> BondParams {
         retransmit: true,
         backup_rtt_multiple: 0,
         adaptive: false,
+        compress_headers: false,
         policies: Vec::new(),
     }
 }

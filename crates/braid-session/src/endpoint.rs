@@ -3,6 +3,7 @@
 //! codec in between. The [`crate::Session`] wraps it with encryption and liveness; the
 //! simulator's in-memory `Pair` drives it bare.
 
+use crate::compress::{self, CompressStats, Compressor, Decompressor};
 use crate::params::{PathPolicy, PolicyStriping};
 use crate::policy;
 use crate::tcp_retransmit::{TcpPacket, TcpRetransmits};
@@ -85,6 +86,11 @@ pub struct Endpoint {
     rates_bps: Vec<u64>,
     /// Scheduler `pet`: the TCP flows' highest data, to tell retransmissions apart.
     tcp_retransmits: Option<TcpRetransmits>,
+    /// Header compression ([`crate::compress`]): what this end sends, and what it receives.
+    compressor: Option<Compressor>,
+    decompressor: Option<Decompressor>,
+    /// Header bytes compression saved since [`Endpoint::take_compression_savings`] last ran.
+    saved: u64,
 }
 
 impl Endpoint {
@@ -110,7 +116,46 @@ impl Endpoint {
             tcp_retransmits: (config.striper.scheduler.kind == SchedulerKind::Pet
                 && !config.striper.adaptive)
                 .then(TcpRetransmits::new),
+            compressor: None,
+            decompressor: None,
+            saved: 0,
         })
+    }
+
+    /// Compress the TCP headers of what this end sends and rebuild those of what it receives
+    /// ([`crate::compress`]; the bond's `compress_headers`, which both ends must agree on).
+    pub fn set_compression(&mut self, on: bool) {
+        self.compressor = on.then(Compressor::new);
+        self.decompressor = on.then(Decompressor::new);
+    }
+
+    /// Header compression's counters, both directions; `None` without compression.
+    pub fn compress_stats(&self) -> Option<CompressStats> {
+        let (c, d) = (self.compressor.as_ref()?, self.decompressor.as_ref()?);
+        let (tx, rx) = (c.stats(), d.stats());
+        Some(CompressStats {
+            decompressed: rx.decompressed,
+            undecodable: rx.undecodable,
+            bad_installs: rx.bad_installs,
+            ..tx
+        })
+    }
+
+    /// Compress `payload` in place if its flow's context allows; its length afterwards.
+    fn squeeze(&mut self, now: Instant, payload: &mut Vec<u8>) -> u32 {
+        if let Some(c) = &mut self.compressor {
+            let before = payload.len();
+            if c.compress(now, payload) {
+                self.saved += (before - payload.len()) as u64;
+            }
+        }
+        u32::try_from(payload.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The header bytes compression saved on the packets sent since the last call: a shaper
+    /// that charged them whole gives them back ([`crate::qos::QosShaper::refund`]).
+    pub fn take_compression_savings(&mut self) -> u64 {
+        std::mem::take(&mut self.saved)
     }
 
     /// Scheduler `pet`: `len` bytes went on `path` that PET did not place (a resend inside the
@@ -143,12 +188,15 @@ impl Endpoint {
         k: usize,
         payload: Vec<u8>,
     ) -> Result<PathId, SendError<Vec<u8>>> {
-        let p = &self.policies[k];
         let active = (0..self.paths())
             .filter(|&i| self.striper.is_path_active(PathId(i as u8)))
             .fold(0u64, |m, i| m | 1 << i);
+        // The flow key is read before the headers are compressed.
+        let flow_key = policy::flow_key(&payload).unwrap_or(0);
+        let mut payload = payload;
+        let len = self.squeeze(now, &mut payload);
+        let p = &self.policies[k];
         let allowed = p.paths & active;
-        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
         if allowed == 0 {
             self.stats.policy_no_path += 1;
             return Err(SendError::Full(payload));
@@ -156,7 +204,7 @@ impl Endpoint {
         self.stats.policy_packets += 1;
         match p.striping {
             PolicyStriping::Flow => {
-                let key = policy::flow_key(&payload).unwrap_or(0);
+                let key = flow_key;
                 // The configured rates, not PET's moving estimates: a flow must keep its path.
                 let rates = &self.rates_bps;
                 let path = policy::flow_path(key, allowed, |i| rates.get(i).copied().unwrap_or(1))
@@ -215,9 +263,10 @@ impl Endpoint {
 
     /// Queue a packet for sending.
     pub fn send(&mut self, now: Instant, payload: Vec<u8>) -> Result<PathId, SendError<Vec<u8>>> {
-        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let mut payload = payload;
         // PET pairs no TCP retransmission (`crate::tcp_retransmit`).
         let Some(t) = self.tcp_retransmits.as_mut() else {
+            let len = self.squeeze(now, &mut payload);
             return self.striper.send(now, len, payload);
         };
         let seg = match crate::tcp_retransmit::classify(&payload) {
@@ -229,8 +278,9 @@ impl Endpoint {
             None => None,
         };
         let retransmit = seg.as_ref().is_some_and(|s| t.is_retransmission(s));
+        let len = self.squeeze(now, &mut payload);
         let sent = self.striper.send_marked(now, len, payload, retransmit);
-        if let (Ok(_), Some(s)) = (&sent, seg) {
+        if let (Ok(_), Some(s), Some(t)) = (&sent, seg, self.tcp_retransmits.as_mut()) {
             t.record(&s);
             self.stats.tcp_retransmits += u64::from(retransmit);
         }
@@ -331,6 +381,22 @@ impl Endpoint {
             self.stats.sig_acks_sent += 1;
             return ok;
         }
+        if let Some((cid, generation)) = self.decompressor.as_mut().and_then(|d| d.poll_ack()) {
+            let repr = Repr::ContextAck { cid, generation };
+            buf.resize(repr.buffer_len(), 0);
+            return repr.emit_into(buf).is_ok();
+        }
+        if let Some((cid, generation, template)) =
+            self.compressor.as_mut().and_then(|c| c.poll_install())
+        {
+            let repr = Repr::ContextInstall {
+                cid,
+                generation,
+                template,
+            };
+            buf.resize(repr.buffer_len(), 0);
+            return repr.emit_into(buf).is_ok();
+        }
         let Some(t) = self.striper.poll_transmit(now, path) else {
             return false;
         };
@@ -379,8 +445,19 @@ impl Endpoint {
                     rx.handle_data(now, path, seq);
                     self.pump_sig_acks(now);
                 }
-                let copy = self.buffer(payload);
-                if is_untimed_tcp(payload) {
+                let copy = match &mut self.decompressor {
+                    Some(d) if compress::is_compressed(payload) => {
+                        let mut b = self.spare.pop().unwrap_or_default();
+                        if !d.decompress(payload, &mut b) {
+                            // Counted; the resequencer sees a gap, as for a loss.
+                            self.recycle(b);
+                            return;
+                        }
+                        b
+                    }
+                    _ => self.buffer(payload),
+                };
+                if is_untimed_tcp(&copy) {
                     self.receiver.handle_data_unheld(now, path, seq, len, copy);
                 } else {
                     self.receiver.handle_data(now, path, seq, len, copy);
@@ -408,6 +485,20 @@ impl Endpoint {
                     pet.handle_sig_ack(now, entries.iter());
                     self.drain_pet_events();
                     self.striper.adapt_quanta();
+                }
+            }
+            Repr::ContextInstall {
+                cid,
+                generation,
+                template,
+            } => {
+                if let Some(d) = &mut self.decompressor {
+                    d.handle_install(cid, generation, template);
+                }
+            }
+            Repr::ContextAck { cid, generation } => {
+                if let Some(c) = &mut self.compressor {
+                    c.handle_ack(cid, generation);
                 }
             }
             // Liveness and retransmission are the session's job, and pTCP bypasses the bond.
@@ -529,7 +620,11 @@ impl Endpoint {
 
     /// Whether `poll_transmit(path)` would produce a datagram.
     pub fn has_transmit(&self, path: PathId) -> bool {
-        !self.feedback.is_empty() || !self.sig_acks.is_empty() || self.striper.has_transmit(path)
+        !self.feedback.is_empty()
+            || !self.sig_acks.is_empty()
+            || self.decompressor.as_ref().is_some_and(|d| d.has_ack())
+            || self.compressor.as_ref().is_some_and(|c| c.has_install())
+            || self.striper.has_transmit(path)
     }
 
     /// When the endpoint needs to be polled even without input.
@@ -592,6 +687,7 @@ mod tests {
             retransmit: false,
             backup_rtt_multiple: 0,
             adaptive: false,
+            compress_headers: false,
             policies: Vec::new(),
         };
         Endpoint::new(&EndpointConfig {

@@ -57,6 +57,8 @@ pub struct Shape {
     pub equalize_delay: bool,
     /// Adaptive SRR.
     pub adaptive: bool,
+    /// TCP/IP header compression.
+    pub compress_headers: bool,
     /// A `[qos]` shaper at both ends (voice on DSCP 46, bulk for the rest).
     pub qos: bool,
     /// Which end lies: the client (the proxy's case) or the server.
@@ -67,8 +69,8 @@ impl Shape {
     /// A shape from raw choices, moved to what the bond's parameters allow: EDPF is not
     /// causal (sequence numbers or none), PET's SIG-ACKs and adaptive SRR need sequence
     /// numbers.
-    pub fn new(scheduler: SchedulerKind, resequence: ResequenceMode, flags: [bool; 5]) -> Shape {
-        let [retransmit, equalize_delay, adaptive, qos, liar_is_client] = flags;
+    pub fn new(scheduler: SchedulerKind, resequence: ResequenceMode, flags: [bool; 6]) -> Shape {
+        let [retransmit, equalize_delay, adaptive, qos, liar_is_client, compress_headers] = flags;
         let adaptive = adaptive && scheduler == SchedulerKind::Srr;
         let resequence = match (scheduler, resequence) {
             (SchedulerKind::Pet, _) => ResequenceMode::Sequence,
@@ -84,6 +86,7 @@ impl Shape {
             adaptive,
             qos,
             liar_is_client,
+            compress_headers,
         }
     }
 
@@ -104,7 +107,7 @@ impl Shape {
         Shape::new(
             scheduler,
             resequence,
-            [flag(0), flag(1), flag(2), flag(3), flag(4)],
+            [flag(0), flag(1), flag(2), flag(3), flag(4), flag(5)],
         )
     }
 
@@ -125,6 +128,7 @@ impl Shape {
             retransmit: self.retransmit,
             backup_rtt_multiple: 0,
             adaptive: self.adaptive,
+            compress_headers: self.compress_headers,
             policies: Vec::new(),
         }
     }
@@ -351,10 +355,55 @@ impl Pair {
         p[0] = 0x45;
         p[1] = if self.next_id % 5 == 0 { 46 << 2 } else { 0 };
         p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-        p[9] = 17;
         p[12..16].copy_from_slice(&[10, 0, 0, 1]);
         p[16..20].copy_from_slice(&[10, 0, 0, 2]);
-        p[20..24].copy_from_slice(&self.next_id.to_be_bytes());
+        if self.next_id % 2 == 0 {
+            // TCP, which header compression takes (when the shape has it): a valid IPv4
+            // checksum, ports, a sequence number, no options, ACK.
+            p[9] = 6;
+            let sum = crate::pmtu::checksum(&p[..20]);
+            p[10..12].copy_from_slice(&sum.to_be_bytes());
+            p[20..24].copy_from_slice(&[0x13, 0x89, 0x9c, 0x40]);
+            p[24..28].copy_from_slice(&self.next_id.to_be_bytes());
+            p[32] = 5 << 4;
+            p[33] = 0x10;
+        } else {
+            p[9] = 17;
+            p[20..24].copy_from_slice(&self.next_id.to_be_bytes());
+        }
         p
     }
+}
+
+/// An IPv4 TCP segment with timestamps as Linux sends one, with a valid IPv4 checksum: flow
+/// 10.0.0.1:`sport` -> 10.0.0.2:80, sequence number `seq`, `len` bytes of data. Header
+/// compression takes it (`crate::compress`); tests and benchmarks send it.
+pub fn tcp_ts_segment(sport: u16, seq: u32, len: usize) -> Vec<u8> {
+    let total = 52 + len;
+    let mut p = vec![0u8; total];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    p[4..6].copy_from_slice(&(seq as u16).to_be_bytes());
+    p[6] = 0x40;
+    p[8] = 64;
+    p[9] = 6;
+    p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+    p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+    let sum = crate::pmtu::checksum(&p[..20]);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p[20..22].copy_from_slice(&sport.to_be_bytes());
+    p[22..24].copy_from_slice(&80u16.to_be_bytes());
+    p[24..28].copy_from_slice(&seq.to_be_bytes());
+    p[28..32].copy_from_slice(&1u32.to_be_bytes());
+    p[32] = 8 << 4;
+    p[33] = 0x10;
+    p[34..36].copy_from_slice(&500u16.to_be_bytes());
+    p[36..38].copy_from_slice(&(seq as u16 ^ 0x5a5a).to_be_bytes());
+    p[40..44].copy_from_slice(&[1, 1, 8, 10]);
+    p[44..48].copy_from_slice(&seq.wrapping_mul(7).to_be_bytes());
+    p[48..52].copy_from_slice(&seq.wrapping_mul(3).to_be_bytes());
+    for (i, b) in p[52..].iter_mut().enumerate() {
+        *b = (i as u32 ^ seq) as u8;
+    }
+    p
 }

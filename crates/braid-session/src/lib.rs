@@ -1,6 +1,7 @@
 //! The braid session, sans-IO: everything one end of a bond does between its TUN device and its
 //! UDP sockets, as a state machine.
 //!
+//! - [`compress`]: TCP/IP header compression inside the tunnel (per-flow contexts, no deltas).
 //! - [`cookie`]: handshake flood protection (WireGuard's cookie MACs, cookie replies under load,
 //!   a rate limit per source).
 //! - [`keys`]: static X25519 keys as base64.
@@ -17,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compress;
 pub mod cookie;
 pub mod endpoint;
 #[cfg(feature = "fuzzing")]

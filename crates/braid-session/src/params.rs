@@ -45,6 +45,9 @@ pub struct BondParams {
     /// Adaptive SRR (beyond the papers; scheduler `srr`, mode `sequence`): SRR's quanta follow
     /// PET's packet-pair estimates instead of the configured rates.
     pub adaptive: bool,
+    /// TCP/IP header compression ([`crate::compress`]): both ends compress the TCP they send
+    /// and rebuild what they receive.
+    pub compress_headers: bool,
     /// Per-class path policies (the BAG paper's per-class services, section IV), first match
     /// wins; both ends apply them to what they send. Mode `sequence` only.
     pub policies: Vec<PathPolicy>,
@@ -117,6 +120,8 @@ const FLAG_EQUALIZE: u8 = 0x01;
 const FLAG_RETRANSMIT: u8 = 0x02;
 /// Flag bit: `adaptive`.
 const FLAG_ADAPTIVE: u8 = 0x04;
+/// Flag bit: `compress_headers`.
+const FLAG_COMPRESS: u8 = 0x08;
 
 impl BondParams {
     /// The scheduler config.
@@ -271,6 +276,9 @@ impl BondParams {
         if self.adaptive {
             flags |= FLAG_ADAPTIVE;
         }
+        if self.compress_headers {
+            flags |= FLAG_COMPRESS;
+        }
         v.push(flags);
         v.push(self.backup_rtt_multiple);
         for r in &self.rates_bps {
@@ -340,7 +348,7 @@ impl BondParams {
             _ => return Err(m()),
         };
         let flags = fixed[36];
-        if flags & !(FLAG_EQUALIZE | FLAG_RETRANSMIT | FLAG_ADAPTIVE) != 0 {
+        if flags & !(FLAG_EQUALIZE | FLAG_RETRANSMIT | FLAG_ADAPTIVE | FLAG_COMPRESS) != 0 {
             return Err(m());
         }
         let n = usize::from(fixed[3]);
@@ -392,6 +400,7 @@ impl BondParams {
             retransmit: flags & FLAG_RETRANSMIT != 0,
             backup_rtt_multiple: fixed[37],
             adaptive: flags & FLAG_ADAPTIVE != 0,
+            compress_headers: flags & FLAG_COMPRESS != 0,
             policies,
         };
         p.validate()?;
@@ -416,6 +425,7 @@ pub(crate) fn example(paths: usize) -> BondParams {
         retransmit: true,
         backup_rtt_multiple: 0,
         adaptive: false,
+        compress_headers: false,
         policies: Vec::new(),
     }
 }

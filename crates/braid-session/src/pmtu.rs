@@ -140,7 +140,7 @@ fn fragment(packet: &[u8], ihl: usize, max: usize) -> TooBig {
 }
 
 /// The Internet checksum (RFC 1071): of an IPv4 header, or (in the tests) an ICMP message.
-fn checksum(header: &[u8]) -> u16 {
+pub(crate) fn checksum(header: &[u8]) -> u16 {
     let mut sum: u32 = header
         .chunks(2)
         .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))

@@ -313,6 +313,13 @@ impl QosShaper {
         Some(d.payload)
     }
 
+    /// `bytes` the bucket charged for did not go on the wire (header compression shrank the
+    /// packets after the shaper let them go): the bucket gets them back, up to its depth, so
+    /// the shaper's rate is one of wire bytes, which is what the paths carry.
+    pub fn refund(&mut self, bytes: u64) {
+        self.tokens = (self.tokens + bytes as f64).min(self.burst);
+    }
+
     /// When the bucket will have room for the packet JoBS would send next.
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
         let (_, len) = self.jobs.peek(now)?;

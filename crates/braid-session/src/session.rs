@@ -283,6 +283,9 @@ pub struct SessionStatus {
     pub policy_packets: u64,
     /// TCP retransmissions this end striped (scheduler `pet`: placed alone, never paired).
     pub tcp_retransmits: u64,
+    /// TCP/IP header compression's counters (`compress_headers`); absent when off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<crate::compress::CompressStats>,
     /// Packets dropped because none of their policy's paths was up.
     pub policy_no_path: u64,
     /// Datagrams dropped, by reason.
@@ -715,6 +718,7 @@ impl Session {
         let mut e = Endpoint::new(&config).map_err(|_| ())?;
         e.set_duplicate_dscp(self.cfg.duplicate_dscp);
         e.set_policies(p.policies.clone());
+        e.set_compression(p.compress_headers);
         Ok(e)
     }
 
@@ -1491,6 +1495,7 @@ impl Session {
                     if e.send_packet(now, p).is_err() {
                         self.send_dropped += 1;
                     }
+                    q.refund(e.take_compression_savings());
                 }
                 // A segment for a path taken out is dropped (pTCP resends it).
                 Egress::Ptcp(o) => match self.paths.get(o.path.index()) {
@@ -1953,6 +1958,7 @@ impl Session {
             abandoned_packets: rx.abandoned,
             policy_packets: e.map_or(0, |e| e.stats().policy_packets),
             tcp_retransmits: e.map_or(0, |e| e.stats().tcp_retransmits),
+            compression: e.and_then(|e| e.compress_stats()),
             policy_no_path: e.map_or(0, |e| e.stats().policy_no_path),
             classes: self
                 .qos

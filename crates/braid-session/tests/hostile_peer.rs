@@ -65,6 +65,27 @@ enum Frame {
         conn: u16,
         segment: Vec<u8>,
     },
+    /// A header compression context: a template made from an IPv4 TCP header (`valid`) or
+    /// any bytes.
+    ContextInstall {
+        cid: u8,
+        generation: u8,
+        valid: bool,
+        bytes: Vec<u8>,
+    },
+    ContextAck {
+        cid: u8,
+        generation: u8,
+    },
+    /// A data packet whose payload claims to be compressed: generation, context id, then
+    /// `rest`.
+    Compressed {
+        path: u8,
+        seq: Option<u64>,
+        generation: u8,
+        cid: u8,
+        rest: Vec<u8>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -152,6 +173,33 @@ fn frame() -> impl Strategy<Value = Frame> {
         prop::collection::vec((path(), edgy(), edgy()), 0..12).prop_map(Frame::SigAck),
         (any::<u16>(), prop::collection::vec(any::<u8>(), 1..80))
             .prop_map(|(conn, segment)| Frame::Ptcp { conn, segment }),
+        (
+            0u8..4,
+            0u8..17,
+            any::<bool>(),
+            prop::collection::vec(any::<u8>(), 40..=72)
+        )
+            .prop_map(|(cid, generation, valid, bytes)| Frame::ContextInstall {
+                cid,
+                generation,
+                valid,
+                bytes
+            }),
+        (0u8..4, 0u8..17).prop_map(|(cid, generation)| Frame::ContextAck { cid, generation }),
+        (
+            path(),
+            prop::option::of(edgy()),
+            0u8..16,
+            0u8..4,
+            prop::collection::vec(any::<u8>(), 0..1400)
+        )
+            .prop_map(|(path, seq, generation, cid, rest)| Frame::Compressed {
+                path,
+                seq,
+                generation,
+                cid,
+                rest
+            }),
     ]
 }
 
@@ -185,7 +233,7 @@ fn shape() -> impl Strategy<Value = Shape> {
             Just(ResequenceMode::Logical),
             Just(ResequenceMode::None),
         ],
-        any::<[bool; 5]>(),
+        any::<[bool; 6]>(),
     )
         .prop_map(|(scheduler, resequence, flags)| Shape::new(scheduler, resequence, flags))
 }
@@ -268,6 +316,44 @@ fn inner(frame: &Frame) -> Vec<u8> {
             conn: *conn,
             segment,
         }),
+        Frame::ContextInstall {
+            cid,
+            generation,
+            valid,
+            bytes,
+        } => {
+            let mut t = bytes.clone();
+            if *valid {
+                // IPv4 and TCP without options, every changing field zero.
+                t.truncate(40);
+                t[..12].copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0]);
+                t[24..40].copy_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0x50, 0, 0, 0, 0, 0, 0, 0]);
+            }
+            repr(Repr::ContextInstall {
+                cid: *cid,
+                generation: *generation,
+                template: &t,
+            })
+        }
+        Frame::ContextAck { cid, generation } => repr(Repr::ContextAck {
+            cid: *cid,
+            generation: *generation,
+        }),
+        Frame::Compressed {
+            path,
+            seq,
+            generation,
+            cid,
+            rest,
+        } => {
+            let mut payload = vec![0x10 | generation, *cid];
+            payload.extend_from_slice(rest);
+            repr(Repr::Data {
+                path: PathId(*path),
+                seq: *seq,
+                payload: &payload,
+            })
+        }
     }
 }
 

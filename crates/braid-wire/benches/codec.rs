@@ -81,6 +81,12 @@ fn digest(repr: Result<Repr<'_>, braid_wire::Error>) -> u64 {
             acc ^ u64::from(e.path.0) ^ e.seq ^ e.arrival.as_nanos()
         }),
         Ok(Repr::Ptcp { conn, segment }) => u64::from(conn) ^ segment.len() as u64,
+        Ok(Repr::ContextInstall {
+            cid,
+            generation,
+            template,
+        }) => u64::from(cid) ^ u64::from(generation) ^ template.len() as u64,
+        Ok(Repr::ContextAck { cid, generation }) => u64::from(cid) ^ u64::from(generation),
         Err(_) => u64::MAX,
     }
 }

@@ -74,6 +74,12 @@
 //! other kinds it carries no path byte (and no flags): 4 bytes of header on every pTCP data
 //! packet.
 //!
+//! Context install (kind 10) and context acknowledgement (kind 11) carry the header
+//! compression's contexts (`braid_session::compress`): version, kind, the context id at offset
+//! 2 and its generation (below 16) at offset 3; an install then has the context's template,
+//! every remaining byte ([`MIN_TEMPLATE_LEN`] to [`MAX_TEMPLATE_LEN`] of them, read by the
+//! session), and an acknowledgement is those 4 bytes exactly.
+//!
 //! Flag bits and reserved bytes that this version does not define must be zero; a parser
 //! rejects anything else with [`Error::Reserved`] so that a later version can give them a meaning
 //! without being misread.
@@ -131,6 +137,18 @@ pub const NACK_LEN: usize = 16;
 /// segment. The path is the one the session's authenticated transport header names (it is
 /// part of the AEAD nonce), so it does not travel twice.
 pub const PTCP_HEADER_LEN: usize = 4;
+
+/// Length of a context acknowledgement, and of a context install's header.
+pub const CONTEXT_HEADER_LEN: usize = 4;
+
+/// The shortest template a context install carries (IPv4 and TCP headers without options).
+pub const MIN_TEMPLATE_LEN: usize = 40;
+
+/// The longest template a context install carries (IPv6 and TCP headers with timestamps).
+pub const MAX_TEMPLATE_LEN: usize = 72;
+
+/// Context generations are below this.
+pub const CONTEXT_GENERATIONS: u8 = 16;
 
 /// Data flag: a sequence number of [`SEQ_LEN`] bytes follows the data header.
 pub const FLAG_HAS_SEQ: u8 = 0x01;
@@ -221,6 +239,10 @@ pub enum Kind {
     Abandon = 8,
     /// A segment of a pTCP connection, on its micro-flow's path.
     Ptcp = 9,
+    /// A header compression context: its id, generation and template.
+    ContextInstall = 10,
+    /// The receiver holds a header compression context.
+    ContextAck = 11,
 }
 
 impl From<Kind> for u8 {
@@ -243,6 +265,8 @@ impl TryFrom<u8> for Kind {
             7 => Ok(Kind::SigAck),
             8 => Ok(Kind::Abandon),
             9 => Ok(Kind::Ptcp),
+            10 => Ok(Kind::ContextInstall),
+            11 => Ok(Kind::ContextAck),
             other => Err(Error::UnknownKind(other)),
         }
     }
@@ -338,6 +362,17 @@ impl<T: AsRef<[u8]>> Packet<T> {
                     Ok(())
                 };
             }
+            Kind::ContextInstall => {
+                // The template is every remaining byte, within bounds.
+                return if len < CONTEXT_HEADER_LEN + MIN_TEMPLATE_LEN {
+                    Err(Error::Truncated)
+                } else if len > CONTEXT_HEADER_LEN + MAX_TEMPLATE_LEN {
+                    Err(Error::BadLength)
+                } else {
+                    Ok(())
+                };
+            }
+            Kind::ContextAck => CONTEXT_HEADER_LEN,
             Kind::Marker => MARKER_LEN,
             Kind::Probe | Kind::ProbeAck => PROBE_LEN,
             Kind::Nack | Kind::Abandon => NACK_LEN,
@@ -795,6 +830,22 @@ pub enum Repr<'a> {
         /// The pTCP segment (never empty).
         segment: &'a [u8],
     },
+    /// Header compression: the sender's context `cid` in `generation` has this template.
+    ContextInstall {
+        /// The context id.
+        cid: u8,
+        /// The context's generation, below [`CONTEXT_GENERATIONS`].
+        generation: u8,
+        /// The template: [`MIN_TEMPLATE_LEN`] to [`MAX_TEMPLATE_LEN`] bytes.
+        template: &'a [u8],
+    },
+    /// Header compression: the receiver holds context `cid` in `generation`.
+    ContextAck {
+        /// The context id.
+        cid: u8,
+        /// The context's generation, below [`CONTEXT_GENERATIONS`].
+        generation: u8,
+    },
 }
 
 /// Data sequence numbers `first..first + count`, lost on `path`, that the sender will not
@@ -913,6 +964,22 @@ impl<'a> Repr<'a> {
                 sigack::validate(entries)?;
                 Ok(Repr::SigAck(SigAcks::from_wire(entries)))
             }
+            kind @ (Kind::ContextInstall | Kind::ContextAck) => {
+                let [cid, generation] = read::<2>(bytes, 2)?;
+                if generation >= CONTEXT_GENERATIONS {
+                    return Err(Error::Reserved);
+                }
+                Ok(if kind == Kind::ContextAck {
+                    Repr::ContextAck { cid, generation }
+                } else {
+                    let template = bytes.get(CONTEXT_HEADER_LEN..).ok_or(Error::Truncated)?;
+                    Repr::ContextInstall {
+                        cid,
+                        generation,
+                        template,
+                    }
+                })
+            }
             Kind::Ptcp => {
                 let segment = bytes.get(field::SEGMENT..).ok_or(Error::Truncated)?;
                 Ok(Repr::Ptcp {
@@ -953,6 +1020,8 @@ impl<'a> Repr<'a> {
             Repr::Abandon(_) => Kind::Abandon,
             Repr::SigAck(_) => Kind::SigAck,
             Repr::Ptcp { .. } => Kind::Ptcp,
+            Repr::ContextInstall { .. } => Kind::ContextInstall,
+            Repr::ContextAck { .. } => Kind::ContextAck,
         }
     }
 
@@ -966,14 +1035,37 @@ impl<'a> Repr<'a> {
             Repr::Nack(_) | Repr::Abandon(_) => NACK_LEN,
             Repr::SigAck(entries) => SIGACK_HEADER_LEN + SIGACK_ENTRY_LEN * entries.len(),
             Repr::Ptcp { segment, .. } => PTCP_HEADER_LEN + segment.len(),
+            Repr::ContextInstall { template, .. } => CONTEXT_HEADER_LEN + template.len(),
+            Repr::ContextAck { .. } => CONTEXT_HEADER_LEN,
         }
     }
 
     /// Checks that the representation can be put on the wire: path ids below [`MAX_PATHS`]
-    /// ([`Error::BadPath`]), at most [`MAX_PATHS`] credits and a pTCP segment of at least one
-    /// byte ([`Error::BadLength`]).
+    /// ([`Error::BadPath`]), at most [`MAX_PATHS`] credits, a pTCP segment of at least one
+    /// byte and a context template of [`MIN_TEMPLATE_LEN`] to [`MAX_TEMPLATE_LEN`]
+    /// ([`Error::BadLength`]), and context generations below [`CONTEXT_GENERATIONS`]
+    /// ([`Error::Reserved`]).
     pub fn check(&self) -> Result<(), Error> {
         match self {
+            Repr::ContextInstall {
+                generation,
+                template,
+                ..
+            } => {
+                if *generation >= CONTEXT_GENERATIONS {
+                    return Err(Error::Reserved);
+                }
+                if !(MIN_TEMPLATE_LEN..=MAX_TEMPLATE_LEN).contains(&template.len()) {
+                    return Err(Error::BadLength);
+                }
+                Ok(())
+            }
+            Repr::ContextAck { generation, .. } => {
+                if *generation >= CONTEXT_GENERATIONS {
+                    return Err(Error::Reserved);
+                }
+                Ok(())
+            }
             Repr::Ptcp { segment, .. } => {
                 if segment.is_empty() {
                     return Err(Error::BadLength);
@@ -1046,6 +1138,26 @@ impl<'a> Repr<'a> {
                 packet.set_flags(0)?;
                 packet.set_probe_id(count)?;
                 packet.set_probe_timestamp(first)?;
+            }
+            Repr::ContextInstall {
+                cid,
+                generation,
+                template,
+            } => {
+                let out = packet
+                    .payload_mut_from(2)
+                    .and_then(|b| b.get_mut(..2 + template.len()))
+                    .ok_or(Error::BufferTooSmall)?;
+                out[0] = cid;
+                out[1] = generation;
+                out[2..].copy_from_slice(template);
+            }
+            Repr::ContextAck { cid, generation } => {
+                packet
+                    .payload_mut_from(2)
+                    .and_then(|b| b.get_mut(..2))
+                    .ok_or(Error::BufferTooSmall)?
+                    .copy_from_slice(&[cid, generation]);
             }
             Repr::Ptcp { conn, segment } => {
                 packet.set_conn(conn)?;
@@ -1292,15 +1404,17 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for kind in [0, 10, 0x80, 0xff] {
+        for kind in [0, 12, 0x80, 0xff] {
             assert_eq!(
                 parse(&[0x01, kind, 0x00, 0x00]),
                 Err(Error::UnknownKind(kind))
             );
         }
         assert_eq!(parse(&[0x01, 0x00]), Err(Error::UnknownKind(0)));
-        assert_eq!(Kind::try_from(10), Err(Error::UnknownKind(10)));
+        assert_eq!(Kind::try_from(12), Err(Error::UnknownKind(12)));
         for kind in [
+            Kind::ContextInstall,
+            Kind::ContextAck,
             Kind::Ptcp,
             Kind::Abandon,
             Kind::Data,
@@ -1515,6 +1629,15 @@ mod tests {
             conn: u16,
             segment: Vec<u8>,
         },
+        ContextInstall {
+            cid: u8,
+            generation: u8,
+            template: Vec<u8>,
+        },
+        ContextAck {
+            cid: u8,
+            generation: u8,
+        },
     }
 
     impl Owned {
@@ -1534,6 +1657,19 @@ mod tests {
                 Owned::Ptcp { conn, segment } => Repr::Ptcp {
                     conn: *conn,
                     segment,
+                },
+                Owned::ContextInstall {
+                    cid,
+                    generation,
+                    template,
+                } => Repr::ContextInstall {
+                    cid: *cid,
+                    generation: *generation,
+                    template,
+                },
+                Owned::ContextAck { cid, generation } => Repr::ContextAck {
+                    cid: *cid,
+                    generation: *generation,
                 },
             }
         }
@@ -1588,6 +1724,18 @@ mod tests {
             }),
             (any::<u16>(), vec(any::<u8>(), 1..1500))
                 .prop_map(|(conn, segment)| Owned::Ptcp { conn, segment }),
+            (
+                any::<u8>(),
+                0..CONTEXT_GENERATIONS,
+                vec(any::<u8>(), MIN_TEMPLATE_LEN..=MAX_TEMPLATE_LEN)
+            )
+                .prop_map(|(cid, generation, template)| Owned::ContextInstall {
+                    cid,
+                    generation,
+                    template
+                }),
+            (any::<u8>(), 0..CONTEXT_GENERATIONS)
+                .prop_map(|(cid, generation)| Owned::ContextAck { cid, generation }),
         ]
     }
 
@@ -1595,7 +1743,7 @@ mod tests {
     fn arb_bytes() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             vec(any::<u8>(), 0..=2048),
-            (1u8..=9, vec(any::<u8>(), 0..=2046)).prop_map(|(kind, rest)| {
+            (1u8..=11, vec(any::<u8>(), 0..=2046)).prop_map(|(kind, rest)| {
                 let mut bytes = vec![VERSION, kind];
                 bytes.extend(rest);
                 bytes
@@ -1633,6 +1781,45 @@ mod tests {
             let _ = packet.credit_limit_bytes(index);
         }
         Ok(())
+    }
+
+    #[test]
+    fn context_vectors() {
+        let template = [0x45u8; 40];
+        let install = Repr::ContextInstall {
+            cid: 7,
+            generation: 15,
+            template: &template,
+        };
+        let bytes = install.emit_to_vec().unwrap();
+        assert_eq!(bytes[..4], [VERSION, 10, 7, 15]);
+        assert_eq!(bytes.len(), 44);
+        assert_eq!(parse(&bytes), Ok(install));
+        let ack = Repr::ContextAck {
+            cid: 255,
+            generation: 3,
+        };
+        assert_eq!(ack.emit_to_vec().unwrap(), [VERSION, 11, 255, 3]);
+        assert_eq!(parse(&[VERSION, 11, 255, 3]), Ok(ack));
+        // Generations are below 16; templates 40 to 72 bytes; an acknowledgement 4 bytes.
+        assert_eq!(parse(&[VERSION, 11, 0, 16]), Err(Error::Reserved));
+        assert_eq!(parse(&[VERSION, 11, 0, 0, 0]), Err(Error::BadLength));
+        assert_eq!(parse(&[VERSION, 11, 0]), Err(Error::Truncated));
+        assert_eq!(parse(&bytes[..43]), Err(Error::Truncated));
+        let mut long = bytes.clone();
+        long.extend([0; 33]);
+        assert_eq!(parse(&long), Err(Error::BadLength));
+        let too_short = Repr::ContextInstall {
+            cid: 0,
+            generation: 0,
+            template: &template[..39],
+        };
+        assert_eq!(too_short.emit_to_vec(), Err(Error::BadLength));
+        let bad_generation = Repr::ContextAck {
+            cid: 0,
+            generation: 16,
+        };
+        assert_eq!(bad_generation.emit_to_vec(), Err(Error::Reserved));
     }
 
     #[test]
