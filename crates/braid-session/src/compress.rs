@@ -51,8 +51,19 @@ const TAG: u8 = 0x10;
 /// Bytes in front of a compressed packet's changing fields: tag and generation, context id.
 pub const PREFIX_LEN: usize = 2;
 
-/// A context's install is sent again this often until it is acknowledged.
+/// A context's install goes again after this long without an acknowledgement (if its flow
+/// sends), the wait doubling each time up to [`INSTALL_EVERY`] x 32, for at most
+/// [`MAX_INSTALLS`] installs; after that the flow goes whole.
 pub const INSTALL_EVERY: Duration = Duration::from_millis(50);
+
+/// Installs of one context at most, before its flow is left whole.
+pub const MAX_INSTALLS: u8 = 8;
+
+/// A context is given to another flow only once its flow has sent nothing for this long:
+/// longer than any packet of the old flow, or its install, stays in flight, so the receiver
+/// never rebuilds a packet against the wrong flow's template, and more than 256 busy flows do
+/// not take contexts from each other (the newest go whole instead).
+pub const REUSE_AFTER: Duration = Duration::from_secs(2);
 
 use braid_wire::MAX_TEMPLATE_LEN;
 
@@ -286,6 +297,12 @@ pub struct CompressStats {
     pub installs_sent: u64,
     /// Contexts given to another flow.
     pub evictions: u64,
+    /// Packets of a new flow sent whole because every context was busy ([`REUSE_AFTER`]).
+    pub no_context: u64,
+    /// Acknowledged contexts the peer said it could not use, installed again.
+    pub reinstalls: u64,
+    /// Context installs received for an older generation than the one held: ignored.
+    pub stale_installs: u64,
     /// Compressed packets received and rebuilt.
     pub decompressed: u64,
     /// Compressed packets received that did not rebuild (unknown context, another
@@ -301,7 +318,20 @@ struct Slot {
     generation: u8,
     acked: bool,
     last_install: Option<Instant>,
-    last_use: u64,
+    /// Installs sent since the context was (re)assigned or lost its acknowledgement.
+    installs: u8,
+    last_use: Instant,
+}
+
+impl Slot {
+    /// Whether the context's install is due again at `now`.
+    fn install_due(&self, now: Instant) -> bool {
+        self.installs < MAX_INSTALLS
+            && self.last_install.is_none_or(|t| {
+                let wait = INSTALL_EVERY * (1u32 << self.installs.saturating_sub(1).min(5));
+                now.saturating_duration_since(t) >= wait
+            })
+    }
 }
 
 /// What one end compresses before it stripes.
@@ -311,7 +341,6 @@ pub struct Compressor {
     slots: Vec<Slot>,
     /// Context ids whose install is due.
     installs: VecDeque<u8>,
-    clock: u64,
     stats: CompressStats,
 }
 
@@ -339,19 +368,22 @@ impl Compressor {
             return false;
         };
         let template = Template::of(packet, layout);
-        self.clock += 1;
         let cid = match self.by_template.get(template.as_slice()) {
             Some(&c) => c,
-            None => self.allocate(template),
+            None => match self.allocate(now, template) {
+                Some(c) => c,
+                None => {
+                    self.stats.no_context += 1;
+                    return false;
+                }
+            },
         };
         let slot = &mut self.slots[usize::from(cid)];
-        slot.last_use = self.clock;
+        slot.last_use = now;
         if !slot.acked {
-            if slot
-                .last_install
-                .is_none_or(|t| now.saturating_duration_since(t) >= INSTALL_EVERY)
-            {
+            if slot.install_due(now) {
                 slot.last_install = Some(now);
+                slot.installs += 1;
                 if !self.installs.contains(&cid) {
                     self.installs.push_back(cid);
                 }
@@ -392,14 +424,16 @@ impl Compressor {
     }
 
     /// A context for a new flow: a free one, else the least recently used one, in its next
-    /// generation.
-    fn allocate(&mut self, template: Template) -> u8 {
+    /// generation, if its flow has been idle for [`REUSE_AFTER`]; `None` if every context is
+    /// busy.
+    fn allocate(&mut self, now: Instant, template: Template) -> Option<u8> {
         let slot = Slot {
             template,
             generation: 0,
             acked: false,
             last_install: None,
-            last_use: self.clock,
+            installs: 0,
+            last_use: now,
         };
         let cid = if self.slots.len() < CONTEXTS {
             self.slots.push(slot);
@@ -410,7 +444,7 @@ impl Compressor {
                 .iter_mut()
                 .enumerate()
                 .min_by_key(|(_, s)| s.last_use)
-                .expect("CONTEXTS > 0");
+                .filter(|(_, s)| now.saturating_duration_since(s.last_use) >= REUSE_AFTER)?;
             self.by_template.remove(old.template.as_slice());
             let generation = (old.generation + 1) % GENERATIONS;
             *old = Slot { generation, ..slot };
@@ -419,7 +453,7 @@ impl Compressor {
         };
         let cid = cid as u8;
         self.by_template.insert(template.as_slice().to_vec(), cid);
-        cid
+        Some(cid)
     }
 
     /// The next context install to send: context id, generation and template.
@@ -440,13 +474,24 @@ impl Compressor {
         !self.installs.is_empty()
     }
 
-    /// The peer holds context `cid` in `generation`: its flow's packets compress from now on.
+    /// The peer holds context `cid` in `generation`. In the context's own generation, its
+    /// flow's packets compress from now on. In another, while the context is acknowledged, the
+    /// peer could not rebuild a packet of it (it answers so, [`Decompressor::decompress`]):
+    /// the flow goes whole again and the install is sent afresh.
     pub fn handle_ack(&mut self, cid: u8, generation: u8) {
-        if let Some(s) = self.slots.get_mut(usize::from(cid)) {
-            if s.generation == generation && !s.acked {
+        let Some(s) = self.slots.get_mut(usize::from(cid)) else {
+            return;
+        };
+        if s.generation == generation {
+            if !s.acked {
                 s.acked = true;
                 self.installs.retain(|&c| c != cid);
             }
+        } else if s.acked {
+            s.acked = false;
+            s.installs = 0;
+            s.last_install = None;
+            self.stats.reinstalls += 1;
         }
     }
 
@@ -519,11 +564,24 @@ impl Decompressor {
             self.stats.bad_installs += 1;
             return;
         };
+        // A late copy of an earlier install (installs repeat, and paths differ in delay) must
+        // not take the context back from the flow the sender gave it to since.
+        if let Some(held) = &self.slots[usize::from(cid)] {
+            let ahead = generation.wrapping_sub(held.generation) % GENERATIONS;
+            if ahead > GENERATIONS / 2 {
+                self.stats.stale_installs += 1;
+                return;
+            }
+        }
         self.slots[usize::from(cid)] = Some(RxSlot {
             generation,
             layout,
             template: Template::of(template, layout),
         });
+        self.queue_ack(cid, generation);
+    }
+
+    fn queue_ack(&mut self, cid: u8, generation: u8) {
         if !self.acks.contains(&(cid, generation)) {
             if self.acks.len() >= CONTEXTS {
                 self.acks.pop_front();
@@ -544,7 +602,9 @@ impl Decompressor {
 
     /// Rebuild the IP packet of a compressed payload ([`is_compressed`]) into `out` (cleared
     /// first); `false` (counted) if it does not rebuild: unknown context, another generation,
-    /// too short, too long.
+    /// too short, too long. A packet of a context this end does not hold in that generation
+    /// is answered with an acknowledgement of what it does hold, so a sender that believes
+    /// otherwise installs the context again ([`Compressor::handle_ack`]).
     pub fn decompress(&mut self, payload: &[u8], out: &mut Vec<u8>) -> bool {
         out.clear();
         let ok = self.rebuild_into(payload, out);
@@ -553,6 +613,14 @@ impl Decompressor {
         } else {
             self.stats.undecodable += 1;
             out.clear();
+            if let (Some(&tag), Some(&cid)) = (payload.first(), payload.get(1)) {
+                let sent = tag & 0x0f;
+                let held = self.slots[usize::from(cid)]
+                    .map_or((sent + GENERATIONS / 2) % GENERATIONS, |s| s.generation);
+                if held != sent {
+                    self.queue_ack(cid, held);
+                }
+            }
         }
         ok
     }
@@ -630,8 +698,18 @@ mod tests {
 
     /// Send `packet` through a compressor whose contexts the decompressor acknowledged.
     fn through(c: &mut Compressor, d: &mut Decompressor, packet: &[u8]) -> (bool, Vec<u8>) {
+        through_at(Instant::ZERO, c, d, packet)
+    }
+
+    /// [`through`] at `now`.
+    fn through_at(
+        now: Instant,
+        c: &mut Compressor,
+        d: &mut Decompressor,
+        packet: &[u8],
+    ) -> (bool, Vec<u8>) {
         let mut p = packet.to_vec();
-        let mut squeezed = c.compress(Instant::ZERO, &mut p);
+        let mut squeezed = c.compress(now, &mut p);
         if !squeezed && packet_layout(packet).is_some() {
             // Install the context and try again.
             while let Some((cid, g, t)) = c.poll_install() {
@@ -642,7 +720,7 @@ mod tests {
                 c.handle_ack(cid, g);
             }
             p = packet.to_vec();
-            squeezed = c.compress(Instant::ZERO, &mut p);
+            squeezed = c.compress(now, &mut p);
         }
         if !squeezed {
             return (false, p);
@@ -739,15 +817,19 @@ mod tests {
         assert_eq!(Layout::V6Ts.compressed_len(), 24);
     }
 
-    #[test]
-    fn the_257th_flow_takes_the_oldest_context_in_a_new_generation() {
-        let mut c = Compressor::new();
-        let mut d = Decompressor::new();
-        let flow = |i: u16| {
-            let mut p = v4(true, 1, 100);
-            p[20..22].copy_from_slice(&i.to_be_bytes());
-            p
-        };
+    /// Flow `i`'s packet: source port `i`.
+    fn flow(i: u16) -> Vec<u8> {
+        let mut p = v4(true, 1, 100);
+        p[20..22].copy_from_slice(&i.to_be_bytes());
+        let sum = crate::pmtu::checksum(&p[..20]);
+        assert_eq!(sum, 0, "the IPv4 checksum does not cover the ports");
+        p
+    }
+
+    /// A compressor and a decompressor whose 256 contexts flows 0-255 hold, acknowledged at
+    /// time zero; flow 1's compressed packet of then.
+    fn all_contexts_taken() -> (Compressor, Decompressor, Vec<u8>) {
+        let (mut c, mut d) = (Compressor::new(), Decompressor::new());
         let mut old = flow(1);
         for i in 0..CONTEXTS as u16 {
             assert!(through(&mut c, &mut d, &flow(i)).0);
@@ -755,9 +837,16 @@ mod tests {
                 assert!(c.compress(Instant::ZERO, &mut old));
             }
         }
+        (c, d, old)
+    }
+
+    #[test]
+    fn the_257th_flow_takes_the_oldest_idle_context_in_a_new_generation() {
+        let (mut c, mut d, old) = all_contexts_taken();
+        let now = Instant::ZERO + REUSE_AFTER;
         // Keep flow 0 in use: flow 1's context is the oldest.
-        assert!(through(&mut c, &mut d, &flow(0)).0);
-        let (squeezed, out) = through(&mut c, &mut d, &flow(9999));
+        assert!(through_at(now, &mut c, &mut d, &flow(0)).0);
+        let (squeezed, out) = through_at(now, &mut c, &mut d, &flow(9999));
         assert!(squeezed);
         assert_eq!(out, flow(9999));
         assert_eq!(c.stats().evictions, 1);
@@ -766,6 +855,69 @@ mod tests {
         assert!(!d.decompress(&old, &mut out));
         assert!(out.is_empty());
         assert_eq!(d.stats().undecodable, 1);
+    }
+
+    #[test]
+    fn busy_contexts_are_not_taken_and_the_new_flow_goes_whole() {
+        let (mut c, mut d, _) = all_contexts_taken();
+        let now = Instant::ZERO + REUSE_AFTER / 2;
+        let (squeezed, out) = through_at(now, &mut c, &mut d, &flow(9999));
+        assert!(!squeezed);
+        assert_eq!(out, flow(9999));
+        assert_eq!((c.stats().evictions, c.stats().no_context), (0, 2));
+        assert!(c.poll_install().is_none(), "no install for it either");
+        // The 256 flows still compress.
+        assert!(through_at(now, &mut c, &mut d, &flow(7)).0);
+    }
+
+    #[test]
+    fn a_late_install_does_not_take_a_context_back() {
+        // Context 0 goes to flow 9999 (a new generation) while an install of it for flow 0 is
+        // still in flight; the late install arrives after the new one was acknowledged.
+        let (mut c, mut d, _) = all_contexts_taken();
+        let stale = Template::of(&flow(0), Layout::V4Ts);
+        let now = Instant::ZERO + REUSE_AFTER;
+        assert!(through_at(now, &mut c, &mut d, &flow(9999)).0);
+        assert_eq!(c.stats().evictions, 1);
+        d.handle_install(0, 0, stale.as_slice());
+        assert_eq!(d.stats().stale_installs, 1);
+        // Flow 9999 still rebuilds, as itself.
+        let (squeezed, out) = through_at(now, &mut c, &mut d, &flow(9999));
+        assert!(squeezed);
+        assert_eq!(out, flow(9999));
+    }
+
+    #[test]
+    fn a_receiver_without_the_context_gets_it_installed_again() {
+        let (mut c, _, _) = all_contexts_taken();
+        // A receiver that lost its contexts (or never had them).
+        let mut d = Decompressor::new();
+        let mut p = flow(3);
+        assert!(c.compress(Instant::ZERO, &mut p));
+        assert!(!d.decompress(&p, &mut Vec::new()));
+        let (cid, g) = d.poll_ack().expect("an answer");
+        c.handle_ack(cid, g);
+        assert_eq!(c.stats().reinstalls, 1);
+        // The flow goes whole until the context is installed again, then compresses.
+        let (squeezed, out) = through(&mut c, &mut d, &flow(3));
+        assert!(squeezed);
+        assert_eq!(out, flow(3));
+    }
+
+    #[test]
+    fn installs_back_off_and_stop() {
+        let mut c = Compressor::new();
+        let mut sent = Vec::new();
+        // A packet every 10 ms for 20 s, and no acknowledgement ever.
+        for ms in (0..20_000u64).step_by(10) {
+            let now = Instant::ZERO + Duration::from_millis(ms);
+            assert!(!c.compress(now, &mut flow(5)));
+            if c.poll_install().is_some() {
+                sent.push(ms);
+            }
+        }
+        assert_eq!(sent, [0, 50, 150, 350, 750, 1550, 3150, 4750]);
+        assert_eq!(usize::from(MAX_INSTALLS), sent.len());
     }
 
     #[test]

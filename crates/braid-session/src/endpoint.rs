@@ -89,8 +89,10 @@ pub struct Endpoint {
     /// Header compression ([`crate::compress`]): what this end sends, and what it receives.
     compressor: Option<Compressor>,
     decompressor: Option<Decompressor>,
-    /// Header bytes compression saved since [`Endpoint::take_compression_savings`] last ran.
+    /// Header bytes compression saved since [`Endpoint::take_compression_savings`] last ran,
+    /// on packets the striper took; and on the packet being sent now.
     saved: u64,
+    saving: u64,
 }
 
 impl Endpoint {
@@ -119,6 +121,7 @@ impl Endpoint {
             compressor: None,
             decompressor: None,
             saved: 0,
+            saving: 0,
         })
     }
 
@@ -146,7 +149,7 @@ impl Endpoint {
         if let Some(c) = &mut self.compressor {
             let before = payload.len();
             if c.compress(now, payload) {
-                self.saved += (before - payload.len()) as u64;
+                self.saving = (before - payload.len()) as u64;
             }
         }
         u32::try_from(payload.len()).unwrap_or(u32::MAX)
@@ -326,10 +329,14 @@ impl Endpoint {
         };
         let copy = within.map(|_| self.buffer(&payload));
         let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        self.saving = 0;
         let sent = match policy {
             Some(k) => self.send_by_policy(now, k, payload),
             None => self.send(now, payload),
         };
+        if sent.is_ok() {
+            self.saved += std::mem::take(&mut self.saving);
+        }
         match (sent.as_ref().ok(), within, copy) {
             (Some(&first), Some(allowed), Some(copy)) => {
                 // No other path with room: the copy is not sent (counted by the striper).
@@ -447,12 +454,11 @@ impl Endpoint {
                 }
                 let copy = match &mut self.decompressor {
                     Some(d) if compress::is_compressed(payload) => {
+                        // One that does not rebuild (counted) still takes its place in the
+                        // resequencing, empty, and is dropped at delivery
+                        // (`Endpoint::poll_deliver`): logical reception stays in step.
                         let mut b = self.spare.pop().unwrap_or_default();
-                        if !d.decompress(payload, &mut b) {
-                            // Counted; the resequencer sees a gap, as for a loss.
-                            self.recycle(b);
-                            return;
-                        }
+                        d.decompress(payload, &mut b);
                         b
                     }
                     _ => self.buffer(payload),
@@ -544,13 +550,20 @@ impl Endpoint {
 
     /// The next packet for the application, in order.
     pub fn poll_deliver(&mut self, now: Instant) -> Option<Vec<u8>> {
-        let d = self.receiver.poll_deliver(now);
-        if d.is_none() {
-            self.poll_credits(now);
-            self.pump_sig_acks(now);
-            self.pet_timeout(now);
+        loop {
+            let Some(d) = self.receiver.poll_deliver(now) else {
+                self.poll_credits(now);
+                self.pump_sig_acks(now);
+                self.pet_timeout(now);
+                return None;
+            };
+            // A compressed packet that did not rebuild: empty, though it had bytes.
+            if d.payload.is_empty() && d.len > 0 && self.decompressor.is_some() {
+                self.recycle(d.payload);
+                continue;
+            }
+            return Some(d.payload);
         }
-        d.map(|d| d.payload)
     }
 
     fn poll_credits(&mut self, now: Instant) {
