@@ -13,10 +13,13 @@
 //! - **Contexts.** The sender numbers each flow's *template* (the packet's headers with every
 //!   changing field, the IP lengths and the IPv4 checksum zeroed) with a context id (0-255)
 //!   and a 4-bit generation, and sends it to the receiver in a `ContextInstall` message
-//!   (`braid_wire::Repr::ContextInstall`) every [`INSTALL_EVERY`] until a `ContextAck` comes
-//!   back. Until then the flow's packets go whole. A 257th flow takes the least recently used
-//!   context and a new generation; the receiver drops a packet of an older generation (TCP
-//!   resends it), which can only happen while the context changes hands.
+//!   (`braid_wire::Repr::ContextInstall`), again after [`INSTALL_EVERY`] and then at
+//!   doubling intervals while its flow sends and no `ContextAck` has come back. Until then the
+//!   flow's packets go whole. A context passes to a new flow, in its next generation, only
+//!   once its own flow has been idle for [`REUSE_AFTER`]; with every context busy, a new flow
+//!   goes whole. The receiver ignores a late install of an earlier generation, and answers a
+//!   packet it cannot rebuild (a generation it does not hold) with an acknowledgement of what it
+//!   holds, which makes the sender install the context again.
 //! - **What is compressed.** IPv4 without options and not fragmented, or IPv6 without
 //!   extension headers, carrying TCP whose options are none or exactly the timestamps
 //!   (`NOP, NOP, TS`), without SYN, RST or URG. Anything else goes whole: handshakes, SACK
@@ -56,13 +59,18 @@ pub const PREFIX_LEN: usize = 2;
 /// [`MAX_INSTALLS`] installs; after that the flow goes whole.
 pub const INSTALL_EVERY: Duration = Duration::from_millis(50);
 
-/// Installs of one context at most, before its flow is left whole.
+/// Installs of one context at the doubling intervals; after these, one every
+/// [`INSTALL_RETRY`] (a flow that started during an outage gets compressed once it is over).
 pub const MAX_INSTALLS: u8 = 8;
 
-/// A context is given to another flow only once its flow has sent nothing for this long:
-/// longer than any packet of the old flow, or its install, stays in flight, so the receiver
-/// never rebuilds a packet against the wrong flow's template, and more than 256 busy flows do
-/// not take contexts from each other (the newest go whole instead).
+/// The wait between installs after [`MAX_INSTALLS`] went unacknowledged.
+pub const INSTALL_RETRY: Duration = Duration::from_secs(10);
+
+/// A context is given to another flow only once its flow has sent nothing for this long, so
+/// that more than 256 busy flows do not take contexts from each other (the newest go whole
+/// instead) and a context changes hands at most once per 2 s: a packet of the old flow would
+/// have to wait in flight through 16 changes of hands (32 s) before its generation came round
+/// again, and even then the TCP checksum stands between it and the wrong flow.
 pub const REUSE_AFTER: Duration = Duration::from_secs(2);
 
 use braid_wire::MAX_TEMPLATE_LEN;
@@ -326,11 +334,14 @@ struct Slot {
 impl Slot {
     /// Whether the context's install is due again at `now`.
     fn install_due(&self, now: Instant) -> bool {
-        self.installs < MAX_INSTALLS
-            && self.last_install.is_none_or(|t| {
-                let wait = INSTALL_EVERY * (1u32 << self.installs.saturating_sub(1).min(5));
-                now.saturating_duration_since(t) >= wait
-            })
+        self.last_install.is_none_or(|t| {
+            let wait = if self.installs >= MAX_INSTALLS {
+                INSTALL_RETRY
+            } else {
+                INSTALL_EVERY * (1u32 << self.installs.saturating_sub(1).min(5))
+            };
+            now.saturating_duration_since(t) >= wait
+        })
     }
 }
 
@@ -341,6 +352,9 @@ pub struct Compressor {
     slots: Vec<Slot>,
     /// Context ids whose install is due.
     installs: VecDeque<u8>,
+    /// With every context busy: no context can pass to a new flow before this (a context's
+    /// last use only moves later), so new flows go whole without a scan.
+    busy_until: Option<Instant>,
     stats: CompressStats,
 }
 
@@ -383,7 +397,7 @@ impl Compressor {
         if !slot.acked {
             if slot.install_due(now) {
                 slot.last_install = Some(now);
-                slot.installs += 1;
+                slot.installs = slot.installs.saturating_add(1);
                 if !self.installs.contains(&cid) {
                     self.installs.push_back(cid);
                 }
@@ -439,12 +453,19 @@ impl Compressor {
             self.slots.push(slot);
             self.slots.len() - 1
         } else {
+            if self.busy_until.is_some_and(|t| now < t) {
+                return None;
+            }
             let (i, old) = self
                 .slots
                 .iter_mut()
                 .enumerate()
                 .min_by_key(|(_, s)| s.last_use)
-                .filter(|(_, s)| now.saturating_duration_since(s.last_use) >= REUSE_AFTER)?;
+                .expect("CONTEXTS > 0");
+            if now.saturating_duration_since(old.last_use) < REUSE_AFTER {
+                self.busy_until = Some(old.last_use + REUSE_AFTER);
+                return None;
+            }
             self.by_template.remove(old.template.as_slice());
             let generation = (old.generation + 1) % GENERATIONS;
             *old = Slot { generation, ..slot };
@@ -905,7 +926,7 @@ mod tests {
     }
 
     #[test]
-    fn installs_back_off_and_stop() {
+    fn installs_back_off() {
         let mut c = Compressor::new();
         let mut sent = Vec::new();
         // A packet every 10 ms for 20 s, and no acknowledgement ever.
@@ -916,8 +937,8 @@ mod tests {
                 sent.push(ms);
             }
         }
-        assert_eq!(sent, [0, 50, 150, 350, 750, 1550, 3150, 4750]);
-        assert_eq!(usize::from(MAX_INSTALLS), sent.len());
+        assert_eq!(sent, [0, 50, 150, 350, 750, 1550, 3150, 4750, 14750]);
+        assert_eq!(usize::from(MAX_INSTALLS) + 1, sent.len());
     }
 
     #[test]

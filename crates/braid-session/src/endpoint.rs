@@ -93,6 +93,10 @@ pub struct Endpoint {
     /// on packets the striper took; and on the packet being sent now.
     saved: u64,
     saving: u64,
+    /// The packet being sent now goes whole (it is sent twice: the copy, taken before, is
+    /// whole too, and if the first could not be rebuilt its place in the resequencing would
+    /// shut the copy out).
+    whole: bool,
 }
 
 impl Endpoint {
@@ -122,6 +126,7 @@ impl Endpoint {
             decompressor: None,
             saved: 0,
             saving: 0,
+            whole: false,
         })
     }
 
@@ -140,13 +145,14 @@ impl Endpoint {
             decompressed: rx.decompressed,
             undecodable: rx.undecodable,
             bad_installs: rx.bad_installs,
+            stale_installs: rx.stale_installs,
             ..tx
         })
     }
 
     /// Compress `payload` in place if its flow's context allows; its length afterwards.
     fn squeeze(&mut self, now: Instant, payload: &mut Vec<u8>) -> u32 {
-        if let Some(c) = &mut self.compressor {
+        if let (Some(c), false) = (&mut self.compressor, self.whole) {
             let before = payload.len();
             if c.compress(now, payload) {
                 self.saving = (before - payload.len()) as u64;
@@ -330,10 +336,12 @@ impl Endpoint {
         let copy = within.map(|_| self.buffer(&payload));
         let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
         self.saving = 0;
+        self.whole = copy.is_some();
         let sent = match policy {
             Some(k) => self.send_by_policy(now, k, payload),
             None => self.send(now, payload),
         };
+        self.whole = false;
         if sent.is_ok() {
             self.saved += std::mem::take(&mut self.saving);
         }

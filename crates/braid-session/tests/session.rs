@@ -902,6 +902,31 @@ fn tcp_headers_travel_compressed_and_arrive_whole() {
 }
 
 #[test]
+fn a_packet_sent_twice_goes_whole() {
+    // Both copies whole: if a compressed first copy could not be rebuilt, its place in the
+    // resequencing would shut the second out.
+    let mut net = Net::new(3, ResequenceMode::Sequence);
+    let mut p = params(3, ResequenceMode::Sequence);
+    p.compress_headers = true;
+    let mut cfg = client_config(p);
+    cfg.duplicate_dscp = 1; // DSCP 0, the segments'
+    net.client = session(cfg, 3);
+    net.established();
+    let sent: Vec<Vec<u8>> = (0..100u32)
+        .map(|i| tcp_ts_segment(1 + i * 1000, 1000))
+        .collect();
+    for pkt in &sent {
+        assert!(net.client.send(net.now, pkt));
+        net.step(Duration::from_millis(2));
+    }
+    net.step(Duration::from_millis(300));
+    assert_eq!(net.to_server, sent);
+    let st = net.client.status();
+    assert!(st.duplicated_packets >= 90, "{}", st.duplicated_packets);
+    assert_eq!(st.compression.expect("on").compressed, 0);
+}
+
+#[test]
 fn a_shaped_bond_sends_more_segments_when_their_headers_shrink() {
     // The egress shaper charges a packet whole before the endpoint compresses it; what the
     // compression saved comes back to its bucket, so the shaper's rate is one of wire bytes
