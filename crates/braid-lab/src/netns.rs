@@ -156,6 +156,22 @@ impl Netns {
         }
         ip(&["netns", "del", name]).map(drop)
     }
+
+    /// Send SIGTERM to every process running in namespace `name` but this one (the daemons a
+    /// lab started there): deleting a namespace does not stop them, and they would run on
+    /// with nothing to talk to. Returns how many were signalled.
+    pub fn stop_processes(name: &str) -> usize {
+        let Ok(out) = ip(&["netns", "pids", name]) else {
+            return 0;
+        };
+        let own = std::process::id();
+        out.split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+            .filter(|&p| p != own && p > 1)
+            .filter_map(|p| libc::pid_t::try_from(p).ok())
+            .filter(|&p| sys::terminate(p).is_ok())
+            .count()
+    }
 }
 
 /// `(rx_bytes, tx_bytes)` of `dev` in the text of `/proc/net/dev`.

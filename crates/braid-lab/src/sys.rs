@@ -69,6 +69,12 @@ pub fn process_cpu_time() -> io::Result<Duration> {
     Ok(tv(usage.ru_utime) + tv(usage.ru_stime))
 }
 
+/// Send SIGTERM to process `pid`.
+pub fn terminate(pid: libc::pid_t) -> io::Result<()> {
+    // SAFETY: kill takes two integers and touches no memory of ours.
+    cvt(unsafe { libc::kill(pid, libc::SIGTERM) }).map(drop)
+}
+
 /// Move the calling thread into the network namespace `ns` (an open `/run/netns/NAME`).
 pub fn setns_net(ns: &File) -> io::Result<()> {
     // SAFETY: `ns` is an open file descriptor for the duration of the call; setns only reads it.

@@ -12,7 +12,7 @@
 //! only unique within their namespace, which is all the kernel asks.
 //!
 //! Cleanup: [`Testbed`]'s `Drop` (which also runs when a panic unwinds) stops the emulators and
-//! deletes the namespaces; SIGINT and SIGTERM delete the namespaces of every live testbed of
+//! deletes the namespaces; SIGINT and SIGTERM stop the processes in (the daemons) and delete the namespaces of every live testbed of
 //! the process and exit; [`clean_stale`] removes what a killed process (SIGKILL) left.
 
 use crate::emulator::model::DirectionConfig;
@@ -136,10 +136,13 @@ fn live() -> std::sync::MutexGuard<'static, Vec<String>> {
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Delete the namespaces of every live testbed of this process (what the signal handler
-/// does). Returns how many were deleted.
+/// Stop the processes in, and delete, the namespaces of every live testbed of this process
+/// (what the signal handler does). Returns how many namespaces were deleted.
 pub fn cleanup_all() -> usize {
     let names: Vec<String> = live().drain(..).collect();
+    for name in &names {
+        Netns::stop_processes(name);
+    }
     let mut n = 0;
     for name in names {
         if Netns::delete(&name).is_ok() {
@@ -198,6 +201,7 @@ pub fn clean_stale() -> Result<Vec<String>, LabError> {
         };
         let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
         if !alive {
+            Netns::stop_processes(&name);
             Netns::delete(&name)?;
             removed.push(name);
         }
