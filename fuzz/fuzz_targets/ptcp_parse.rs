@@ -17,7 +17,11 @@ fuzz_target!(|data: &[u8]| {
             .get(data.len().saturating_sub(8)..)
             .and_then(|b| b.try_into().ok())
             .map_or(0, u64::from_be_bytes);
-        for t in [truncate(seg.vseq.0), truncate(seg.offset), truncate(seg.data_ack)] {
+        for t in [
+            truncate(seg.vseq.0),
+            truncate(seg.offset),
+            truncate(seg.data_ack),
+        ] {
             assert_eq!(truncate(expand(t, expected)), t);
         }
     }
