@@ -124,7 +124,7 @@ pub fn render(st: &Status) -> String {
             }
             reg.register(name, help, fam);
         };
-    let peer_gauges: [PeerGauge; 10] = [
+    let peer_gauges: [PeerGauge; 13] = [
         ("established", "1 once keys are established", |p| {
             f64::from(u8::from(p.session.established))
         }),
@@ -166,6 +166,21 @@ pub fn render(st: &Status) -> String {
             "spoofed_packets",
             "Packets from a client with a source address not its own (dropped)",
             |p| p.spoofed_packets as f64,
+        ),
+        (
+            "compressed_packets",
+            "Packets sent with their TCP/IP headers compressed (compress_headers)",
+            |p| p.session.compression.map_or(0.0, |c| c.compressed as f64),
+        ),
+        (
+            "compression_saved_bytes",
+            "Header bytes header compression kept off the wire",
+            |p| p.session.compression.map_or(0.0, |c| c.bytes_saved as f64),
+        ),
+        (
+            "undecodable_packets",
+            "Compressed packets received that did not rebuild (dropped)",
+            |p| p.session.compression.map_or(0.0, |c| c.undecodable as f64),
         ),
     ];
     for (name, help, value) in peer_gauges {

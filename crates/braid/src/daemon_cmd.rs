@@ -359,6 +359,13 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
     if let Some(r) = s["shaping_rate_bps"].as_f64() {
         println!("egress shaped at {:.2} Mbit/s", r / 1e6);
     }
+    if let Some(c) = s["compression"].as_object() {
+        println!(
+            "TCP headers: sent compressed {} (saved {} bytes), whole {} (awaiting ack {}, no context {})  received compressed {}, undecodable {}",
+            c["compressed"], c["bytes_saved"], c["whole"], c["awaiting_ack"], c["no_context"],
+            c["decompressed"], c["undecodable"]
+        );
+    }
     if let Some(pet) = s["pet"].as_object() {
         println!(
             "PET: SIG-ACKs sent {} received {} dropped {}  pairs {} samples {} probes {}  blackouts {}",

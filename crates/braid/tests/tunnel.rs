@@ -439,6 +439,18 @@ fn transfer_both_ways_with_loss_on_a_path() {
         "longest read gaps: up {up:?}, down {down:?}; declared lost: server {}, client {}",
         s["peers"][0]["session"]["lost_packets"], c["peers"][0]["session"]["lost_packets"]
     );
+    // The kernel's TCP headers crossed compressed (on by default), both ways, through the
+    // drops and resends, and every byte arrived as sent (`transfer` checks each one).
+    for (end, st, peer) in [("server", &s, &c), ("client", &c, &s)] {
+        let mine = &st["peers"][0]["session"]["compression"];
+        let theirs = &peer["peers"][0]["session"]["compression"];
+        assert!(
+            mine["compressed"].as_u64().unwrap() > 1_000,
+            "the {end} compressed: {mine}"
+        );
+        assert!(theirs["decompressed"].as_u64().unwrap() > 1_000, "{theirs}");
+        assert_eq!(theirs["undecodable"], 0, "{theirs}");
+    }
     // TSO super-packets split into the bond, GRO-coalesced writes out of it.
     assert_tun(&bed);
 }
