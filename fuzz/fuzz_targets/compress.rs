@@ -7,7 +7,7 @@
 #![no_main]
 
 use braid_proto::time::Instant;
-use braid_session::compress::{is_compressed, Compressor, Decompressor};
+use braid_session::compress::{exchange_contexts, is_compressed, Compressor, Decompressor};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -20,13 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let mut p = packet.to_vec();
     if !c.compress(Instant::ZERO, &mut p) {
         assert_eq!(p, packet);
-        while let Some((cid, g, t)) = c.poll_install() {
-            let t = t.to_vec();
-            d.handle_install(cid, g, &t);
-        }
-        while let Some((cid, g)) = d.poll_ack() {
-            c.handle_ack(cid, g);
-        }
+        exchange_contexts(&mut c, &mut d);
         p = packet.to_vec();
         if c.compress(Instant::ZERO, &mut p) {
             let mut out = Vec::new();

@@ -11,7 +11,7 @@ use braid_proto::scheduler::SchedulerKind;
 use braid_proto::striper::MarkerPosition;
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
-use braid_session::compress::{Compressor, Decompressor};
+use braid_session::compress::{exchange_contexts, Compressor, Decompressor};
 use braid_session::hostile::tcp_ts_segment;
 use braid_session::{BondParams, PrivateKey, Role, Session, SessionConfig};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
@@ -154,13 +154,7 @@ fn compress(cr: &mut Criterion) {
     for p in &packets {
         c.compress(Instant::ZERO, &mut p.clone());
     }
-    while let Some((cid, g, t)) = c.poll_install() {
-        let t = t.to_vec();
-        d.handle_install(cid, g, &t);
-    }
-    while let Some((cid, g)) = d.poll_ack() {
-        c.handle_ack(cid, g);
-    }
+    exchange_contexts(&mut c, &mut d);
     let squeezed: Vec<Vec<u8>> = packets
         .iter()
         .map(|p| {

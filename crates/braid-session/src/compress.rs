@@ -38,6 +38,7 @@
 //! [`Compressor::poll_install`] and [`Decompressor::poll_ack`] hand it.
 
 use braid_proto::time::{Duration, Instant};
+use braid_wire::MAX_TEMPLATE_LEN;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 
@@ -73,8 +74,6 @@ pub const INSTALL_RETRY: Duration = Duration::from_secs(10);
 /// again, and even then the TCP checksum stands between it and the wrong flow.
 pub const REUSE_AFTER: Duration = Duration::from_secs(2);
 
-use braid_wire::MAX_TEMPLATE_LEN;
-
 const SYN: u8 = 0x02;
 const RST: u8 = 0x04;
 const URG: u8 = 0x20;
@@ -108,45 +107,30 @@ impl Layout {
         self.ip_len() + if self.has_ts() { 32 } else { 20 }
     }
 
+    fn is_v6(self) -> bool {
+        matches!(self, Layout::V6 | Layout::V6Ts)
+    }
+
     /// The changing fields every compressed header carries, `(offset, length)` in the
-    /// uncompressed header, in their order on the wire. IPv6's traffic class straddles bytes 0
-    /// and 1 and travels first, as one byte, outside this list.
-    fn fields(self) -> &'static [(usize, usize)] {
-        const V4: [(usize, usize); 7] =
-            [(1, 1), (4, 2), (24, 4), (28, 4), (33, 1), (34, 2), (36, 2)];
-        const V4_TS: [(usize, usize); 9] = [
-            (1, 1),
-            (4, 2),
-            (24, 4),
-            (28, 4),
-            (33, 1),
-            (34, 2),
-            (36, 2),
-            (44, 4),
-            (48, 4),
-        ];
-        const V6: [(usize, usize); 5] = [(44, 4), (48, 4), (53, 1), (54, 2), (56, 2)];
-        const V6_TS: [(usize, usize); 7] = [
-            (44, 4),
-            (48, 4),
-            (53, 1),
-            (54, 2),
-            (56, 2),
-            (64, 4),
-            (68, 4),
-        ];
-        match self {
-            Layout::V4 => &V4,
-            Layout::V4Ts => &V4_TS,
-            Layout::V6 => &V6,
-            Layout::V6Ts => &V6_TS,
-        }
+    /// uncompressed header, in their order on the wire: IPv4's TOS byte and ID, then TCP's
+    /// sequence and acknowledgement numbers, flags, window and checksum, then the two
+    /// timestamps. IPv6's traffic class straddles bytes 0 and 1 and travels first, as one
+    /// byte, outside this list.
+    fn fields(self) -> impl Iterator<Item = (usize, usize)> {
+        const V4_IP: [(usize, usize); 2] = [(1, 1), (4, 2)];
+        const TCP: [(usize, usize); 5] = [(4, 4), (8, 4), (13, 1), (14, 2), (16, 2)];
+        const TS: [(usize, usize); 2] = [(24, 4), (28, 4)];
+        let ip: &[(usize, usize)] = if self.is_v6() { &[] } else { &V4_IP };
+        let ts: &[(usize, usize)] = if self.has_ts() { &TS } else { &[] };
+        let tcp_at = self.ip_len();
+        ip.iter()
+            .copied()
+            .chain(TCP.iter().chain(ts).map(move |&(off, n)| (tcp_at + off, n)))
     }
 
     /// Bytes of changing fields in a compressed header.
     fn fields_len(self) -> usize {
-        let tc = usize::from(matches!(self, Layout::V6 | Layout::V6Ts));
-        tc + self.fields().iter().map(|&(_, n)| n).sum::<usize>()
+        usize::from(self.is_v6()) + self.fields().map(|(_, n)| n).sum::<usize>()
     }
 
     /// The whole compressed header: prefix and changing fields.
@@ -228,7 +212,7 @@ impl Template {
         let len = layout.header_len();
         let mut bytes = [0u8; MAX_TEMPLATE_LEN];
         bytes[..len].copy_from_slice(&header[..len]);
-        for &(at, n) in layout.fields() {
+        for (at, n) in layout.fields() {
             bytes[at..at + n].fill(0);
         }
         match layout {
@@ -263,13 +247,13 @@ fn rebuild(
     let mut h = [0u8; MAX_TEMPLATE_LEN];
     h[..len].copy_from_slice(template.get(..len)?);
     let mut at = 0;
-    if matches!(layout, Layout::V6 | Layout::V6Ts) {
+    if layout.is_v6() {
         let tc = *fields.first()?;
         h[0] |= tc >> 4;
         h[1] |= tc << 4;
         at = 1;
     }
-    for &(off, n) in layout.fields() {
+    for (off, n) in layout.fields() {
         h[off..off + n].copy_from_slice(fields.get(at..at + n)?);
         at += n;
     }
@@ -411,11 +395,11 @@ impl Compressor {
         c[0] = TAG | slot.generation;
         c[1] = cid;
         let mut at = PREFIX_LEN;
-        if matches!(layout, Layout::V6 | Layout::V6Ts) {
+        if layout.is_v6() {
             c[at] = (packet[0] << 4) | (packet[1] >> 4);
             at += 1;
         }
-        for &(off, len) in layout.fields() {
+        for (off, len) in layout.fields() {
             c[at..at + len].copy_from_slice(&packet[off..off + len]);
             at += len;
         }
@@ -559,6 +543,18 @@ impl Default for Decompressor {
             acks: VecDeque::new(),
             stats: CompressStats::default(),
         }
+    }
+}
+
+/// Hand every install `c` has due to `d`, and every acknowledgement `d` has due back to `c`:
+/// what the two ends' messages do over a link that loses nothing (for tests, benchmarks and
+/// fuzzing).
+pub fn exchange_contexts(c: &mut Compressor, d: &mut Decompressor) {
+    while let Some((cid, generation, template)) = c.poll_install() {
+        d.handle_install(cid, generation, template);
+    }
+    while let Some((cid, generation)) = d.poll_ack() {
+        c.handle_ack(cid, generation);
     }
 }
 
@@ -733,13 +729,7 @@ mod tests {
         let mut squeezed = c.compress(now, &mut p);
         if !squeezed && packet_layout(packet).is_some() {
             // Install the context and try again.
-            while let Some((cid, g, t)) = c.poll_install() {
-                let t = t.to_vec();
-                d.handle_install(cid, g, &t);
-            }
-            while let Some((cid, g)) = d.poll_ack() {
-                c.handle_ack(cid, g);
-            }
+            exchange_contexts(c, d);
             p = packet.to_vec();
             squeezed = c.compress(now, &mut p);
         }
@@ -766,8 +756,7 @@ mod tests {
         let later = Instant::ZERO + INSTALL_EVERY;
         assert!(!c.compress(later, &mut v4(true, 2, 10)));
         let (cid, g, t) = c.poll_install().expect("again");
-        let t = t.to_vec();
-        d.handle_install(cid, g, &t);
+        d.handle_install(cid, g, t);
         let (cid, g) = d.poll_ack().expect("an ack");
         c.handle_ack(cid, g);
         let original = v4(true, 3, 1388);

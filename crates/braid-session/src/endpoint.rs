@@ -90,13 +90,8 @@ pub struct Endpoint {
     compressor: Option<Compressor>,
     decompressor: Option<Decompressor>,
     /// Header bytes compression saved since [`Endpoint::take_compression_savings`] last ran,
-    /// on packets the striper took; and on the packet being sent now.
+    /// on packets the striper took.
     saved: u64,
-    saving: u64,
-    /// The packet being sent now goes whole (it is sent twice: the copy, taken before, is
-    /// whole too, and if the first could not be rebuilt its place in the resequencing would
-    /// shut the copy out).
-    whole: bool,
 }
 
 impl Endpoint {
@@ -125,8 +120,6 @@ impl Endpoint {
             compressor: None,
             decompressor: None,
             saved: 0,
-            saving: 0,
-            whole: false,
         })
     }
 
@@ -150,15 +143,26 @@ impl Endpoint {
         })
     }
 
-    /// Compress `payload` in place if its flow's context allows; its length afterwards.
-    fn squeeze(&mut self, now: Instant, payload: &mut Vec<u8>) -> u32 {
-        if let (Some(c), false) = (&mut self.compressor, self.whole) {
-            let before = payload.len();
-            if c.compress(now, payload) {
-                self.saving = (before - payload.len()) as u64;
-            }
+    /// Compress `payload` in place with `compressor`, if `compress` and its flow's context
+    /// allow; its length afterwards. (A function of the field, not of `self`, so that the
+    /// caller may hold other fields.)
+    fn squeeze(
+        compressor: &mut Option<Compressor>,
+        compress: bool,
+        now: Instant,
+        payload: &mut Vec<u8>,
+    ) -> u32 {
+        if let (Some(c), true) = (compressor, compress) {
+            c.compress(now, payload);
         }
         u32::try_from(payload.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Header bytes compression has saved so far.
+    fn bytes_saved(&self) -> u64 {
+        self.compressor
+            .as_ref()
+            .map_or(0, |c| c.stats().bytes_saved)
     }
 
     /// The header bytes compression saved on the packets sent since the last call: a shaper
@@ -190,12 +194,14 @@ impl Endpoint {
             .unwrap_or(1)
     }
 
-    /// Send `payload`, an IP packet, under policy `k`; see [`crate::policy`].
+    /// Send `payload`, an IP packet, under policy `k`; see [`crate::policy`]. Its headers are
+    /// compressed if `compress`.
     fn send_by_policy(
         &mut self,
         now: Instant,
         k: usize,
         payload: Vec<u8>,
+        compress: bool,
     ) -> Result<PathId, SendError<Vec<u8>>> {
         let active = (0..self.paths())
             .filter(|&i| self.striper.is_path_active(PathId(i as u8)))
@@ -203,7 +209,7 @@ impl Endpoint {
         // The flow key is read before the headers are compressed.
         let flow_key = policy::flow_key(&payload).unwrap_or(0);
         let mut payload = payload;
-        let len = self.squeeze(now, &mut payload);
+        let len = Self::squeeze(&mut self.compressor, compress, now, &mut payload);
         let p = &self.policies[k];
         let allowed = p.paths & active;
         if allowed == 0 {
@@ -272,10 +278,19 @@ impl Endpoint {
 
     /// Queue a packet for sending.
     pub fn send(&mut self, now: Instant, payload: Vec<u8>) -> Result<PathId, SendError<Vec<u8>>> {
-        let mut payload = payload;
+        self.send_striped(now, payload, true)
+    }
+
+    /// [`Endpoint::send`], the headers compressed if `compress`.
+    fn send_striped(
+        &mut self,
+        now: Instant,
+        mut payload: Vec<u8>,
+        compress: bool,
+    ) -> Result<PathId, SendError<Vec<u8>>> {
         // PET pairs no TCP retransmission (`crate::tcp_retransmit`).
         let Some(t) = self.tcp_retransmits.as_mut() else {
-            let len = self.squeeze(now, &mut payload);
+            let len = Self::squeeze(&mut self.compressor, compress, now, &mut payload);
             return self.striper.send(now, len, payload);
         };
         let seg = match crate::tcp_retransmit::classify(&payload) {
@@ -287,9 +302,9 @@ impl Endpoint {
             None => None,
         };
         let retransmit = seg.as_ref().is_some_and(|s| t.is_retransmission(s));
-        let len = self.squeeze(now, &mut payload);
+        let len = Self::squeeze(&mut self.compressor, compress, now, &mut payload);
         let sent = self.striper.send_marked(now, len, payload, retransmit);
-        if let (Ok(_), Some(s), Some(t)) = (&sent, seg, self.tcp_retransmits.as_mut()) {
+        if let (Ok(_), Some(s)) = (&sent, seg) {
             t.record(&s);
             self.stats.tcp_retransmits += u64::from(retransmit);
         }
@@ -335,15 +350,17 @@ impl Endpoint {
         };
         let copy = within.map(|_| self.buffer(&payload));
         let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-        self.saving = 0;
-        self.whole = copy.is_some();
+        // A packet sent twice goes whole: the copy, taken above, is whole too, and if a
+        // compressed first could not be rebuilt, its place in the resequencing would shut the
+        // copy out.
+        let compress = copy.is_none();
+        let saved_before = self.bytes_saved();
         let sent = match policy {
-            Some(k) => self.send_by_policy(now, k, payload),
-            None => self.send(now, payload),
+            Some(k) => self.send_by_policy(now, k, payload, compress),
+            None => self.send_striped(now, payload, compress),
         };
-        self.whole = false;
         if sent.is_ok() {
-            self.saved += std::mem::take(&mut self.saving);
+            self.saved += self.bytes_saved() - saved_before;
         }
         match (sent.as_ref().ok(), within, copy) {
             (Some(&first), Some(allowed), Some(copy)) => {
@@ -382,24 +399,17 @@ impl Endpoint {
     pub fn poll_transmit(&mut self, now: Instant, path: PathId, buf: &mut Vec<u8>) -> bool {
         buf.clear();
         if let Some(credits) = self.feedback.pop_front() {
-            let repr = Repr::Feedback(Credits::from_slice(&credits));
-            buf.resize(repr.buffer_len(), 0);
-            let ok = repr.emit_into(buf).is_ok();
+            let ok = emit(Repr::Feedback(Credits::from_slice(&credits)), buf);
             self.stats.feedback_sent += 1;
             self.credit_buf = credits;
             return ok;
         }
         if let Some(entries) = self.sig_acks.pop_front() {
-            let repr = Repr::SigAck(SigAcks::from_slice(&entries));
-            buf.resize(repr.buffer_len(), 0);
-            let ok = repr.emit_into(buf).is_ok();
             self.stats.sig_acks_sent += 1;
-            return ok;
+            return emit(Repr::SigAck(SigAcks::from_slice(&entries)), buf);
         }
         if let Some((cid, generation)) = self.decompressor.as_mut().and_then(|d| d.poll_ack()) {
-            let repr = Repr::ContextAck { cid, generation };
-            buf.resize(repr.buffer_len(), 0);
-            return repr.emit_into(buf).is_ok();
+            return emit(Repr::ContextAck { cid, generation }, buf);
         }
         if let Some((cid, generation, template)) =
             self.compressor.as_mut().and_then(|c| c.poll_install())
@@ -409,8 +419,7 @@ impl Endpoint {
                 generation,
                 template,
             };
-            buf.resize(repr.buffer_len(), 0);
-            return repr.emit_into(buf).is_ok();
+            return emit(repr, buf);
         }
         let Some(t) = self.striper.poll_transmit(now, path) else {
             return false;
@@ -423,8 +432,7 @@ impl Endpoint {
             },
             Outgoing::Marker(m) => Repr::Marker(*m),
         };
-        buf.resize(repr.buffer_len(), 0);
-        let ok = repr.emit_into(buf).is_ok();
+        let ok = emit(repr, buf);
         if let Outgoing::Data { payload, .. } = t.message {
             self.recycle(payload);
         }
@@ -660,6 +668,12 @@ impl Endpoint {
         .flatten()
         .min()
     }
+}
+
+/// Encode `repr` into `buf`, resized to fit; whether it could be.
+fn emit(repr: Repr<'_>, buf: &mut Vec<u8>) -> bool {
+    buf.resize(repr.buffer_len(), 0);
+    repr.emit_into(buf).is_ok()
 }
 
 /// Whether an IP packet is one no TCP takes an RTT sample from at its arrival end, so the
