@@ -1521,9 +1521,15 @@ impl Daemon {
                 _ => return,
             };
             let arrived_on = (self.cfg.role == Role::Initiator).then_some(PathId(i as u8));
-            // The datagrams of one receive arrived together: one clock reading for all.
+            // The datagrams of one receive are handled together: one clock reading for all.
+            // Each buffer's own arrival is the kernel's receive timestamp (`SO_TIMESTAMPNS`,
+            // which quinn-udp turns on), wall-clock time, taken back to the session's clock.
             let now = self.now();
+            let wall = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
             for (k, m) in meta[..got].iter().enumerate() {
+                let arrival = arrival_instant(now, wall, m.timestamp);
                 let stride = if m.stride == 0 { m.len } else { m.stride };
                 let base = k * RX_BUFFER_BYTES;
                 let mut at = 0;
@@ -1569,7 +1575,9 @@ impl Daemon {
                         }
                     };
                     let peer = &mut self.peers[c];
-                    let handled = peer.session.handle_datagram(now, arrived_on, datagram);
+                    let handled = peer
+                        .session
+                        .handle_datagram_at(now, arrival, arrived_on, datagram);
                     // A handshake may bring new bond parameters (the client's largest packet).
                     if handled.is_ok()
                         && matches!(
@@ -2200,5 +2208,49 @@ impl Daemon {
             cpu_user_s: cpu.0,
             cpu_system_s: cpu.1,
         }
+    }
+}
+
+/// The session-clock time at which a datagram reached the host, from its kernel receive
+/// timestamp `stamp` (wall-clock time since the Unix epoch; `None` without one), given `now` on
+/// the session's clock and `wall`, the wall clock read at the same moment. A stamp from the
+/// future (the wall clock stepped back) is `now`; one older than [`MAX_RECEIVE_AGE`] (the
+/// wall clock stepped forward, or the daemon stalled that long) is taken as that old.
+fn arrival_instant(now: Instant, wall: StdDuration, stamp: Option<StdDuration>) -> Instant {
+    let age = stamp.map_or(StdDuration::ZERO, |t| wall.saturating_sub(t));
+    let age_ns = u64::try_from(age.min(MAX_RECEIVE_AGE).as_nanos()).unwrap_or(u64::MAX);
+    Instant::from_nanos(now.as_nanos().saturating_sub(age_ns))
+}
+
+/// The oldest a datagram's kernel receive timestamp is believed ([`arrival_instant`]).
+const MAX_RECEIVE_AGE: StdDuration = StdDuration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receive_timestamp_dates_the_arrival_back_on_the_session_clock() {
+        let now = Instant::from_nanos(5_000_000_000);
+        let wall = StdDuration::from_secs(1_800_000_000);
+        let ms = StdDuration::from_millis;
+        // Read 3 ms after it came in.
+        assert_eq!(
+            arrival_instant(now, wall, Some(wall - ms(3))),
+            Instant::from_nanos(4_997_000_000)
+        );
+        // No timestamp, or one from the future (the wall clock stepped back): now.
+        assert_eq!(arrival_instant(now, wall, None), now);
+        assert_eq!(arrival_instant(now, wall, Some(wall + ms(50))), now);
+        // The wall clock stepped forward an hour: at most a second back.
+        assert_eq!(
+            arrival_instant(now, wall, Some(wall - StdDuration::from_secs(3600))),
+            Instant::from_nanos(4_000_000_000)
+        );
+        // Early in the session's life the clock cannot go below its epoch.
+        assert_eq!(
+            arrival_instant(Instant::from_nanos(1_000), wall, Some(wall - ms(3))),
+            Instant::ZERO
+        );
     }
 }

@@ -450,6 +450,12 @@ impl Endpoint {
     /// A parsed inner packet arrived on `path`. Probes are the session's business and ignored
     /// here.
     pub fn handle_repr(&mut self, now: Instant, path: PathId, repr: Repr<'_>) {
+        self.handle_repr_at(now, now, path, repr);
+    }
+
+    /// [`Endpoint::handle_repr`] for a packet that reached the host at `arrival` (no later
+    /// than `now`; the kernel's receive timestamp): the arrival PET's SIG-ACKs report.
+    pub fn handle_repr_at(&mut self, now: Instant, arrival: Instant, path: PathId, repr: Repr<'_>) {
         match repr {
             Repr::Data {
                 path: p,
@@ -465,7 +471,7 @@ impl Endpoint {
                     g.on_data(path, len);
                 }
                 if let (Some(rx), Some(seq)) = (&mut self.pet_rx, seq) {
-                    rx.handle_data(now, path, seq);
+                    rx.handle_data(arrival.min(now), path, seq);
                     self.pump_sig_acks(now);
                 }
                 let copy = match &mut self.decompressor {

@@ -508,6 +508,8 @@ pub struct Session {
     qos_wake: Option<Instant>,
     /// The last `now` seen (for status snapshots).
     last_now: Instant,
+    /// When the datagram being handled reached the host ([`Session::handle_datagram_at`]).
+    arrival: Instant,
     /// Initiator: the tunnel addresses the responder handed over in its last response.
     handed: Vec<(IpAddr, u8)>,
     /// Initiator: whether the responder's last response said it takes accelerated TCP.
@@ -565,6 +567,7 @@ impl Session {
             qos: None,
             qos_wake: None,
             last_now: now,
+            arrival: now,
             handed: Vec::new(),
             peer_accepts_tcp: false,
             ptcp_rx: VecDeque::new(),
@@ -1003,6 +1006,24 @@ impl Session {
         arrived_on: Option<PathId>,
         bytes: &[u8],
     ) -> Result<PathId, DropReason> {
+        self.handle_datagram_at(now, now, arrived_on, bytes)
+    }
+
+    /// [`Session::handle_datagram`] for a datagram that reached the host at `arrival` (no
+    /// later than `now`): the kernel's receive timestamp, where the driver has one. PET's
+    /// SIG-ACKs report it as the packet's arrival, so that a pair's dispersion, and with it the
+    /// peer's bandwidth estimate, is the path's and not how late the driver got to read each
+    /// packet: on a loaded host one late read turned a pair's spacing into a sample several
+    /// times off (docs/benchmarks.md, "Kernel receive timestamps"). Everything else uses
+    /// `now`. An `arrival` after `now` is taken as `now`.
+    pub fn handle_datagram_at(
+        &mut self,
+        now: Instant,
+        arrival: Instant,
+        arrived_on: Option<PathId>,
+        bytes: &[u8],
+    ) -> Result<PathId, DropReason> {
+        self.arrival = arrival.min(now);
         let outer = match Outer::parse(bytes) {
             Ok(o) => o,
             Err(_) => return Err(self.drop(DropReason::Malformed)),
@@ -1332,7 +1353,7 @@ impl Session {
             }
             Ok(repr) => {
                 if let Some(e) = &mut self.endpoint {
-                    e.handle_repr(now, path, repr);
+                    e.handle_repr_at(now, self.arrival, path, repr);
                 }
                 Ok(())
             }

@@ -40,8 +40,8 @@ impl Default for PetReceiverConfig {
 /// Call [`handle_data`](Self::handle_data) for every data packet that arrives (before
 /// resequencing: the arrival time is what counts), then [`poll_transmit`](Self::poll_transmit)
 /// until it returns `None`; call `poll_transmit` again at [`poll_timeout`](Self::poll_timeout).
-/// `now` must never go backwards. The pending list is bounded: past four batches, the oldest
-/// arrival is dropped and counted.
+/// The `now` of `poll_transmit` must never go backwards. The pending list is bounded: past four
+/// batches, the oldest arrival is dropped and counted.
 #[derive(Clone, Debug)]
 pub struct PetReceiver {
     config: PetReceiverConfig,
@@ -62,17 +62,16 @@ impl PetReceiver {
         }
     }
 
-    /// A data packet with sequence number `seq` arrived on `path` at `now`.
-    pub fn handle_data(&mut self, now: Instant, path: PathId, seq: u64) {
+    /// A data packet with sequence number `seq` arrived on `path` at `arrival`: when it reached
+    /// the host (a kernel receive timestamp), which may be a little before the driver read it,
+    /// and before other packets' arrivals already handed in (they came in on another socket).
+    /// The entries go out in the order they were handed in, each with its own time.
+    pub fn handle_data(&mut self, arrival: Instant, path: PathId, seq: u64) {
         if self.pending.len() >= 4 * self.config.batch {
             self.pending.pop_front();
             self.dropped += 1;
         }
-        self.pending.push_back(SigAckEntry {
-            path,
-            seq,
-            arrival: now,
-        });
+        self.pending.push_back(SigAckEntry { path, seq, arrival });
     }
 
     /// The next SIG-ACK to send, if one is due: at most `batch` entries, oldest first.
@@ -108,6 +107,28 @@ impl PetReceiver {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Arrivals handed in late, and out of order across paths (kernel timestamps of packets
+    /// read from two sockets), keep their own times; a batch overdue by its oldest arrival goes
+    /// at once.
+    #[test]
+    fn arrivals_keep_the_times_they_were_handed_in_with() {
+        let ms = |m: u64| Instant::ZERO + Duration::from_millis(m);
+        let mut r = PetReceiver::new(PetReceiverConfig {
+            batch: 8,
+            max_delay: Duration::from_millis(10),
+        });
+        r.handle_data(ms(100), PathId(0), 7);
+        r.handle_data(ms(97), PathId(1), 8);
+        assert_eq!(r.poll_timeout(), Some(ms(110)));
+        assert!(r.poll_transmit(ms(101)).is_none());
+        let b = r.poll_transmit(ms(110)).unwrap();
+        let got: Vec<(u64, Instant)> = b.iter().map(|e| (e.seq, e.arrival)).collect();
+        assert_eq!(got, [(7, ms(100)), (8, ms(97))]);
+        // Read 30 ms after it came in: its SIG-ACK is due already.
+        r.handle_data(ms(120), PathId(0), 9);
+        assert!(r.poll_transmit(ms(150)).is_some());
+    }
 
     proptest! {
         /// Every arrival is reported once, in order, in batches of at most `batch`, and no
