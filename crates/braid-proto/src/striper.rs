@@ -452,7 +452,7 @@ impl<P> Striper<P> {
             }
             None => false,
         };
-        let due = |round: u64| interval > 0 && round % interval == 0;
+        let due = |round: u64| interval > 0 && round.is_multiple_of(interval);
         if let (Some(n), MarkerPosition::Start, true) =
             (number, self.markers.position, first_of_round)
         {

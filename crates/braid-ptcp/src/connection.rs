@@ -1189,7 +1189,7 @@ mod tests {
                     with_ack += u32::from(seg.flags.contains(Flags::ACK));
                 }
                 *k += 1;
-                if *k % 5 != 0 {
+                if !(*k).is_multiple_of(5) {
                     to.handle_datagram(t, p, &b);
                 }
             }

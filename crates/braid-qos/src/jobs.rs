@@ -754,7 +754,11 @@ impl<P> Jobs<P> {
         self.last_backlogged = backlogged;
         // Lines 13-18, every T arrivals (section 3.3), and at once after a reset: until they
         // run, the reset's shares ignore every minimum rate (delay and rate bounds).
-        if reset || self.busy_arrivals % u64::from(self.sample_every) == 0 {
+        if reset
+            || self
+                .busy_arrivals
+                .is_multiple_of(u64::from(self.sample_every))
+        {
             self.stats.adjustments += 1;
             match self.feasibility {
                 Feasibility::Greedy => {

@@ -353,11 +353,15 @@ impl Pair {
         let len = 60 + (self.next_id as usize * 97) % 1140;
         let mut p = vec![0u8; len];
         p[0] = 0x45;
-        p[1] = if self.next_id % 5 == 0 { 46 << 2 } else { 0 };
+        p[1] = if self.next_id.is_multiple_of(5) {
+            46 << 2
+        } else {
+            0
+        };
         p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
         p[12..16].copy_from_slice(&[10, 0, 0, 1]);
         p[16..20].copy_from_slice(&[10, 0, 0, 2]);
-        if self.next_id % 2 == 0 {
+        if self.next_id.is_multiple_of(2) {
             // TCP, which header compression takes (when the shape has it): a valid IPv4
             // checksum, ports, a sequence number, no options, ACK.
             p[9] = 6;

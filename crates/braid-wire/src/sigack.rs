@@ -114,7 +114,7 @@ impl<'a> SigAcks<'a> {
 
 /// Validate wire entries: reserved bytes zero, paths in range.
 pub(crate) fn validate(entries: &[u8]) -> Result<(), Error> {
-    if entries.is_empty() || entries.len() % SIGACK_ENTRY_LEN != 0 {
+    if entries.is_empty() || !entries.len().is_multiple_of(SIGACK_ENTRY_LEN) {
         return Err(Error::BadLength);
     }
     for chunk in entries.chunks_exact(SIGACK_ENTRY_LEN) {

@@ -19,6 +19,13 @@ pub const NEW_SAMPLE_WEIGHT_PCT: u64 = 80;
 /// estimate. A real change of rate shows in two samples in a row and is taken one pair late.
 pub const OUTLIER_FACTOR: u64 = 4;
 
+/// The smallest dispersion taken as a sample. Closer arrivals are the receiver's batching, not
+/// a path: with kernel receive timestamps (the daemon's), the packets one interrupt or one
+/// poll of a network card brings in are stamped microseconds apart, whatever the rate of the
+/// link they came over. 10 us is 1,500 bytes at 1.2 Gbit/s; a path faster than that is
+/// estimated from pairs whose spacing an interrupt split, or not at all.
+pub const MIN_DISPERSION: Duration = Duration::from_micros(10);
+
 /// One path's packet-pair estimator.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PacketPair {
@@ -53,19 +60,19 @@ impl PacketPair {
         self.samples
     }
 
-    /// Samples refused (a zero dispersion, a rate above [`MAX_RATE_BPS`], or an outlier held
-    /// back: see [`OUTLIER_FACTOR`]).
+    /// Samples refused (a dispersion below [`MIN_DISPERSION`], a rate above [`MAX_RATE_BPS`],
+    /// or an outlier held back: see [`OUTLIER_FACTOR`]).
     pub fn rejected(&self) -> u64 {
         self.rejected
     }
 
     /// The rate a pair shows: the second packet's `wire_bytes` crossed the bottleneck in
-    /// `dispersion`. `None` for a zero dispersion or an absurd rate.
+    /// `dispersion`. `None` for a dispersion below [`MIN_DISPERSION`] or an absurd rate.
     pub fn sample_rate(wire_bytes: u64, dispersion: Duration) -> Option<u64> {
-        let ns = dispersion.as_nanos();
-        if ns == 0 {
+        if dispersion < MIN_DISPERSION {
             return None;
         }
+        let ns = dispersion.as_nanos();
         let bps = u128::from(wire_bytes) * 8 * 1_000_000_000 / ns;
         u64::try_from(bps)
             .ok()
@@ -121,7 +128,24 @@ mod tests {
         assert_eq!(p.sample(1500, Duration::ZERO), None);
         assert_eq!(p.rejected(), 1);
         assert_eq!(p.samples(), 3);
-        assert_eq!(p.sample(u64::MAX, Duration::from_nanos(1)), None);
+        assert_eq!(p.sample(u64::MAX, Duration::from_micros(10)), None);
+    }
+
+    #[test]
+    fn arrivals_microseconds_apart_are_the_receivers_batching_not_a_path() {
+        let mut p = PacketPair::new();
+        p.sample(1500, Duration::from_micros(1200));
+        // Two pairs stamped 3 us apart (one interrupt brought them in): refused, not taken
+        // as a 4 Gbit/s path the second time.
+        assert_eq!(p.sample(1500, Duration::from_micros(3)), None);
+        assert_eq!(p.sample(1500, Duration::from_micros(3)), None);
+        assert_eq!(p.estimate_bps(), Some(10_000_000));
+        assert_eq!(p.rejected(), 2);
+        // 1,500 bytes at 1 Gbit/s (12 us) is still a sample.
+        assert_eq!(
+            PacketPair::sample_rate(1500, Duration::from_micros(12)),
+            Some(1_000_000_000)
+        );
     }
 
     #[test]

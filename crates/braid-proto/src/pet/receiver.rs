@@ -74,9 +74,10 @@ impl PetReceiver {
         self.pending.push_back(SigAckEntry { path, seq, arrival });
     }
 
-    /// The next SIG-ACK to send, if one is due: at most `batch` entries, oldest first.
+    /// The next SIG-ACK to send, if one is due: at most `batch` entries, in the order they
+    /// were handed in.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Vec<SigAckEntry>> {
-        let oldest = self.pending.front()?.arrival;
+        let oldest = self.oldest()?;
         if self.pending.len() < self.config.batch && now < oldest + self.config.max_delay {
             return None;
         }
@@ -87,9 +88,13 @@ impl PetReceiver {
 
     /// When the oldest waiting arrival must be reported.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.pending
-            .front()
-            .map(|e| e.arrival + self.config.max_delay)
+        self.oldest().map(|a| a + self.config.max_delay)
+    }
+
+    /// The earliest arrival waiting: not always the first handed in, since arrivals read from
+    /// different sockets come in out of order (at most `4 x batch` entries to look at).
+    fn oldest(&self) -> Option<Instant> {
+        self.pending.iter().map(|e| e.arrival).min()
     }
 
     /// SIG-ACKs sent.
@@ -120,9 +125,10 @@ mod tests {
         });
         r.handle_data(ms(100), PathId(0), 7);
         r.handle_data(ms(97), PathId(1), 8);
-        assert_eq!(r.poll_timeout(), Some(ms(110)));
+        // Due by the earlier arrival, though it was handed in second.
+        assert_eq!(r.poll_timeout(), Some(ms(107)));
         assert!(r.poll_transmit(ms(101)).is_none());
-        let b = r.poll_transmit(ms(110)).unwrap();
+        let b = r.poll_transmit(ms(107)).unwrap();
         let got: Vec<(u64, Instant)> = b.iter().map(|e| (e.seq, e.arrival)).collect();
         assert_eq!(got, [(7, ms(100)), (8, ms(97))]);
         // Read 30 ms after it came in: its SIG-ACK is due already.
@@ -158,7 +164,11 @@ mod tests {
                     drain(&mut r, t, &mut reported)?;
                 }
                 now = next;
-                r.handle_data(now, PathId((i % 3) as u8), i as u64);
+                // Handed in up to 4 ms after it arrived (a kernel timestamp, read late), so
+                // arrivals are not always in the order they are handed in.
+                let late = Duration::from_nanos(g % 4_000_000);
+                let arrival = Instant::from_nanos(now.as_nanos().saturating_sub(late.as_nanos() as u64));
+                r.handle_data(arrival, PathId((i % 3) as u8), i as u64);
                 drain(&mut r, now, &mut reported)?;
             }
             while let Some(t) = r.poll_timeout() {

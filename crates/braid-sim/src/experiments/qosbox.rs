@@ -358,7 +358,7 @@ impl Sim {
 
 /// Whether the TCP sources are greedy at `t_ns`.
 fn greedy(t_ns: u64) -> bool {
-    (t_ns / ns(PHASE)) % 2 == 0
+    (t_ns / ns(PHASE)).is_multiple_of(2)
 }
 
 /// Simulate `duration` of the Table 1 experiment.
@@ -583,7 +583,7 @@ pub fn checks(m: &Measured, rows: &[Row]) -> Vec<(String, bool)> {
     // never idle with a packet queued.
     let per_phase = (ns(PHASE) / ns(WINDOW)) as usize;
     let greedy_windows: Vec<usize> = (0..windows)
-        .filter(|&w| (w / per_phase) % 2 == 0 && w % per_phase != 0)
+        .filter(|&w| (w / per_phase).is_multiple_of(2) && w % per_phase != 0)
         .collect();
     let lowest = greedy_windows
         .iter()

@@ -139,7 +139,8 @@ pub fn relay(
                 .blackout
                 .as_ref()
                 .is_some_and(|b| b.load(Ordering::Relaxed));
-            let ok = !dark && (faults.drop_one_in == 0 || *seen % faults.drop_one_in != 0);
+            let ok =
+                !dark && (faults.drop_one_in == 0 || !(*seen).is_multiple_of(faults.drop_one_in));
             if !ok {
                 r.dropped.fetch_add(1, Ordering::Relaxed);
             }
