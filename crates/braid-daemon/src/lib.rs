@@ -14,6 +14,7 @@ pub mod clock_floor;
 pub mod config;
 pub mod control;
 mod gso;
+pub mod loop_timing;
 mod metrics;
 mod net;
 pub mod ptcp_node;
@@ -206,6 +207,8 @@ pub struct Status {
     pub cpu_user_s: f64,
     /// CPU time the daemon has used since start, in the kernel on its behalf.
     pub cpu_system_s: f64,
+    /// How late the event loop woke up, and how long its turns took, since start.
+    pub event_loop: loop_timing::LoopTiming,
 }
 
 /// TCP acceleration in `status`.
@@ -399,6 +402,8 @@ struct Daemon {
     /// The metrics text the metrics thread serves, if there is a metrics endpoint.
     metrics_text: Option<Arc<Mutex<String>>>,
     next_publish: Instant,
+    /// How late the loop wakes up and how long its turns take (`status`'s `event_loop`).
+    loop_timing: loop_timing::LoopTiming,
     clock: std::time::Instant,
     tun_rx: u64,
     tun_rx_errors: u64,
@@ -916,6 +921,7 @@ impl Daemon {
             snapshot,
             metrics_text,
             next_publish: Instant::ZERO,
+            loop_timing: loop_timing::LoopTiming::default(),
             clock,
             tun_rx: 0,
             tun_rx_errors: 0,
@@ -977,11 +983,18 @@ impl Daemon {
                 } else {
                     timeout
                 };
+            // epoll's timeout is in whole milliseconds, rounded up.
+            let deadline = now
+                + braid_proto::time::Duration::from_millis(
+                    timeout.as_nanos().div_ceil(1_000_000) as u64
+                );
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e.into()),
             }
+            let woke = self.now();
+            self.loop_timing.woke(deadline, woke);
             for ev in events.iter() {
                 match ev.token() {
                     TUN => self.tun_readable = true,
@@ -1022,6 +1035,7 @@ impl Daemon {
                 self.next_publish = now + braid_proto::time::Duration::from_millis(100);
                 self.publish();
             }
+            self.loop_timing.turned(woke, self.now());
         }
         Ok(())
     }
@@ -2207,6 +2221,7 @@ impl Daemon {
             uptime_s: self.clock.elapsed().as_secs_f64(),
             cpu_user_s: cpu.0,
             cpu_system_s: cpu.1,
+            event_loop: self.loop_timing.clone(),
         }
     }
 }

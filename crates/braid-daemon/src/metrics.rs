@@ -199,6 +199,18 @@ pub fn render(st: &Status) -> String {
     );
     scalar(
         &mut reg,
+        "loop_late_wakeups",
+        "Event-loop wake-ups more than 10 ms after the poll's timeout",
+        st.event_loop.late_wakeups as f64,
+    );
+    scalar(
+        &mut reg,
+        "loop_slow_turns",
+        "Event-loop turns longer than 10 ms",
+        st.event_loop.slow_turns as f64,
+    );
+    scalar(
+        &mut reg,
         "unclaimed_datagrams",
         "Datagrams no client's session claimed (dropped)",
         st.unclaimed_datagrams as f64,

@@ -53,6 +53,10 @@ pub struct StatusSample {
     /// The rate the client's egress was shaped at, Mbit/s (PET's shaper, or `[qos]`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shaping_mbit: Option<f64>,
+    /// The client daemon's event-loop wake-ups more than 10 ms late so far (`event_loop` in
+    /// its status): a rise between two samples says the host kept braid waiting then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_late_wakeups: Option<u64>,
     /// Per path.
     pub paths: Vec<PathSample>,
 }
@@ -86,6 +90,7 @@ pub fn status_sample(t_s: f64, status: &serde_json::Value) -> Option<StatusSampl
     Some(StatusSample {
         t_s,
         shaping_mbit: mbit(&session["shaping_rate_bps"]),
+        loop_late_wakeups: status["event_loop"]["late_wakeups"].as_u64(),
         paths,
     })
 }
@@ -940,10 +945,11 @@ mod tests {
                 {"tx_bps": 8.0e6, "pet_estimate_bps": 7_900_000u64, "pet_active": true},
                 {"tx_bps": 0.0},
             ],
-        }}]});
+        }}], "event_loop": {"late_wakeups": 3u64}});
         let s = status_sample(1.25, &status).unwrap();
         assert_eq!(s.t_s, 1.25);
         assert_eq!(s.shaping_mbit, Some(13.5));
+        assert_eq!(s.loop_late_wakeups, Some(3));
         assert_eq!(s.paths.len(), 2);
         assert_eq!(s.paths[0].estimate_mbit, Some(7.9));
         assert_eq!(s.paths[0].tx_mbit, 8.0);

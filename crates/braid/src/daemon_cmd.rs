@@ -247,6 +247,18 @@ pub fn status(args: &StatusArgs) -> Result<()> {
             big["dropped"]
         );
     }
+    let lp = &v["event_loop"];
+    let (late, slow) = (
+        lp["late_wakeups"].as_u64().unwrap_or(0),
+        lp["slow_turns"].as_u64().unwrap_or(0),
+    );
+    if late + slow > 0 {
+        println!(
+            "event loop: {late} wake-ups over 10 ms late (latest {:.0} ms), {slow} turns over 10 ms (longest {:.0} ms): the host did not run braid on time",
+            lp["late_ms_max"].as_f64().unwrap_or(0.0),
+            lp["turn_ms_max"].as_f64().unwrap_or(0.0)
+        );
+    }
     if v["unrouted_packets"].as_u64().unwrap_or(0) + v["unclaimed_datagrams"].as_u64().unwrap_or(0)
         > 0
     {
