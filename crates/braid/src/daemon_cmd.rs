@@ -254,7 +254,7 @@ pub fn status(args: &StatusArgs) -> Result<()> {
     );
     if late + slow > 0 {
         println!(
-            "event loop: {late} wake-ups over 10 ms late (latest {:.0} ms), {slow} turns over 10 ms (longest {:.0} ms): the host did not run braid on time",
+            "event loop: {late} wake-ups over 10 ms late (latest {:.0} ms; the host kept braid waiting), {slow} turns over 10 ms (longest {:.0} ms)",
             lp["late_ms_max"].as_f64().unwrap_or(0.0),
             lp["turn_ms_max"].as_f64().unwrap_or(0.0)
         );
