@@ -508,8 +508,6 @@ pub struct Session {
     qos_wake: Option<Instant>,
     /// The last `now` seen (for status snapshots).
     last_now: Instant,
-    /// When the datagram being handled reached the host ([`Session::handle_datagram_at`]).
-    arrival: Instant,
     /// Initiator: the tunnel addresses the responder handed over in its last response.
     handed: Vec<(IpAddr, u8)>,
     /// Initiator: whether the responder's last response said it takes accelerated TCP.
@@ -567,7 +565,6 @@ impl Session {
             qos: None,
             qos_wake: None,
             last_now: now,
-            arrival: now,
             handed: Vec::new(),
             peer_accepts_tcp: false,
             ptcp_rx: VecDeque::new(),
@@ -1023,7 +1020,6 @@ impl Session {
         arrived_on: Option<PathId>,
         bytes: &[u8],
     ) -> Result<PathId, DropReason> {
-        self.arrival = arrival.min(now);
         let outer = match Outer::parse(bytes) {
             Ok(o) => o,
             Err(_) => return Err(self.drop(DropReason::Malformed)),
@@ -1064,7 +1060,7 @@ impl Session {
                 counter,
                 ciphertext,
                 ..
-            } => self.handle_transport(now, path, receiver_index, counter, ciphertext)?,
+            } => self.handle_transport(now, arrival, path, receiver_index, counter, ciphertext)?,
         }
         self.path_heard(now, path, bytes.len());
         Ok(path)
@@ -1248,6 +1244,7 @@ impl Session {
     fn handle_transport(
         &mut self,
         now: Instant,
+        arrival: Instant,
         path: PathId,
         index: u32,
         counter: u64,
@@ -1353,7 +1350,7 @@ impl Session {
             }
             Ok(repr) => {
                 if let Some(e) = &mut self.endpoint {
-                    e.handle_repr_at(now, self.arrival, path, repr);
+                    e.handle_repr_at(now, arrival, path, repr);
                 }
                 Ok(())
             }
