@@ -189,6 +189,7 @@ fn stripe_receive(c: &mut Criterion) {
                                     rx.handle_data(NOW, path, seq, len, payload)
                                 }
                                 Outgoing::Marker(m) => rx.handle_marker(NOW, path, m),
+                                Outgoing::Padding { .. } => {}
                             }
                         }
                         while let Some(d) = rx.poll_deliver(NOW) {

@@ -87,6 +87,10 @@ pub struct StriperConfig {
     /// packets SRR places ([`Pet::observe`]), and the driver sets SRR's quanta from its
     /// estimates ([`Striper::adapt_quanta`]).
     pub adaptive: bool,
+    /// PET (scheduler `pet` or adaptive SRR) probes with padding pairs of `max_packet` bytes
+    /// instead of data ([`PetConfig::padding`]); the driver queues them with
+    /// [`Striper::queue_padding`].
+    pub pet_padding: bool,
 }
 
 impl StriperConfig {
@@ -101,6 +105,7 @@ impl StriperConfig {
             initial_credit_bytes: None,
             receiver_equalizes: false,
             adaptive: false,
+            pet_padding: false,
         }
     }
 }
@@ -119,6 +124,15 @@ pub enum Outgoing<P> {
     },
     /// A marker.
     Marker(Marker),
+    /// A padding packet of PET's, for its estimates ([`PetConfig::padding`]): `len` bytes of
+    /// nothing, reported by the receiver under `id`. Not data: no sequence number, no
+    /// credits, never delivered.
+    Padding {
+        /// Its id ([`crate::pet::PADDING_ID_BIT`] set).
+        id: u64,
+        /// Payload length in bytes.
+        len: u32,
+    },
 }
 
 /// A message to transmit on a path now.
@@ -209,7 +223,8 @@ pub struct Striper<P> {
 /// In mode `sequence`, packets this small (TCP's pure ACKs, for instance) go on the active path
 /// with the least one-way delay instead of taking their SRR turn: the receiver resequences by
 /// number, so it need not predict them, and an ACK that crosses the slowest path would hold up
-/// every ACK behind it.
+/// every ACK behind it. Nor does PET place them, so a receiver reports none of them in its
+/// SIG-ACKs, and PET's blackout check waits for no report of one.
 pub const SMALL_PACKET_BYTES: u32 = 160;
 
 /// Adaptive SRR: the slowest path's quantum is this many of the largest packets, so that SRR
@@ -236,6 +251,7 @@ impl<P> Striper<P> {
             let mut c = PetConfig::new(config.scheduler.rates_bps.clone());
             c.overhead_bytes = config.scheduler.overhead_bytes;
             c.equalized = config.receiver_equalizes;
+            c.padding = config.pet_padding.then_some(config.scheduler.max_packet);
             Some(Pet::new(c).map_err(|_| ConfigError::PathCount(n))?)
         } else {
             None
@@ -709,6 +725,26 @@ impl<P> Striper<P> {
         dropped
     }
 
+    /// Queue the padding PET has due ([`PetConfig::padding`]; [`Pet::poll_padding`]), each
+    /// pair back to back on its path, behind what waits there; returns the packets queued.
+    /// Call after sending and at PET's timeout.
+    pub fn queue_padding(&mut self, now: Instant) -> usize {
+        let Some(pet) = self.pet.as_mut() else {
+            return 0;
+        };
+        let mut n = 0;
+        while let Some(p) = pet.poll_padding(now) {
+            if let Some(tx) = self.paths.get_mut(p.path.index()) {
+                tx.queue.push_back(Outgoing::Padding {
+                    id: p.id,
+                    len: p.len,
+                });
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Queue a marker on every path now (e.g. when the driver wants to resynchronise an idle
     /// bond). Markers are always safe to send: they carry the state of the next packet.
     pub fn queue_markers(&mut self) {
@@ -717,8 +753,8 @@ impl<P> Striper<P> {
         }
     }
 
-    /// `Send_i`: the next message for `path`, if any and if credits allow. Markers are never
-    /// held back by credits.
+    /// `Send_i`: the next message for `path`, if any and if credits allow. Markers and padding
+    /// are never held back by credits.
     pub fn poll_transmit(&mut self, _now: Instant, path: PathId) -> Option<Transmit<P>> {
         let tx = self.paths.get_mut(path.index())?;
         match tx.queue.front()? {
@@ -733,7 +769,7 @@ impl<P> Striper<P> {
                 tx.queued_bytes -= len;
                 tx.tx_bytes += len;
             }
-            Outgoing::Marker(_) => {}
+            Outgoing::Marker(_) | Outgoing::Padding { .. } => {}
         }
         let message = tx.queue.pop_front()?;
         Some(Transmit { path, message })
@@ -746,7 +782,7 @@ impl<P> Striper<P> {
         };
         match tx.queue.front() {
             None => false,
-            Some(Outgoing::Marker(_)) => true,
+            Some(Outgoing::Marker(_) | Outgoing::Padding { .. }) => true,
             Some(Outgoing::Data { len, .. }) => tx
                 .credit_limit
                 .is_none_or(|l| tx.tx_bytes + u64::from(*len) <= l),

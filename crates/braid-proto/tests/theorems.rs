@@ -148,6 +148,7 @@ fn receive_tagged(
                 arrived[p] += 1;
                 r.handle_marker(NOW, path, m);
             }
+            (Outgoing::Padding { .. }, _) => {}
         }
         while let Some(d) = r.poll_deliver(NOW) {
             out.push(d.payload);

@@ -13,7 +13,7 @@ use braid_proto::resequence::ResequenceMode;
 use braid_proto::resequence::{Resequencer, ResequencerConfig};
 use braid_proto::scheduler::ConfigError;
 use braid_proto::scheduler::SchedulerKind;
-use braid_proto::striper::{Outgoing, SendError, Striper, StriperConfig};
+use braid_proto::striper::{Outgoing, SendError, Striper, StriperConfig, SMALL_PACKET_BYTES};
 use braid_proto::time::Instant;
 use braid_proto::{Credit, PathId};
 use braid_wire::{Credits, Repr, SigAcks};
@@ -61,6 +61,8 @@ pub struct EndpointStats {
     pub policy_no_path: u64,
     /// TCP retransmissions seen (scheduler `pet`: each placed alone, never paired).
     pub tcp_retransmits: u64,
+    /// PET's padding packets received (their arrivals are reported, nothing is delivered).
+    pub padding_received: u64,
 }
 
 /// One end of a bond, without I/O.
@@ -361,6 +363,7 @@ impl Endpoint {
         };
         if sent.is_ok() {
             self.saved += self.bytes_saved() - saved_before;
+            self.striper.queue_padding(now);
         }
         match (sent.as_ref().ok(), within, copy) {
             (Some(&first), Some(allowed), Some(copy)) => {
@@ -431,6 +434,7 @@ impl Endpoint {
                 payload,
             },
             Outgoing::Marker(m) => Repr::Marker(*m),
+            &Outgoing::Padding { id, len } => Repr::Padding { path, id, len },
         };
         let ok = emit(repr, buf);
         if let Outgoing::Data { payload, .. } = t.message {
@@ -470,7 +474,12 @@ impl Endpoint {
                 if let Some(g) = &mut self.grantor {
                     g.on_data(path, len);
                 }
-                if let (Some(rx), Some(seq)) = (&mut self.pet_rx, seq) {
+                // Small packets (TCP's pure ACKs) never go through the peer's PET
+                // (`SMALL_PACKET_BYTES`): reporting them would only cost SIG-ACKs on the way
+                // back, on paths busy with this end's own data.
+                if let (Some(rx), Some(seq), true) =
+                    (&mut self.pet_rx, seq, len > SMALL_PACKET_BYTES)
+                {
                     rx.handle_data(arrival.min(now), path, seq);
                     self.pump_sig_acks(now);
                 }
@@ -489,6 +498,17 @@ impl Endpoint {
                     self.receiver.handle_data_unheld(now, path, seq, len, copy);
                 } else {
                     self.receiver.handle_data(now, path, seq, len, copy);
+                }
+            }
+            Repr::Padding { path: p, id, .. } => {
+                if p != path || path.index() >= self.paths() {
+                    self.stats.wrong_path += 1;
+                    return;
+                }
+                self.stats.padding_received += 1;
+                if let Some(rx) = &mut self.pet_rx {
+                    rx.handle_data(arrival.min(now), path, id);
+                    self.pump_sig_acks(now);
                 }
             }
             Repr::Marker(m) => {
@@ -552,11 +572,21 @@ impl Endpoint {
         }
     }
 
-    /// PET's timer (blackouts) and its news.
+    /// The bond carries traffic outside the striper (pTCP segments): PET keeps measuring the
+    /// paths with padding for it ([`braid_proto::pet::PetConfig::padding`]).
+    pub fn note_traffic(&mut self, now: Instant) {
+        if let Some(pet) = self.striper.pet_mut() {
+            pet.note_traffic(now);
+            self.striper.queue_padding(now);
+        }
+    }
+
+    /// PET's timer (blackouts, padding) and its news.
     fn pet_timeout(&mut self, now: Instant) {
         if let Some(pet) = self.striper.pet_mut() {
             if pet.poll_timeout().is_some_and(|t| t <= now) {
                 pet.handle_timeout(now);
+                self.striper.queue_padding(now);
             }
             self.drain_pet_events();
         }

@@ -157,6 +157,9 @@ impl BondParams {
         c.initial_credit_bytes = self.credits().map(|c| c.share_bytes);
         c.receiver_equalizes = self.equalize_delay;
         c.adaptive = self.adaptive;
+        // PET measures with padding pairs of its own (`PetConfig::padding`): from the first
+        // packet, and on idle paths without putting data there to measure them.
+        c.pet_padding = true;
         c
     }
 

@@ -352,8 +352,12 @@ pub struct PetStatus {
     pub samples: u64,
     /// Packets placed alone: TCP retransmissions, and pairs' firsts whose second never came.
     pub singles: u64,
-    /// Pairs sent on an idle path to probe it.
+    /// Pairs of data sent on an idle path to probe it (the paper's rule, without padding).
     pub probes: u64,
+    /// Pairs of padding PET sent to measure paths (`PetConfig::padding`), and their bytes.
+    pub padding_pairs: u64,
+    /// Payload bytes of that padding.
+    pub padding_bytes: u64,
     /// Paths PET took out for lack of SIG-ACKs.
     pub blackouts: u64,
     /// SIG-ACK entries for packets PET did not remember.
@@ -1404,7 +1408,14 @@ impl Session {
             None
         };
         match sealed {
-            Some(_) => self.ptcp.sent += 1,
+            Some(_) => {
+                self.ptcp.sent += 1;
+                // PET keeps measuring the paths with padding while accelerated TCP is what
+                // the bond carries.
+                if let Some(e) = &mut self.endpoint {
+                    e.note_traffic(now);
+                }
+            }
             None => self.ptcp.unsent += 1,
         }
         sealed
@@ -2001,6 +2012,8 @@ impl Session {
                     samples: p.samples,
                     singles: p.singles,
                     probes: p.probes,
+                    padding_pairs: p.padding_pairs,
+                    padding_bytes: p.padding_bytes,
                     blackouts: p.blackouts,
                     unknown_feedback: p.unknown_feedback,
                 })

@@ -754,6 +754,32 @@ fn pet_measures_by_the_arrival_times_the_driver_hands_in_not_by_when_it_read() {
 }
 
 #[test]
+fn pet_pads_every_path_from_the_first_packet_and_an_idle_bond_sends_no_padding() {
+    let rates = [8_000_000u64, 4_000_000, 2_000_000];
+    let mut net = pet_net(server_config());
+    net.step(Duration::from_secs(2));
+    let padding = |net: &Net| net.client.status().pet.expect("PET").padding_pairs;
+    assert_eq!(padding(&net), 0, "an idle bond sends no padding");
+    // One data packet: a padding pair goes to every path with it, and within a round trip of
+    // the slowest path (45 ms) every path has its estimate, from one packet of data.
+    assert!(net.client.send(net.now, &packet(0, 1200)));
+    net.step(Duration::from_millis(150));
+    assert_eq!(padding(&net), 3);
+    let st = net.client.status();
+    for (path, &r) in st.paths.iter().zip(&rates) {
+        let e = path.pet_estimate_bps.expect("every path estimated") as f64;
+        assert!((e / r as f64 - 1.0).abs() < 0.05, "{e} for {r}");
+    }
+    // The padding is reported, never delivered.
+    assert_eq!(net.to_server, [packet(0, 1200)]);
+    assert_eq!(st.pet.as_ref().unwrap().unknown_feedback, 0);
+    // Idle again: no more padding, however long.
+    let before = padding(&net);
+    net.step(Duration::from_secs(5));
+    assert_eq!(padding(&net), before);
+}
+
+#[test]
 fn a_congestion_run_is_abandoned_and_the_receiver_stops_waiting_at_once() {
     let mut worst = Vec::new();
     for retransmit in [true, false] {

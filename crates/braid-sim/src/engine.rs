@@ -116,6 +116,7 @@ pub fn wire_len(message: &Outgoing<u64>) -> u64 {
             (braid_wire::data_overhead(seq.is_some()) + *len as usize) as u64
         }
         Outgoing::Marker(_) => braid_wire::MARKER_LEN as u64,
+        Outgoing::Padding { len, .. } => (braid_wire::PADDING_HEADER_LEN + *len as usize) as u64,
     }
 }
 
@@ -318,6 +319,8 @@ impl Sim {
                 }
                 self.receiver.handle_marker(self.now, path, m);
             }
+            // PET's; this engine runs the causal schedulers, which send none.
+            Outgoing::Padding { .. } => {}
         }
         self.receiver_work();
     }
@@ -488,7 +491,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<RunResult, SimError> {
                     .iter()
                     .map(|f| match f.message {
                         Outgoing::Data { len, .. } => u64::from(len),
-                        Outgoing::Marker(_) => 0,
+                        Outgoing::Marker(_) | Outgoing::Padding { .. } => 0,
                     })
                     .sum::<u64>()
         })

@@ -81,6 +81,7 @@ fn digest(repr: Result<Repr<'_>, braid_wire::Error>) -> u64 {
             acc ^ u64::from(e.path.0) ^ e.seq ^ e.arrival.as_nanos()
         }),
         Ok(Repr::Ptcp { conn, segment }) => u64::from(conn) ^ segment.len() as u64,
+        Ok(Repr::Padding { path, id, len }) => u64::from(path.0) ^ id ^ u64::from(len),
         Ok(Repr::ContextInstall {
             cid,
             generation,

@@ -80,6 +80,12 @@
 //! every remaining byte ([`MIN_TEMPLATE_LEN`] to [`MAX_TEMPLATE_LEN`] of them, read by the
 //! session), and an acknowledgement is those 4 bytes exactly.
 //!
+//! Padding (kind 12) is a probe of PET's ([`Repr::Padding`]): version, kind, path (< 64), flags
+//! = 0, an id u64 at offset 4 whose top bit is always set (`braid_proto::pet::PADDING_ID_BIT`),
+//! then any number of zero bytes. It is exactly as long as a data packet with a sequence number
+//! and a payload of that many bytes, so that a pair of them measures what a data pair would.
+//! The receiver reports its arrival in a SIG-ACK under its id and otherwise drops it.
+//!
 //! Flag bits and reserved bytes that this version does not define must be zero; a parser
 //! rejects anything else with [`Error::Reserved`] so that a later version can give them a meaning
 //! without being misread.
@@ -104,6 +110,7 @@ use core::fmt;
 use core::iter::FusedIterator;
 use core::slice;
 
+use braid_proto::pet::PADDING_ID_BIT;
 use braid_proto::{Credit, Marker, PacketNumber, PathId, MAX_PATHS};
 
 /// The wire format version this crate reads and writes.
@@ -150,6 +157,9 @@ pub const MAX_TEMPLATE_LEN: usize = 72;
 /// Context generations are below this.
 pub const CONTEXT_GENERATIONS: u8 = 16;
 
+/// Length of a padding packet's header (version, kind, path, flags and the id): a data
+/// packet's with a sequence number.
+pub const PADDING_HEADER_LEN: usize = DATA_HEADER_LEN + SEQ_LEN;
 /// Data flag: a sequence number of [`SEQ_LEN`] bytes follows the data header.
 pub const FLAG_HAS_SEQ: u8 = 0x01;
 
@@ -243,6 +253,8 @@ pub enum Kind {
     ContextInstall = 10,
     /// The receiver holds a header compression context.
     ContextAck = 11,
+    /// PET's padding probe: an id and zero bytes.
+    Padding = 12,
 }
 
 impl From<Kind> for u8 {
@@ -267,6 +279,7 @@ impl TryFrom<u8> for Kind {
             9 => Ok(Kind::Ptcp),
             10 => Ok(Kind::ContextInstall),
             11 => Ok(Kind::ContextAck),
+            12 => Ok(Kind::Padding),
             other => Err(Error::UnknownKind(other)),
         }
     }
@@ -349,6 +362,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
             Kind::Data => {
                 // The payload is every remaining byte, so only a lower bound.
                 return if len < data_overhead(self.has_seq()?) {
+                    Err(Error::Truncated)
+                } else {
+                    Ok(())
+                };
+            }
+            Kind::Padding => {
+                // The padding is every remaining byte, maybe none.
+                return if len < PADDING_HEADER_LEN {
                     Err(Error::Truncated)
                 } else {
                     Ok(())
@@ -846,6 +867,16 @@ pub enum Repr<'a> {
         /// The context's generation, below [`CONTEXT_GENERATIONS`].
         generation: u8,
     },
+    /// PET's padding probe (`braid_proto::pet::Padding`): `len` zero bytes on `path`, whose
+    /// arrival the receiver reports under `id` and which it otherwise drops.
+    Padding {
+        /// The path the packet travels on.
+        path: PathId,
+        /// Its id; the top bit (`braid_proto::pet::PADDING_ID_BIT`) is always set.
+        id: u64,
+        /// Bytes of padding after the header.
+        len: u32,
+    },
 }
 
 /// Data sequence numbers `first..first + count`, lost on `path`, that the sender will not
@@ -980,6 +1011,20 @@ impl<'a> Repr<'a> {
                     }
                 })
             }
+            Kind::Padding => {
+                if packet.flags()? != 0 {
+                    return Err(Error::Reserved);
+                }
+                let path = packet.path()?;
+                check_path(path)?;
+                let id = u64::from_be_bytes(read::<8>(bytes, field::SEQ)?);
+                let padding = bytes.get(PADDING_HEADER_LEN..).ok_or(Error::Truncated)?;
+                if id & PADDING_ID_BIT == 0 || padding.iter().any(|&b| b != 0) {
+                    return Err(Error::Reserved);
+                }
+                let len = u32::try_from(padding.len()).map_err(|_| Error::BadLength)?;
+                Ok(Repr::Padding { path, id, len })
+            }
             Kind::Ptcp => {
                 let segment = bytes.get(field::SEGMENT..).ok_or(Error::Truncated)?;
                 Ok(Repr::Ptcp {
@@ -1022,6 +1067,7 @@ impl<'a> Repr<'a> {
             Repr::Ptcp { .. } => Kind::Ptcp,
             Repr::ContextInstall { .. } => Kind::ContextInstall,
             Repr::ContextAck { .. } => Kind::ContextAck,
+            Repr::Padding { .. } => Kind::Padding,
         }
     }
 
@@ -1037,14 +1083,15 @@ impl<'a> Repr<'a> {
             Repr::Ptcp { segment, .. } => PTCP_HEADER_LEN + segment.len(),
             Repr::ContextInstall { template, .. } => CONTEXT_HEADER_LEN + template.len(),
             Repr::ContextAck { .. } => CONTEXT_HEADER_LEN,
+            Repr::Padding { len, .. } => PADDING_HEADER_LEN + *len as usize,
         }
     }
 
     /// Checks that the representation can be put on the wire: path ids below [`MAX_PATHS`]
     /// ([`Error::BadPath`]), at most [`MAX_PATHS`] credits, a pTCP segment of at least one
     /// byte and a context template of [`MIN_TEMPLATE_LEN`] to [`MAX_TEMPLATE_LEN`]
-    /// ([`Error::BadLength`]), and context generations below [`CONTEXT_GENERATIONS`]
-    /// ([`Error::Reserved`]).
+    /// ([`Error::BadLength`]), context generations below [`CONTEXT_GENERATIONS`] and a
+    /// padding id with its top bit set ([`Error::Reserved`]).
     pub fn check(&self) -> Result<(), Error> {
         match self {
             Repr::ContextInstall {
@@ -1073,6 +1120,13 @@ impl<'a> Repr<'a> {
                 Ok(())
             }
             Repr::Data { path, .. } => check_path(*path),
+            Repr::Padding { path, id, .. } => {
+                check_path(*path)?;
+                if id & PADDING_ID_BIT == 0 {
+                    return Err(Error::Reserved);
+                }
+                Ok(())
+            }
             Repr::Marker(marker) => check_path(marker.path),
             Repr::Probe(probe) | Repr::ProbeAck(probe) => check_path(probe.path),
             Repr::Nack(nack) => check_path(nack.path),
@@ -1159,6 +1213,16 @@ impl<'a> Repr<'a> {
                     .ok_or(Error::BufferTooSmall)?
                     .copy_from_slice(&[cid, generation]);
             }
+            Repr::Padding { path, id, len } => {
+                packet.set_path(path)?;
+                packet.set_flags(0)?;
+                write(packet.buffer.as_mut(), field::SEQ, id.to_be_bytes())?;
+                packet
+                    .payload_mut_from(PADDING_HEADER_LEN)
+                    .and_then(|b| b.get_mut(..len as usize))
+                    .ok_or(Error::BufferTooSmall)?
+                    .fill(0);
+            }
             Repr::Ptcp { conn, segment } => {
                 packet.set_conn(conn)?;
                 packet
@@ -1225,6 +1289,52 @@ mod tests {
         assert_eq!(data_overhead(false), 4);
         assert_eq!(data_overhead(true), 12);
         assert_eq!(MAX_FEEDBACK_LEN, 772);
+    }
+
+    #[test]
+    fn padding_is_an_id_and_zeros_as_long_as_a_data_packet() {
+        let mut bytes = vec![0x01, 0x0c, 0x02, 0x00, 0x80, 0, 0, 0, 0, 0, 0, 0x05];
+        bytes.extend([0; 5]);
+        let repr = Repr::Padding {
+            path: PathId(2),
+            id: PADDING_ID_BIT | 5,
+            len: 5,
+        };
+        pinned(&bytes, repr);
+        let data = Repr::Data {
+            path: PathId(2),
+            seq: Some(5),
+            payload: &[7; 5],
+        };
+        assert_eq!(data.buffer_len(), repr.buffer_len());
+        assert_eq!(
+            Repr::Padding {
+                path: PathId(2),
+                id: 0,
+                len: 5
+            }
+            .emit_to_vec(),
+            Err(Error::Reserved)
+        );
+        pinned(
+            &bytes[..12],
+            Repr::Padding {
+                path: PathId(2),
+                id: PADDING_ID_BIT | 5,
+                len: 0,
+            },
+        );
+        // Padding that is not zeros, an id without its top bit, or flags: refused.
+        let mut bad = bytes.clone();
+        bad[14] = 1;
+        assert_eq!(parse(&bad), Err(Error::Reserved));
+        let mut bad = bytes.clone();
+        bad[4] = 0;
+        assert_eq!(parse(&bad), Err(Error::Reserved));
+        let mut bad = bytes.clone();
+        bad[3] = 1;
+        assert_eq!(parse(&bad), Err(Error::Reserved));
+        assert_eq!(parse(&bytes[..11]), Err(Error::Truncated));
     }
 
     #[test]
@@ -1404,15 +1514,16 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for kind in [0, 12, 0x80, 0xff] {
+        for kind in [0, 13, 0x80, 0xff] {
             assert_eq!(
                 parse(&[0x01, kind, 0x00, 0x00]),
                 Err(Error::UnknownKind(kind))
             );
         }
         assert_eq!(parse(&[0x01, 0x00]), Err(Error::UnknownKind(0)));
-        assert_eq!(Kind::try_from(12), Err(Error::UnknownKind(12)));
+        assert_eq!(Kind::try_from(13), Err(Error::UnknownKind(13)));
         for kind in [
+            Kind::Padding,
             Kind::ContextInstall,
             Kind::ContextAck,
             Kind::Ptcp,
@@ -1638,6 +1749,11 @@ mod tests {
             cid: u8,
             generation: u8,
         },
+        Padding {
+            path: PathId,
+            id: u64,
+            len: u32,
+        },
     }
 
     impl Owned {
@@ -1670,6 +1786,11 @@ mod tests {
                 Owned::ContextAck { cid, generation } => Repr::ContextAck {
                     cid: *cid,
                     generation: *generation,
+                },
+                Owned::Padding { path, id, len } => Repr::Padding {
+                    path: *path,
+                    id: *id,
+                    len: *len,
                 },
             }
         }
@@ -1736,6 +1857,11 @@ mod tests {
                 }),
             (any::<u8>(), 0..CONTEXT_GENERATIONS)
                 .prop_map(|(cid, generation)| Owned::ContextAck { cid, generation }),
+            (arb_path(), any::<u64>(), 0u32..1500).prop_map(|(path, id, len)| Owned::Padding {
+                path,
+                id: id | PADDING_ID_BIT,
+                len
+            }),
         ]
     }
 

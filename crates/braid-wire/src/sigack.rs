@@ -10,7 +10,8 @@
 //!    4    ..    count entries of 20 bytes:
 //!                 0  1  path (< 64)
 //!                 1  3  reserved = 0
-//!                 4  8  seq u64: the data packet's sequence number
+//!                 4  8  seq u64: the data packet's sequence number, or a padding
+//!                         packet's id (kind 12; its top bit set)
 //!                12  8  arrival u64: receiver clock, nanoseconds
 //!  length       4 + 20 * count exactly
 //! ```

@@ -24,6 +24,14 @@
 //!   ([`PetEvent::PathDown`]) and comes back with the next SIG-ACK from it. A path that is down
 //!   is still probed with a pair every `probe_interval`.
 //!
+//! - **Padding pairs** (beyond the paper, [`PetConfig::padding`]): PET can probe with pairs
+//!   of padding packets of its own instead of with data ([`Pet::poll_padding`]). Every path is
+//!   then measured from the first packet the bond carries, before a data pair could be, and an
+//!   idle or blacked-out path is measured without risking data on it. Padding goes out only
+//!   while the bond carries traffic (data PET places, or what the driver reports with
+//!   [`Pet::note_traffic`]), so an idle bond sends nothing. Its ids have [`PADDING_ID_BIT`]
+//!   set, and the receiver reports them in SIG-ACKs like data sequence numbers.
+//!
 //! Departures, each documented where it is coded: a pair whose second packet would reach the
 //! bottleneck after the first had left it (by the estimates) is no pair, the packet starts a
 //! new one; the RTT of each path is also kept (SIG-ACK arrival minus send time), for the
@@ -56,6 +64,21 @@ pub struct SigAckEntry {
     pub arrival: Instant,
 }
 
+/// Ids of padding packets ([`Pet::poll_padding`]) have this bit set, so a SIG-ACK entry tells
+/// them from data sequence numbers, which never reach it.
+pub const PADDING_ID_BIT: u64 = 1 << 63;
+
+/// A padding packet for the driver to send ([`Pet::poll_padding`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Padding {
+    /// The path to send it on.
+    pub path: PathId,
+    /// Its id, [`PADDING_ID_BIT`] set: the receiver reports its arrival under this number.
+    pub id: u64,
+    /// Payload bytes (the packet is as long on the wire as a data packet of this payload).
+    pub len: u32,
+}
+
 /// PET settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PetConfig {
@@ -86,6 +109,12 @@ pub struct PetConfig {
     /// the short paths' queues are as long as the difference in delay, which a real
     /// drop-tail buffer seldom is.
     pub equalized: bool,
+    /// Beyond the paper: probe with pairs of padding packets of this many payload bytes
+    /// ([`Pet::poll_padding`]) instead of with data. An unmeasured path gets a padding pair
+    /// every quarter `probe_interval`, and a measured one when it has carried no pair for
+    /// `probe_interval`, both only while the bond carries traffic; data then never goes to a
+    /// path only to measure it. `None`, the default, is the paper's data pairs.
+    pub padding: Option<u32>,
 }
 
 impl PetConfig {
@@ -101,6 +130,7 @@ impl PetConfig {
             delay_window: None,
             max_records: 4096,
             equalized: false,
+            padding: None,
         }
     }
 }
@@ -199,6 +229,8 @@ struct PetPath {
     /// Smoothed RTT from SIG-ACKs (RFC 6298 gains).
     srtt: Option<Duration>,
     last_pair: Option<Instant>,
+    /// When the last padding pair started on this path.
+    pad_sent: Option<Instant>,
     down: bool,
     /// The driver took the path out ([`Pet::set_path_enabled`]): never chosen, not probed.
     disabled: bool,
@@ -228,6 +260,10 @@ pub struct PetStats {
     /// Packets other parts of the bond placed, accounted on their paths
     /// ([`Pet::account_extra`]).
     pub extra: u64,
+    /// Padding pairs started ([`PetConfig::padding`]).
+    pub padding_pairs: u64,
+    /// Padding bytes sent (payload, as `len` counts it).
+    pub padding_bytes: u64,
 }
 
 /// The PET scheduler (BAG paper section V-A): EDPF on packet-pair estimates.
@@ -250,6 +286,14 @@ pub struct Pet {
     /// Next path of the start-up round robin.
     rr_next: usize,
     records: VecDeque<Record>,
+    /// Padding packets sent, by id (without [`PADDING_ID_BIT`]), like `records`.
+    pads: VecDeque<Record>,
+    /// The next padding id (without the bit).
+    next_pad: u64,
+    /// The first of a padding pair whose second is still to go: (path, id).
+    pad_open: Option<(PathId, u64)>,
+    /// When the bond last carried traffic: data PET placed, or [`Pet::note_traffic`].
+    last_traffic: Option<Instant>,
     events: VecDeque<PetEvent>,
     stats: PetStats,
 }
@@ -281,6 +325,7 @@ impl Pet {
                 probe_delay: None,
                 srtt: None,
                 last_pair: None,
+                pad_sent: None,
                 down: false,
                 disabled: false,
                 unreported: VecDeque::new(),
@@ -293,6 +338,10 @@ impl Pet {
             open: None,
             rr_next: 0,
             records: VecDeque::new(),
+            pads: VecDeque::new(),
+            next_pad: 0,
+            pad_open: None,
+            last_traffic: None,
             events: VecDeque::new(),
             stats: PetStats::default(),
         })
@@ -353,6 +402,9 @@ impl Pet {
             if self.open.is_some_and(|(o, _)| o == path) {
                 self.close_open_pair();
             }
+            if self.pad_open.is_some_and(|(o, _)| o == path) {
+                self.pad_open = None;
+            }
         }
     }
 
@@ -404,6 +456,7 @@ impl Pet {
     /// `A_l = d_l`) and remembers it for the SIG-ACKs.
     pub fn schedule(&mut self, now: Instant, seq: u64, len: u32, retransmit: bool) -> PathId {
         self.check_blackouts(now);
+        self.last_traffic = Some(now);
         if retransmit {
             self.close_open_pair();
             let path = self.choose_path(now, len);
@@ -446,6 +499,7 @@ impl Pet {
             return;
         }
         self.check_blackouts(now);
+        self.last_traffic = Some(now);
         let in_time = !self.estimated() || now + self.edpf.delay(path) < self.edpf.free_at(path);
         match self.open.take() {
             Some((p, first)) if p == path && in_time => {
@@ -476,6 +530,88 @@ impl Pet {
         }
     }
 
+    /// The bond carries traffic PET does not place (the driver's own, such as segments of a
+    /// transport that bypasses the striper): padding pairs keep measuring the paths for it
+    /// ([`PetConfig::padding`]).
+    pub fn note_traffic(&mut self, now: Instant) {
+        self.last_traffic = Some(now);
+    }
+
+    /// When path `i` is due a padding pair, if it will be while the bond carries traffic: an
+    /// unmeasured path every quarter `probe_interval`, a measured one once it has carried no
+    /// pair for `probe_interval`. Padding is due only before `probe_interval` has passed since
+    /// the last traffic, so an idle bond sends none, and a lone packet costs one pair on each
+    /// path that was not measured in the last `probe_interval`.
+    fn padding_due(&self, i: usize) -> Option<Instant> {
+        self.config.padding?;
+        let busy_until = self.last_traffic? + self.config.probe_interval;
+        let p = &self.paths[i];
+        if p.disabled {
+            return None;
+        }
+        let due = if p.pair.estimate_bps().is_none() {
+            p.pad_sent
+                .map_or(Instant::ZERO, |t| t + self.config.probe_interval / 4)
+        } else {
+            p.last_pair
+                .map_or(Instant::ZERO, |t| t + self.config.probe_interval)
+        };
+        (due < busy_until).then_some(due)
+    }
+
+    /// The next padding packet to send, if one is due ([`PetConfig::padding`]); call until
+    /// `None` after every [`schedule`](Self::schedule), [`note_traffic`](Self::note_traffic)
+    /// and [`handle_timeout`](Self::handle_timeout). The two packets of a pair come one after
+    /// the other, for the same path: queue them back to back on it. PET accounts them there
+    /// (`A_l`) as it does data.
+    pub fn poll_padding(&mut self, now: Instant) -> Option<Padding> {
+        let len = self.config.padding?;
+        self.expire_traffic(now);
+        if let Some((path, first)) = self.pad_open.take() {
+            return Some(self.send_padding(now, path, len, Role::Second { first }));
+        }
+        let i = (0..self.paths.len()).find(|&i| self.padding_due(i).is_some_and(|t| t <= now))?;
+        let path = PathId(i as u8);
+        let pad = self.send_padding(now, path, len, Role::First);
+        let p = &mut self.paths[i];
+        p.pad_sent = Some(now);
+        p.last_pair = Some(now);
+        self.pad_open = Some((path, pad.id));
+        self.stats.padding_pairs += 1;
+        Some(pad)
+    }
+
+    /// Forget the last traffic once it is `probe_interval` old: no padding is due after it.
+    fn expire_traffic(&mut self, now: Instant) {
+        if self
+            .last_traffic
+            .is_some_and(|t| t + self.config.probe_interval < now)
+        {
+            self.last_traffic = None;
+        }
+    }
+
+    /// Account and remember one padding packet.
+    fn send_padding(&mut self, now: Instant, path: PathId, len: u32, role: Role) -> Padding {
+        let id = self.next_pad | PADDING_ID_BIT;
+        self.next_pad += 1;
+        self.edpf.account(path, now, len);
+        self.stats.padding_bytes += u64::from(len);
+        while self.pads.len() >= self.config.max_records {
+            self.pads.pop_front();
+            self.stats.records_evicted += 1;
+        }
+        self.pads.push_back(Record {
+            seq: id,
+            path,
+            len,
+            sent: now,
+            role,
+            arrival: None,
+        });
+        Padding { path, id, len }
+    }
+
     /// The path for a new pair's first packet.
     fn pair_path(&mut self, now: Instant, len: u32) -> PathId {
         let n = self.paths.len();
@@ -486,8 +622,8 @@ impl Pet {
             self.stats.startup_pairs += 1;
             return PathId(i as u8);
         }
-        // A path idle for probe_interval (or down) gets this pair.
-        let due = (0..n).find(|&i| {
+        // A path idle for probe_interval (or down) gets this pair, unless padding measures it.
+        let due = (0..n).filter(|_| self.config.padding.is_none()).find(|&i| {
             !self.paths[i].disabled
                 && self.paths[i]
                     .last_pair
@@ -553,6 +689,12 @@ impl Pet {
             role,
             arrival: None,
         });
+        // The receiver reports no packet this small (only the start-up, before the driver
+        // has the paths' delays, sends one through PET): the blackout check must not wait
+        // for it.
+        if len <= crate::striper::SMALL_PACKET_BYTES {
+            return;
+        }
         let p = &mut self.paths[path.index()];
         if p.unreported.len() >= self.config.max_records {
             p.unreported.pop_front();
@@ -561,8 +703,7 @@ impl Pet {
     }
 
     fn record_index(&self, seq: u64) -> Option<usize> {
-        let i = self.records.partition_point(|r| r.seq < seq);
-        self.records.get(i).filter(|r| r.seq == seq).map(|_| i)
+        index_of(&self.records, seq)
     }
 
     fn record_mut(&mut self, seq: u64) -> Option<&mut Record> {
@@ -574,7 +715,7 @@ impl Pet {
     pub fn handle_sig_ack(&mut self, now: Instant, entries: impl IntoIterator<Item = SigAckEntry>) {
         let mut latest: Vec<Option<(u64, Instant)>> = vec![None; self.paths.len()];
         for e in entries {
-            if self.handle_entry(now, e) {
+            if self.handle_entry(now, e) && e.seq & PADDING_ID_BIT == 0 {
                 let l = &mut latest[e.path.index()];
                 if l.is_none_or(|(s, _)| s < e.seq) {
                     *l = Some((e.seq, e.arrival));
@@ -620,19 +761,26 @@ impl Pet {
         self.edpf.set_free_at(path, free);
     }
 
-    /// One entry; `false` if it was refused.
+    /// One entry; `false` if it was refused. Data and padding go the same way, each in its
+    /// own records; only data counts for the blackout check (`unreported`).
     fn handle_entry(&mut self, now: Instant, e: SigAckEntry) -> bool {
-        let Some(i) = self.record_index(e.seq) else {
+        let padding = e.seq & PADDING_ID_BIT != 0;
+        let records = if padding {
+            &mut self.pads
+        } else {
+            &mut self.records
+        };
+        let Some(i) = index_of(records, e.seq) else {
             self.stats.unknown_feedback += 1;
             return false;
         };
-        let r = &self.records[i];
+        let r = &records[i];
         if r.path != e.path || r.arrival.is_some() {
             self.stats.unknown_feedback += 1;
             return false;
         }
         let (path, len, sent, role) = (r.path, r.len, r.sent, r.role);
-        self.records[i].arrival = Some(e.arrival);
+        records[i].arrival = Some(e.arrival);
         let wire = u64::from(len) + u64::from(self.config.overhead_bytes);
         let half_window = self.config.delay_window.map(|w| w / 2);
         let p = &mut self.paths[path.index()];
@@ -653,8 +801,10 @@ impl Pet {
             self.edpf.set_active(path, true);
             self.events.push_back(PetEvent::PathUp(path));
         }
-        while p.unreported.front().is_some_and(|&(s, _)| s <= e.seq) {
-            p.unreported.pop_front();
+        if !padding {
+            while p.unreported.front().is_some_and(|&(s, _)| s <= e.seq) {
+                p.unreported.pop_front();
+            }
         }
         let owd = i128::from(e.arrival.as_nanos())
             - i128::from(sent.as_nanos())
@@ -667,12 +817,10 @@ impl Pet {
         });
         // A pair is complete when both halves have arrived, whichever is reported last.
         let pair = match role {
-            Role::Second { first } => self
-                .record_index(first)
-                .and_then(|f| self.records[f].arrival)
+            Role::Second { first } => index_of(records, first)
+                .and_then(|f| records[f].arrival)
                 .map(|a1| (a1, e.arrival, len)),
-            Role::First => self
-                .records
+            Role::First => records
                 .range(i + 1..)
                 .find(|r| r.role == Role::Second { first: e.seq })
                 .and_then(|r2| r2.arrival.map(|a2| (e.arrival, a2, r2.len))),
@@ -728,20 +876,24 @@ impl Pet {
         }
     }
 
-    /// When a blackout check is due: the earliest `expected + blackout_after` of an
+    /// When a blackout check or a padding pair ([`PetConfig::padding`]) is due: the earliest `expected + blackout_after` of an
     /// unreported packet on a path that is up.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.paths
+        let blackout = self
+            .paths
             .iter()
             .filter(|p| !p.down)
             .filter_map(|p| p.unreported.front())
-            .map(|&(_, expected)| expected.saturating_add(self.config.blackout_after))
-            .min()
+            .map(|&(_, expected)| expected.saturating_add(self.config.blackout_after));
+        let padding = (0..self.paths.len()).filter_map(|i| self.padding_due(i));
+        blackout.chain(padding).min()
     }
 
-    /// Run the blackout check.
+    /// Run the blackout check; padding that is due comes from
+    /// [`poll_padding`](Self::poll_padding).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.check_blackouts(now);
+        self.expire_traffic(now);
     }
 
     fn check_blackouts(&mut self, now: Instant) {
@@ -766,6 +918,12 @@ impl Pet {
     pub fn poll_event(&mut self) -> Option<PetEvent> {
         self.events.pop_front()
     }
+}
+
+/// The index of the record numbered `seq` (records are in increasing order).
+fn index_of(records: &VecDeque<Record>, seq: u64) -> Option<usize> {
+    let i = records.partition_point(|r| r.seq < seq);
+    records.get(i).filter(|r| r.seq == seq).map(|_| i)
 }
 
 #[cfg(test)]

@@ -48,8 +48,21 @@ impl Model {
         }
     }
 
-    /// Deliver the feedback due by `now`, then send one 1500-byte packet.
-    fn send(&mut self, now: Instant, retransmit: bool) -> PathId {
+    /// PET with padding pairs of 1500 bytes ([`PetConfig::padding`]).
+    fn with_padding(rates: &[u64], delays_ms: &[u64]) -> Model {
+        let mut m = Model::new(rates, delays_ms);
+        let mut config = PetConfig::new(vec![1_000_000; rates.len()]);
+        config.overhead_bytes = 12;
+        config.padding = Some(1500);
+        m.pet = Pet::new(config).unwrap();
+        for (i, &d) in delays_ms.iter().enumerate() {
+            m.pet.set_probe_rtt(PathId(i as u8), ms(2 * d));
+        }
+        m
+    }
+
+    /// Hand PET the feedback due by `now`, and run its timer.
+    fn feedback_until(&mut self, now: Instant) {
         while let Some(&Reverse((t, seq, path, arrival))) = self.feedback.peek() {
             if t > now {
                 break;
@@ -63,17 +76,42 @@ impl Model {
             self.pet.handle_sig_ack(t, [entry]);
         }
         self.pet.handle_timeout(now);
-        let seq = self.seq;
-        self.seq += 1;
-        let path = self.pet.schedule(now, seq, 1500, retransmit);
+    }
+
+    /// Put a packet numbered `seq` of `len` payload bytes through `path` at `now`; when it
+    /// leaves the bottleneck (sender clock).
+    fn transmit(&mut self, now: Instant, path: PathId, seq: u64, len: u32) -> Instant {
         let i = path.index();
         let start = (now + self.delay[i]).max(self.free[i]);
-        let done = start + transmission_time(1512, self.rate[i]);
+        let done = start + transmission_time(u64::from(len) + 12, self.rate[i]);
         self.free[i] = done;
         let rx = done + OFFSET;
         self.feedback
             .push(Reverse((done + self.reverse, seq, path.0, rx.as_nanos())));
+        done
+    }
+
+    /// Send the padding PET has due; how many packets.
+    fn pad(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        while let Some(p) = self.pet.poll_padding(now) {
+            assert_ne!(p.id & PADDING_ID_BIT, 0);
+            self.transmit(now, p.path, p.id, p.len);
+            n += 1;
+        }
+        n
+    }
+
+    /// Deliver the feedback due by `now`, then send one 1500-byte packet (and any padding
+    /// that is due).
+    fn send(&mut self, now: Instant, retransmit: bool) -> PathId {
+        self.feedback_until(now);
+        let seq = self.seq;
+        self.seq += 1;
+        let path = self.pet.schedule(now, seq, 1500, retransmit);
+        let done = self.transmit(now, path, seq, 1500);
         self.arrivals.push((done, seq));
+        self.pad(now);
         path
     }
 
@@ -216,6 +254,70 @@ fn an_idle_path_is_probed() {
     let mut m = Model::new(&[200_000, 200_000], &[1000, 50]);
     m.offer(at(0), Duration::from_secs(10), 150_000);
     assert!(m.pet.stats().probes >= 5, "{:?}", m.pet.stats());
+}
+
+#[test]
+fn padding_measures_every_path_from_the_first_packet() {
+    let rates = [50_000u64, 100_000, 200_000];
+    let mut m = Model::with_padding(&rates, &[50, 50, 50]);
+    // Nothing is sent on an idle bond.
+    assert_eq!(m.pet.poll_timeout(), None);
+    assert_eq!(m.pad(at(0)), 0);
+    // The first data packet: a padding pair goes to every path at once, back to back.
+    let first = m.pet.schedule(at(0), 0, 1500, false);
+    m.transmit(at(0), first, 0, 1500);
+    let pads: Vec<Padding> = std::iter::from_fn(|| m.pet.poll_padding(at(0))).collect();
+    let paths: Vec<u8> = pads.iter().map(|p| p.path.0).collect();
+    assert_eq!(paths, [0, 0, 1, 1, 2, 2]);
+    assert!(pads
+        .iter()
+        .all(|p| p.id & PADDING_ID_BIT != 0 && p.len == 1500));
+    for p in &pads {
+        m.transmit(at(0), p.path, p.id, p.len);
+    }
+    assert_eq!(m.pet.stats().padding_pairs, 3);
+    // Once the pairs are through (the 50 kbit/s path takes 0.8 s for the data packet and its
+    // two), every path has its estimate, though one data packet was sent.
+    m.feedback_until(at(900));
+    for (i, &r) in rates.iter().enumerate() {
+        let e = m.pet.estimate_bps(PathId(i as u8)).unwrap();
+        assert!(e.abs_diff(r) * 100 <= r, "path {i}: {e} vs {r}");
+    }
+    assert!(m.pet.estimated());
+    assert_eq!(m.pet.stats().unknown_feedback, 0);
+}
+
+#[test]
+fn padding_stops_when_the_bond_falls_idle() {
+    let mut m = Model::with_padding(&[200_000, 200_000], &[50, 50]);
+    m.offer(at(0), Duration::from_secs(3), 150_000);
+    let sent = m.pet.stats().padding_pairs;
+    // Once the last traffic is probe_interval old, nothing more is due, however long the
+    // wait: the timer falls silent and no poll finds padding.
+    m.feedback_until(at(10_000));
+    assert_eq!(m.pet.poll_timeout(), None);
+    assert_eq!(m.pad(at(10_000)), 0);
+    assert_eq!(m.pet.stats().padding_pairs, sent);
+    // Traffic again: the paths, unmeasured for 7 s, get a pair each at once.
+    m.send(at(10_000), false);
+    assert!(m.pet.stats().padding_pairs > sent);
+}
+
+#[test]
+fn with_padding_an_idle_path_is_measured_without_data() {
+    // As in `an_idle_path_is_probed`: 1 s of extra delay keeps EDPF off path 0. With padding,
+    // no data goes there to measure it; padding pairs do, every probe_interval.
+    let mut m = Model::with_padding(&[200_000, 200_000], &[1000, 50]);
+    m.offer(at(0), Duration::from_secs(10), 150_000);
+    let s = m.pet.stats().clone();
+    assert_eq!(s.probes, 0, "{s:?}");
+    assert!(s.padding_pairs >= 8, "{s:?}");
+    assert_eq!(
+        m.pet
+            .estimate_bps(PathId(0))
+            .map(|e| e.abs_diff(200_000) <= 2_000),
+        Some(true)
+    );
 }
 
 #[test]

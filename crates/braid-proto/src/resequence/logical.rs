@@ -434,6 +434,7 @@ mod tests {
                             rx.handle_data(Instant::ZERO, path, None, len, payload)
                         }
                         Outgoing::Marker(m) => rx.handle_marker(Instant::ZERO, path, m),
+                        Outgoing::Padding { .. } => {} // PET's, not SRR's
                     }
                 }
             }
