@@ -233,7 +233,7 @@ pub struct TcpStatus {
     /// Server: onward connects started from the client's own address (`[tcp] transparent`).
     pub transparent: u64,
     /// Connections that queue in a `[qos]` class and whose micro-flows are capped at their
-    /// paths' configured rates (`PtcpTable::cap_rates`).
+    /// paths' rates, configured or PET's estimates (`PtcpTable::cap_rates`).
     pub rate_capped: u64,
 }
 
@@ -1011,6 +1011,9 @@ impl Daemon {
             if now >= self.next_reopen {
                 self.next_reopen = now + braid_proto::time::Duration::from_secs(1);
                 self.reopen(now);
+                for p in &mut self.peers {
+                    p.ptcp.refresh_rate_caps(&p.session);
+                }
             }
             for p in &mut self.peers {
                 p.session.handle_timeout(now);

@@ -146,8 +146,8 @@ impl PtcpTable {
     }
 
     /// Connection `id`'s flows send no faster than each path's cap
-    /// ([`Session::ptcp_rate_cap_bps`]: the path's configured rate at the `[qos]` shaper's
-    /// fraction), so that one flow's start-up cannot fill its path's own queue while the
+    /// ([`Session::ptcp_rate_cap_bps`]: the path's rate, configured or PET's estimate, at the
+    /// `[qos]` shaper's fraction), so that one flow's start-up cannot fill its path's own queue while the
     /// shaper, which bounds only the bond's total, lets its segments through. The cap is in
     /// wire bits per second; a flow's is in payload bytes, at the shaper's cost of a full
     /// segment (its data header and [`WIRE_OVERHEAD_BYTES`] beyond the MSS).
@@ -167,6 +167,16 @@ impl PtcpTable {
             conn.set_rate_cap(path, cap);
         }
         capped
+    }
+
+    /// [`PtcpTable::cap_rates`] again for every connection that queues in `[qos]`: on a PET
+    /// bond the caps follow PET's estimates, which move (and start as PET's guesses). The
+    /// daemon calls it every second.
+    pub fn refresh_rate_caps(&mut self, session: &Session) {
+        let ids: Vec<u16> = self.classes.keys().copied().collect();
+        for id in ids {
+            self.cap_rates(id, session);
+        }
     }
 
     /// Segments for a connection this table does not have (and that were no SYN it could

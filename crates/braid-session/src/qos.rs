@@ -270,24 +270,23 @@ impl QosShaper {
         while self.jobs.poll_dropped().is_some() {}
     }
 
-    /// Whether accelerated TCP's segments may queue here ([`QosShaper::enqueue_ptcp`]): only
-    /// in a `[qos]` shaper (not a whole-bond one) whose rate does not follow PET's estimates,
-    /// which only striped traffic refreshes.
+    /// Whether accelerated TCP's segments may queue here ([`QosShaper::enqueue_ptcp`]): in a
+    /// `[qos]` shaper, not a whole-bond one (`[bond] shape_egress` without `[qos]`, which
+    /// carries striped traffic only). Where the rate follows PET's estimates, PET keeps them
+    /// fresh with padding pairs while accelerated TCP is all the bond carries
+    /// (`braid_proto::pet::PetConfig::padding`).
     pub fn takes_ptcp(&self) -> bool {
-        let whole_bond = self.queue_time.is_some();
-        let follows_estimates = !self.fixed_rate && self.rates == BondRates::Measured;
-        !whole_bond && !follows_estimates
+        self.queue_time.is_none()
     }
 
     /// The rate an accelerated connection's flow over a path of `path_rate_bps` may send at
     /// (bits per second on the wire): the shaper bounds the bond's total, not each path, so a
     /// micro-flow in start-up could take the whole shaped rate on one path and fill that
     /// path's own queue, in front of the voice the shaper is there to protect. The path's rate
-    /// at the shaper's fraction, where the paths' rates are the configured ones; `None` where
-    /// accelerated TCP does not queue here, or the rates are PET's estimates (which only
-    /// striped traffic refreshes, see [`QosShaper::takes_ptcp`]).
+    /// at the shaper's fraction (the path's configured rate, or PET's estimate of it); `None`
+    /// where accelerated TCP does not queue here.
     pub fn ptcp_path_cap(&self, path_rate_bps: u64) -> Option<u64> {
-        (self.takes_ptcp() && self.rates == BondRates::Configured)
+        self.takes_ptcp()
             .then(|| self.rates.shaping_rate(path_rate_bps))
     }
 

@@ -1423,11 +1423,9 @@ impl Session {
 
     /// The `[qos]` class of an accelerated TCP connection whose packets would carry `headers`
     /// (its addresses and ports as they leave this end), when this end shapes its egress with
-    /// `[qos]` classes at a rate that does not depend on striped traffic: `None` without
-    /// `[qos]`, and with `[qos]` on a PET bond unless `[qos] rate_mbit` fixes the rate. PET
-    /// measures the rates from pairs of striped packets, which accelerated TCP does not make,
-    /// so a bond whose bulk is accelerated would be shaped at stale estimates, or at PET's
-    /// starting guesses.
+    /// `[qos]` classes: `None` without `[qos]`. On a PET bond the shaper's rate follows PET's
+    /// estimates, which PET's padding pairs keep fresh while accelerated TCP is all the bond
+    /// carries.
     pub fn ptcp_class(&self, headers: &Headers) -> Option<ClassId> {
         let q = self.qos.as_ref().filter(|q| q.takes_ptcp())?;
         Some(q.classify_headers(headers))
@@ -1435,11 +1433,12 @@ impl Session {
 
     /// The most an accelerated connection's flow over `path` may send, in bits per second on
     /// the wire, when its segments queue in `[qos]` ([`QosShaper::ptcp_path_cap`]): the path's
-    /// configured rate at the shaper's fraction. `None`: no cap (no `[qos]`, accelerated TCP
-    /// not shaped, or rates PET measures).
+    /// rate at the shaper's fraction, PET's estimate where it has one, else the configured
+    /// rate (PET's starting guess until the first estimate). `None`: no cap (no `[qos]`, or a
+    /// whole-bond shaper, which does not take accelerated TCP).
     pub fn ptcp_rate_cap_bps(&self, path: PathId) -> Option<u64> {
-        let configured = *self.params.as_ref()?.rates_bps.get(path.index())?;
-        self.qos.as_ref()?.ptcp_path_cap(configured)
+        let rate = self.own_rate_bps(path.index())?;
+        self.qos.as_ref()?.ptcp_path_cap(rate)
     }
 
     /// Queue a segment of pTCP connection `conn` for `path` in `[qos]` class `class` (from

@@ -780,6 +780,43 @@ fn pet_pads_every_path_from_the_first_packet_and_an_idle_bond_sends_no_padding()
 }
 
 #[test]
+fn accelerated_tcp_on_a_pet_bond_is_capped_at_pets_estimates() {
+    // PET told 10 Mbit/s a path, on paths of 8, 4 and 2, with a [qos] class for everything.
+    let mut net = pet_net(server_config());
+    let mut p = params(3, ResequenceMode::Sequence);
+    p.scheduler = SchedulerKind::Pet;
+    p.rates_bps = vec![10_000_000; 3];
+    let mut cfg = client_config(p);
+    cfg.qos = Some(toml::from_str("[[class]]\nname = \"all\"\ndefault = true\n").unwrap());
+    net.client = session(cfg, 3);
+    net.established();
+    assert_eq!(net.client.ptcp_rate_cap_bps(PathId(2)), Some(9_900_000));
+    // Accelerated TCP is all the bond carries: pTCP segments, sealed as the daemon sends
+    // them. PET pads every path for them, and the caps follow its estimates.
+    let mut out = vec![0u8; 2048];
+    for _ in 0..20 {
+        for path in 0..3 {
+            let n = net
+                .client
+                .seal_ptcp(net.now, PathId(path), 1, &[7; 1000], &mut out)
+                .expect("sealed");
+            net.client_wire(path as usize, &out[..n], false);
+        }
+        net.step(Duration::from_millis(20));
+    }
+    let pet = net.client.status().pet.unwrap();
+    assert!(pet.padding_pairs >= 3, "{pet:?}");
+    for (path, rate) in [8_000_000f64, 4_000_000.0, 2_000_000.0].iter().enumerate() {
+        let cap = net.client.ptcp_rate_cap_bps(PathId(path as u8)).unwrap() as f64;
+        // About 3% above the rate: PET counts Ethernet, IP and UDP too.
+        assert!(
+            (cap / (rate * 0.99) - 1.035).abs() < 0.03,
+            "path {path}: {cap}"
+        );
+    }
+}
+
+#[test]
 fn a_congestion_run_is_abandoned_and_the_receiver_stops_waiting_at_once() {
     let mut worst = Vec::new();
     for retransmit in [true, false] {
@@ -1756,13 +1793,15 @@ fn accelerated_tcp_queues_in_its_qos_class_behind_voice() {
         None
     );
     assert_eq!(pet_net(server_config()).client.ptcp_class(&headers), None);
-    // Nor a PET bond's [qos], or adaptive SRR's, whose rate only striped traffic measures,
-    // unless `[qos] rate_mbit` fixes it.
-    for (adaptive, rate, takes) in [
-        (false, "", false),
-        (false, "rate_mbit = 12.0\n", true),
-        (true, "", false),
-        (true, "rate_mbit = 12.0\n", true),
+    // A PET bond's [qos] does, and adaptive SRR's, with or without `[qos] rate_mbit`: PET's
+    // padding pairs keep its estimates fresh while accelerated TCP is all the bond carries.
+    // Each flow is capped at its path's rate at 0.99: the configured rate (PET's starting
+    // guess) until PET has an estimate.
+    for (adaptive, rate) in [
+        (false, ""),
+        (false, "rate_mbit = 12.0\n"),
+        (true, ""),
+        (true, "rate_mbit = 12.0\n"),
     ] {
         let mut p = params(3, ResequenceMode::Sequence);
         if adaptive {
@@ -1780,9 +1819,12 @@ fn accelerated_tcp_queues_in_its_qos_class_behind_voice() {
         let mut pet = Net::new(3, ResequenceMode::Sequence);
         pet.client = session(cfg, 3);
         pet.established();
-        assert_eq!(pet.client.ptcp_class(&headers).is_some(), takes, "{rate}");
-        // Its flows are not capped per path: PET's estimates are not the paths' rates.
-        assert_eq!(pet.client.ptcp_rate_cap_bps(PathId(0)), None, "{rate}");
+        assert!(pet.client.ptcp_class(&headers).is_some(), "{rate}");
+        assert_eq!(
+            pet.client.ptcp_rate_cap_bps(PathId(0)),
+            Some(9_900_000),
+            "{rate}"
+        );
     }
     // Each flow is capped at its path's configured rate at the shaper's 0.97.
     assert_eq!(net.client.ptcp_rate_cap_bps(PathId(0)), Some(9_700_000));
