@@ -223,8 +223,9 @@ pub struct Striper<P> {
 /// In mode `sequence`, packets this small (TCP's pure ACKs, for instance) go on the active path
 /// with the least one-way delay instead of taking their SRR turn: the receiver resequences by
 /// number, so it need not predict them, and an ACK that crosses the slowest path would hold up
-/// every ACK behind it. Nor does PET place them, so a receiver reports none of them in its
-/// SIG-ACKs, and PET's blackout check waits for no report of one.
+/// every ACK behind it. PET places them only while no path's delay is known yet (the first
+/// packets of a bond); a receiver reports none of them in its SIG-ACKs, and PET's blackout
+/// check waits for no report of one.
 pub const SMALL_PACKET_BYTES: u32 = 160;
 
 /// Adaptive SRR: the slowest path's quantum is this many of the largest packets, so that SRR

@@ -354,6 +354,8 @@ pub struct PetStatus {
     pub singles: u64,
     /// Pairs of data sent on an idle path to probe it (the paper's rule, without padding).
     pub probes: u64,
+    /// Data pairs placed round robin before every path had an estimate.
+    pub startup_pairs: u64,
     /// Pairs of padding PET sent to measure paths (`PetConfig::padding`), and their bytes.
     pub padding_pairs: u64,
     /// Payload bytes of that padding.
@@ -639,6 +641,9 @@ impl Session {
                         }
                     })
                     .collect();
+                // PET measures every path with padding for a second from now, so that the
+                // first data finds estimates rather than the start-up round robin.
+                e.note_traffic(now);
                 self.endpoint = Some(e);
                 // Resends of the old bond's packets would reach a receiver that never knew them.
                 self.resend.clear();
@@ -1410,10 +1415,12 @@ impl Session {
         match sealed {
             Some(_) => {
                 self.ptcp.sent += 1;
-                // PET keeps measuring the paths with padding while accelerated TCP is what
-                // the bond carries.
-                if let Some(e) = &mut self.endpoint {
-                    e.note_traffic(now);
+                // PET keeps measuring the paths with padding while accelerated TCP carries
+                // data over the bond (not for its ACKs and keepalives alone).
+                if segment.len() > braid_proto::striper::SMALL_PACKET_BYTES as usize {
+                    if let Some(e) = &mut self.endpoint {
+                        e.note_traffic(now);
+                    }
                 }
             }
             None => self.ptcp.unsent += 1,
@@ -2011,6 +2018,7 @@ impl Session {
                     samples: p.samples,
                     singles: p.singles,
                     probes: p.probes,
+                    startup_pairs: p.startup_pairs,
                     padding_pairs: p.padding_pairs,
                     padding_bytes: p.padding_bytes,
                     blackouts: p.blackouts,

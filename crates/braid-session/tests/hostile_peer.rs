@@ -61,6 +61,12 @@ enum Frame {
         count: u32,
     },
     SigAck(Vec<(u8, u64, u64)>),
+    /// PET's padding: an id (its top bit set if the wire is to take it) and zeros.
+    Padding {
+        path: u8,
+        id: u64,
+        len: u16,
+    },
     Ptcp {
         conn: u16,
         segment: Vec<u8>,
@@ -171,6 +177,11 @@ fn frame() -> impl Strategy<Value = Frame> {
             count
         }),
         prop::collection::vec((path(), edgy(), edgy()), 0..12).prop_map(Frame::SigAck),
+        (path(), edgy(), 0u16..1500).prop_map(|(path, id, len)| Frame::Padding {
+            path,
+            id: id | 1 << 63,
+            len
+        }),
         (any::<u16>(), prop::collection::vec(any::<u8>(), 1..80))
             .prop_map(|(conn, segment)| Frame::Ptcp { conn, segment }),
         (
@@ -312,6 +323,11 @@ fn inner(frame: &Frame) -> Vec<u8> {
                 .collect();
             repr(Repr::SigAck(SigAcks::from_slice(&entries)))
         }
+        Frame::Padding { path, id, len } => repr(Repr::Padding {
+            path: PathId(*path),
+            id: *id,
+            len: u32::from(*len),
+        }),
         Frame::Ptcp { conn, segment } => repr(Repr::Ptcp {
             conn: *conn,
             segment,

@@ -563,7 +563,9 @@ impl Pet {
     /// `None` after every [`schedule`](Self::schedule), [`note_traffic`](Self::note_traffic)
     /// and [`handle_timeout`](Self::handle_timeout). The two packets of a pair come one after
     /// the other, for the same path: queue them back to back on it. PET accounts them there
-    /// (`A_l`) as it does data.
+    /// (`A_l`, re-anchoring included) as it does data. Padding is not in the blackout check:
+    /// a path that carries only padding is found dead by the driver's own probes
+    /// ([`set_path_enabled`](Self::set_path_enabled)), not by PET.
     pub fn poll_padding(&mut self, now: Instant) -> Option<Padding> {
         let len = self.config.padding?;
         self.expire_traffic(now);
@@ -572,6 +574,11 @@ impl Pet {
         }
         let i = (0..self.paths.len()).find(|&i| self.padding_due(i).is_some_and(|t| t <= now))?;
         let path = PathId(i as u8);
+        // A data pair open on the path would have its second behind the padding, and measure
+        // three packets' spacing as one's: it is no pair.
+        if self.open.is_some_and(|(o, _)| o == path) {
+            self.close_open_pair();
+        }
         let pad = self.send_padding(now, path, len, Role::First);
         let p = &mut self.paths[i];
         p.pad_sent = Some(now);
@@ -754,7 +761,27 @@ impl Pet {
         let rate = self.edpf.rate(path);
         let overhead = u64::from(self.config.overhead_bytes);
         let mut free = Instant::from_nanos(left);
-        for r in self.records.range(i + 1..).filter(|r| r.path == path) {
+        // The data and the padding sent on the path after this packet, in the order sent.
+        let anchor_sent = self.records[i].sent;
+        let mut data = self
+            .records
+            .range(i + 1..)
+            .filter(|r| r.path == path)
+            .peekable();
+        let mut pads = self
+            .pads
+            .iter()
+            .filter(|r| r.path == path && r.sent >= anchor_sent)
+            .peekable();
+        loop {
+            let r = match (data.peek(), pads.peek()) {
+                (Some(d), Some(p)) if p.sent < d.sent => pads.next(),
+                (Some(_), _) => data.next(),
+                (None, _) => pads.next(),
+            };
+            let Some(r) = r else {
+                break;
+            };
             let air = transmission_time(u64::from(r.len) + overhead, rate);
             free = (r.sent + delay).max(free) + air;
         }

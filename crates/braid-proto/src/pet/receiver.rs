@@ -37,8 +37,9 @@ impl Default for PetReceiverConfig {
 /// The receiver side of PET: arrivals in, SIG-ACKs out.
 ///
 /// # Polling
-/// Call [`handle_data`](Self::handle_data) for every data packet that arrives (before
-/// resequencing: the arrival time is what counts), then [`poll_transmit`](Self::poll_transmit)
+/// Call [`handle_data`](Self::handle_data) for every data packet the peer's PET may have placed
+/// (braid's endpoint leaves out packets of at most `SMALL_PACKET_BYTES`) and every padding
+/// packet, as it arrives (before resequencing: the arrival time is what counts), then [`poll_transmit`](Self::poll_transmit)
 /// until it returns `None`; call `poll_transmit` again at [`poll_timeout`](Self::poll_timeout).
 /// The `now` of `poll_transmit` must never go backwards. The pending list is bounded: past four
 /// batches, the oldest arrival is dropped and counted.
