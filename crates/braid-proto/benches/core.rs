@@ -276,12 +276,102 @@ fn striper_send(c: &mut Criterion) {
     g.finish();
 }
 
+/// PET in the striper (scheduler `pet`, sequence numbers, equalised releases, as the daemon
+/// runs it), per packet: `send` (PET's choice and accounting), `queue_padding`,
+/// `poll_transmit` until `None` on the paths that have something, and a share of the
+/// SIG-ACKs: every packet's arrival comes back in batches of 8, at the time a model of the
+/// paths (delay `5 + 10 i` ms, FIFO bottleneck at the path's rate, 10 ms back) says. The
+/// offered load is 80% of the paths' sum, so queues stay bounded. The model (a heap push and
+/// pop per packet) is inside the timing.
+fn pet_send(c: &mut Criterion) {
+    use braid_proto::pet::SigAckEntry;
+    use braid_proto::time::{transmission_time, Duration as D};
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    let sizes = sizes(BATCH, 6);
+    let mean_bits = sizes.iter().map(|&l| u64::from(l + 12) * 8).sum::<u64>() / BATCH as u64;
+    let mut g = c.benchmark_group("pet");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    for padding in [false, true] {
+        let name = if padding { "padding" } else { "data_probes" };
+        for n in PATHS {
+            let rates: Vec<u64> = (1..=n).map(|i| i * 10_000_000).collect();
+            let mut sched = SchedulerConfig::new(SchedulerKind::Pet, vec![10_000_000; n as usize]);
+            sched.overhead_bytes = 12;
+            let mut config = StriperConfig::new(sched);
+            config.sequence_numbers = true;
+            config.receiver_equalizes = true;
+            config.pet_padding = padding;
+            config.queue_limit_bytes = 1 << 20;
+            let mut tx: Striper<u64> = Striper::new(&config).expect("valid config");
+            let delays: Vec<D> = (0..n).map(|i| D::from_millis(5 + 10 * i)).collect();
+            for (i, &d) in delays.iter().enumerate() {
+                tx.pet_mut()
+                    .expect("pet")
+                    .set_probe_rtt(PathId(i as u8), d * 2);
+            }
+            let gap =
+                D::from_nanos(mean_bits * 1_000_000_000 / (rates.iter().sum::<u64>() * 8 / 10));
+            let mut now = Instant::ZERO;
+            let mut free = vec![Instant::ZERO; n as usize];
+            // (when the SIG-ACK entry reaches the sender, the entry)
+            let mut feedback: BinaryHeap<Reverse<(Instant, u64, u8, u64)>> = BinaryHeap::new();
+            let mut batch: Vec<SigAckEntry> = Vec::with_capacity(8);
+            let mut id = 0u64;
+            g.bench_function(BenchmarkId::new(name, n), |b| {
+                b.iter(|| {
+                    for &len in &sizes {
+                        now = now + gap;
+                        while let Some(&Reverse((t, seq, path, arrival))) = feedback.peek() {
+                            if t > now {
+                                break;
+                            }
+                            feedback.pop();
+                            batch.push(SigAckEntry {
+                                path: PathId(path),
+                                seq,
+                                arrival: Instant::from_nanos(arrival),
+                            });
+                            if batch.len() == 8 {
+                                let pet = tx.pet_mut().expect("pet");
+                                pet.handle_sig_ack(now, batch.drain(..));
+                            }
+                        }
+                        let path = tx.send(now, len, id).expect("queue drained");
+                        id += 1;
+                        let padded = tx.queue_padding(now) > 0;
+                        for p in 0..n as usize {
+                            if p != path.index() && !padded {
+                                continue;
+                            }
+                            while let Some(t) = tx.poll_transmit(now, PathId(p as u8)) {
+                                let (seq, bytes) = match t.message {
+                                    Outgoing::Data { seq, len, .. } => (seq.unwrap_or(0), len),
+                                    Outgoing::Padding { id, len } => (id, len),
+                                    Outgoing::Marker(_) => continue,
+                                };
+                                let air = transmission_time(u64::from(bytes) + 12, rates[p]);
+                                free[p] = (now + delays[p]).max(free[p]) + air;
+                                let back = free[p] + D::from_millis(10);
+                                feedback.push(Reverse((back, seq, p as u8, free[p].as_nanos())));
+                            }
+                        }
+                        black_box(path);
+                    }
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(30);
-    targets = srr, logical_receive, stripe_receive, marker, striper_send
+    targets = srr, logical_receive, stripe_receive, marker, striper_send, pet_send
 }
 criterion_main!(benches);

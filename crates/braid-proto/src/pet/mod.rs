@@ -768,10 +768,12 @@ impl Pet {
             .range(i + 1..)
             .filter(|r| r.path == path)
             .peekable();
+        // Padding is kept in the order sent, so the search skips what came before.
+        let first_pad = self.pads.partition_point(|r| r.sent < anchor_sent);
         let mut pads = self
             .pads
-            .iter()
-            .filter(|r| r.path == path && r.sent >= anchor_sent)
+            .range(first_pad..)
+            .filter(|r| r.path == path)
             .peekable();
         loop {
             let r = match (data.peek(), pads.peek()) {
