@@ -236,6 +236,10 @@ struct PetPath {
     disabled: bool,
     /// Unreported packets sent on this path: (seq, expected delivery), in sending order.
     unreported: VecDeque<(u64, Instant)>,
+    /// Everything `A_l` counts that may still be on its way, in sending order: (the data
+    /// sequence number, if PET placed it; when sent; payload bytes). Re-anchoring replays
+    /// Equation 1 over what follows the packet a SIG-ACK reports, and drops what precedes it.
+    in_flight: VecDeque<(Option<u64>, Instant, u32)>,
 }
 
 /// PET counters.
@@ -329,6 +333,7 @@ impl Pet {
                 down: false,
                 disabled: false,
                 unreported: VecDeque::new(),
+                in_flight: VecDeque::new(),
             })
             .collect();
         Ok(Pet {
@@ -399,6 +404,7 @@ impl Pet {
         p.disabled = !enabled;
         if !enabled {
             p.unreported.clear();
+            p.in_flight.clear();
             if self.open.is_some_and(|(o, _)| o == path) {
                 self.close_open_pair();
             }
@@ -460,7 +466,7 @@ impl Pet {
         if retransmit {
             self.close_open_pair();
             let path = self.choose_path(now, len);
-            self.edpf.account(path, now, len);
+            self.account(path, now, len, Some(seq));
             self.stats.singles += 1;
             self.remember(now, seq, len, path, Role::Single);
             return path;
@@ -474,14 +480,14 @@ impl Pet {
             let in_time =
                 !self.estimated() || now + self.edpf.delay(path) < self.edpf.free_at(path);
             if !p.down && in_time {
-                self.edpf.account(path, now, len);
+                self.account(path, now, len, Some(seq));
                 self.remember(now, seq, len, path, Role::Second { first });
                 return path;
             }
             self.mark_single(first);
         }
         let path = self.pair_path(now, len);
-        self.edpf.account(path, now, len);
+        self.account(path, now, len, Some(seq));
         self.paths[path.index()].last_pair = Some(now);
         self.stats.pairs += 1;
         self.open = Some((path, seq));
@@ -503,14 +509,14 @@ impl Pet {
         let in_time = !self.estimated() || now + self.edpf.delay(path) < self.edpf.free_at(path);
         match self.open.take() {
             Some((p, first)) if p == path && in_time => {
-                self.edpf.account(path, now, len);
+                self.account(path, now, len, Some(seq));
                 self.remember(now, seq, len, path, Role::Second { first });
             }
             open => {
                 if let Some((_, first)) = open {
                     self.mark_single(first);
                 }
-                self.edpf.account(path, now, len);
+                self.account(path, now, len, Some(seq));
                 self.paths[path.index()].last_pair = Some(now);
                 self.stats.pairs += 1;
                 self.open = Some((path, seq));
@@ -525,9 +531,20 @@ impl Pet {
     /// holds them, and overfills it. Not remembered for the SIG-ACKs (never a pair).
     pub fn account_extra(&mut self, path: PathId, now: Instant, len: u32) {
         if path.index() < self.paths.len() {
-            self.edpf.account(path, now, len);
+            self.account(path, now, len, None);
             self.stats.extra += 1;
         }
+    }
+
+    /// EDPF's `A_l = d_l` for `len` bytes sent on `path` at `now` (data packet `seq`, if PET
+    /// placed it), and the path's in-flight list for re-anchoring.
+    fn account(&mut self, path: PathId, now: Instant, len: u32, seq: Option<u64>) {
+        self.edpf.account(path, now, len);
+        let p = &mut self.paths[path.index()];
+        if p.in_flight.len() >= self.config.max_records {
+            p.in_flight.pop_front();
+        }
+        p.in_flight.push_back((seq, now, len));
     }
 
     /// The bond carries traffic PET does not place (the driver's own, such as segments of a
@@ -602,7 +619,7 @@ impl Pet {
     fn send_padding(&mut self, now: Instant, path: PathId, len: u32, role: Role) -> Padding {
         let id = self.next_pad | PADDING_ID_BIT;
         self.next_pad += 1;
-        self.edpf.account(path, now, len);
+        self.account(path, now, len, None);
         self.stats.padding_bytes += u64::from(len);
         while self.pads.len() >= self.config.max_records {
             self.pads.pop_front();
@@ -754,38 +771,27 @@ impl Pet {
         let Ok(left) = u64::try_from(i128::from(arrival.as_nanos()) - offset) else {
             return;
         };
-        let Some(i) = self.record_index(seq) else {
-            return;
-        };
         let delay = self.edpf.delay(path);
         let rate = self.edpf.rate(path);
         let overhead = u64::from(self.config.overhead_bytes);
+        let p = &mut self.paths[path.index()];
+        // The packet itself (data sequence numbers grow, so the search stops at the first one
+        // not below it); what was sent before it has left the bottleneck or was lost.
+        let Some(at) = p
+            .in_flight
+            .iter()
+            .position(|&(s, _, _)| s.is_some_and(|s| s >= seq))
+            .filter(|&at| p.in_flight[at].0 == Some(seq))
+        else {
+            return;
+        };
+        p.in_flight.drain(..=at);
+        // Everything sent on the path after it, data, padding and packets PET did not place,
+        // in the order sent.
         let mut free = Instant::from_nanos(left);
-        // The data and the padding sent on the path after this packet, in the order sent.
-        let anchor_sent = self.records[i].sent;
-        let mut data = self
-            .records
-            .range(i + 1..)
-            .filter(|r| r.path == path)
-            .peekable();
-        // Padding is kept in the order sent, so the search skips what came before.
-        let first_pad = self.pads.partition_point(|r| r.sent < anchor_sent);
-        let mut pads = self
-            .pads
-            .range(first_pad..)
-            .filter(|r| r.path == path)
-            .peekable();
-        loop {
-            let r = match (data.peek(), pads.peek()) {
-                (Some(d), Some(p)) if p.sent < d.sent => pads.next(),
-                (Some(_), _) => data.next(),
-                (None, _) => pads.next(),
-            };
-            let Some(r) = r else {
-                break;
-            };
-            let air = transmission_time(u64::from(r.len) + overhead, rate);
-            free = (r.sent + delay).max(free) + air;
+        for &(_, sent, len) in &p.in_flight {
+            let air = transmission_time(u64::from(len) + overhead, rate);
+            free = (sent + delay).max(free) + air;
         }
         self.edpf.set_free_at(path, free);
     }
