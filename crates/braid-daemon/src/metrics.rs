@@ -93,6 +93,12 @@ pub fn render(st: &Status) -> String {
     );
     per_path(
         &mut reg,
+        "path_holds",
+        "Times packets of other paths waited 20 ms or more behind one of this path's (mode sequence)",
+        &|p| p.holds.unwrap_or(0) as f64,
+    );
+    per_path(
+        &mut reg,
         "path_down_events",
         "Times the path went down",
         &|p| p.down_events as f64,

@@ -72,6 +72,10 @@ pub struct PathSample {
     /// PET: whether the path is in PET's choice (not blacked out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pet_active: Option<bool>,
+    /// Mode `sequence`, what the client receives: times packets of other paths waited 20 ms
+    /// or more behind this path's, so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holds: Option<u64>,
 }
 
 /// A [`StatusSample`] from the client's `braid status --json` at `t_s`.
@@ -85,6 +89,7 @@ pub fn status_sample(t_s: f64, status: &serde_json::Value) -> Option<StatusSampl
             estimate_mbit: mbit(&p["pet_estimate_bps"]),
             tx_mbit: mbit(&p["tx_bps"]).unwrap_or(0.0),
             pet_active: p["pet_active"].as_bool(),
+            holds: p["holds"].as_u64(),
         })
         .collect();
     Some(StatusSample {
@@ -942,7 +947,7 @@ mod tests {
         let status = serde_json::json!({"peers": [{"session": {
             "shaping_rate_bps": 13_500_000u64,
             "paths": [
-                {"tx_bps": 8.0e6, "pet_estimate_bps": 7_900_000u64, "pet_active": true},
+                {"tx_bps": 8.0e6, "pet_estimate_bps": 7_900_000u64, "pet_active": true, "holds": 2u64},
                 {"tx_bps": 0.0},
             ],
         }}], "event_loop": {"late_wakeups": 3u64}});
@@ -954,6 +959,8 @@ mod tests {
         assert_eq!(s.paths[0].estimate_mbit, Some(7.9));
         assert_eq!(s.paths[0].tx_mbit, 8.0);
         assert_eq!(s.paths[0].pet_active, Some(true));
+        assert_eq!(s.paths[0].holds, Some(2));
+        assert_eq!(s.paths[1].holds, None);
         assert_eq!(s.paths[1].estimate_mbit, None);
         assert_eq!(s.paths[1].pet_active, None);
         // A daemon with no session yet says nothing.

@@ -227,6 +227,14 @@ pub struct PathStatus {
     pub credit_bytes: Option<u64>,
     /// Payload bytes waiting in the receiver's buffer for this path.
     pub reorder_buffer_bytes: u64,
+    /// Mode `sequence`: times packets that arrived on other paths waited 20 ms or more past
+    /// their release behind a packet of this path (it came later than the sender's schedule
+    /// said: `braid_proto::resequence::PathHolds`), and the longest such wait, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holds: Option<u64>,
+    /// The longest of those waits, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_max_ms: Option<f64>,
     /// Payload bytes waiting in this path's transmit queue.
     pub queued_bytes: u64,
     /// Times the path went down.
@@ -1938,6 +1946,7 @@ impl Session {
             .enumerate()
             .map(|(i, p)| {
                 let path = PathId(i as u8);
+                let holds = e.and_then(|e| e.receiver().path_holds(path));
                 PathStatus {
                     state: match (p.disabled, p.up) {
                         (true, _) => "disabled",
@@ -1958,6 +1967,8 @@ impl Session {
                             .map(|l| l.saturating_sub(s.tx_bytes(path)))
                     }),
                     reorder_buffer_bytes: e.map_or(0, |e| e.receiver().buffered_bytes(path)),
+                    holds: holds.map(|h| h.count),
+                    hold_max_ms: holds.map(|h| h.max.as_secs_f64() * 1e3),
                     queued_bytes: e.map_or(0, |e| e.striper().queued_bytes(path)),
                     down_events: p.down_events,
                     pet_estimate_bps: pet.and_then(|t| t.estimate_bps(path)),

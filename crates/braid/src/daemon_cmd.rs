@@ -321,6 +321,7 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
         "loss %",
         "credits",
         "reorder buf",
+        "holds (max ms)",
         "queued",
         "downs",
         "PET Mbit/s",
@@ -350,6 +351,10 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
                 .as_u64()
                 .map_or("off".into(), |c| c.to_string()),
             p["reorder_buffer_bytes"].to_string(),
+            match (p["holds"].as_u64(), p["hold_max_ms"].as_f64()) {
+                (Some(n), Some(m)) => format!("{n} ({m:.0})"),
+                _ => "-".to_owned(),
+            },
             p["queued_bytes"].to_string(),
             p["down_events"].to_string(),
             // PET's estimate (scheduler pet), with `!` when PET has the path blacked out.

@@ -21,7 +21,7 @@ mod sequence;
 pub use equalize::DelayEqualizer;
 pub use logical::LogicalReceiver;
 pub use none::Passthrough;
-pub use sequence::{SequenceReceiver, MAX_ABANDONED, MIN_RELEASE_BURST};
+pub use sequence::{PathHolds, SequenceReceiver, HOLD_COUNTED, MAX_ABANDONED, MIN_RELEASE_BURST};
 // BMP's options live beside the config below: `BackupTimer`, `Pacing`.
 
 use crate::path::{Marker, PathId};
@@ -326,6 +326,15 @@ impl<P> Resequencer<P> {
     /// Payload bytes buffered for `path`.
     pub fn buffered_bytes(&self, path: PathId) -> u64 {
         dispatch!(self, r => r.buffered_bytes(path))
+    }
+
+    /// Mode `sequence`: how long packets of other paths waited behind `path`'s
+    /// ([`PathHolds`]); `None` in the other modes.
+    pub fn path_holds(&self, path: PathId) -> Option<PathHolds> {
+        match self {
+            Resequencer::Sequence(r) => Some(r.path_holds(path)),
+            _ => None,
+        }
     }
 
     /// Payload bytes buffered in all.

@@ -90,8 +90,26 @@ pub struct SequenceReceiver<P> {
     /// FIFO path, so it needs no resequencing), delivered as they arrive, ahead of the rest.
     express: VecDeque<Delivery<P>>,
     express_bytes: u64,
+    /// Per path: how long what arrived on other paths waited behind this path's packets.
+    holds: Vec<PathHolds>,
     stats: ResequencerStats,
 }
+
+/// How long a path's packets made the rest wait (`SequenceReceiver::path_holds`): when the
+/// packet `next` is delivered from path `i` while packets of other paths were due before it,
+/// they waited for path `i`, by `now` minus the earliest of their release times. A path
+/// whose packets arrive later than the sender's schedule predicted shows here; a gap that is
+/// never filled (a loss) does not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathHolds {
+    /// Holds of at least [`HOLD_COUNTED`].
+    pub count: u64,
+    /// The longest hold.
+    pub max: Duration,
+}
+
+/// Holds this long or longer are counted in [`PathHolds::count`].
+pub const HOLD_COUNTED: Duration = Duration::from_millis(20);
 
 /// The paced release may always run this far ahead of its rate (see [`Pacing`]).
 pub const MIN_RELEASE_BURST: Duration = Duration::from_millis(2);
@@ -113,6 +131,7 @@ impl<P> SequenceReceiver<P> {
             })
             .collect();
         let equalizer = DelayEqualizer::new(sched.paths(), config.equalize_delay);
+        let paths_n = sched.paths();
         Ok(SequenceReceiver {
             sched,
             paths,
@@ -132,8 +151,32 @@ impl<P> SequenceReceiver<P> {
             abandoned: VecDeque::new(),
             express: VecDeque::new(),
             express_bytes: 0,
+            holds: vec![PathHolds::default(); paths_n],
             stats: ResequencerStats::default(),
         })
+    }
+
+    /// How long packets of other paths waited behind `path`'s ([`PathHolds`]).
+    pub fn path_holds(&self, path: PathId) -> PathHolds {
+        self.holds.get(path.index()).copied().unwrap_or_default()
+    }
+
+    /// `next` is about to go from path `i`: what waits at the other paths' heads (all later
+    /// than `next`) and was due before now waited for it.
+    fn note_hold(&mut self, now: Instant, i: usize) {
+        let due = self
+            .paths
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != i)
+            .filter_map(|(_, rx)| rx.queue.front().map(|h| h.ready))
+            .min();
+        if let Some(due) = due.filter(|&d| d < now) {
+            let hold = now - due;
+            let h = &mut self.holds[i];
+            h.max = h.max.max(hold);
+            h.count += u64::from(hold >= HOLD_COUNTED);
+        }
     }
 
     /// The sender will not send `first..first + count` again: they were lost (a run of one
@@ -399,6 +442,7 @@ impl<P> SequenceReceiver<P> {
                 let len = head.len;
                 self.sched.update(len);
                 self.pace(now, len);
+                self.note_hold(now, p);
                 return Some(self.pop(p));
             }
             // Slow path: look at every head (FIFO paths put `next` at a head if it arrived).
@@ -418,6 +462,7 @@ impl<P> SequenceReceiver<P> {
                     return None;
                 }
                 self.pace(now, len);
+                self.note_hold(now, i);
                 return Some(self.pop(i));
             }
             if self.total_buffered == 0 {
@@ -566,6 +611,30 @@ mod tests {
             r.handle_data(Instant::ZERO, PathId(0), Some(s), 100, s);
         }
         assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_path_whose_packet_comes_late_is_blamed_for_the_wait() {
+        let mut r = receiver(None);
+        r.set_path_delay(PathId(0), Some(Duration::ZERO));
+        r.set_path_delay(PathId(1), Some(Duration::ZERO));
+        // 1 and 2 are here on path 0 at 0 ms, due at once; 0 comes on path 1 at 30 ms.
+        r.handle_data(Instant::ZERO, PathId(0), Some(1), 100, 1);
+        r.handle_data(Instant::ZERO, PathId(0), Some(2), 100, 2);
+        assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
+        let late = Instant::from_nanos(30_000_000);
+        r.handle_data(late, PathId(1), Some(0), 100, 0);
+        assert_eq!(deliver_all(&mut r, late), vec![0, 1, 2]);
+        let h = r.path_holds(PathId(1));
+        assert_eq!((h.count, h.max), (1, Duration::from_millis(30)));
+        // Path 0's packets made nothing wait; in order and on time, nobody is blamed.
+        assert_eq!(r.path_holds(PathId(0)), PathHolds::default());
+        for s in 3..6u64 {
+            r.handle_data(late, PathId((s % 2) as u8), Some(s), 100, s);
+        }
+        assert_eq!(deliver_all(&mut r, late), vec![3, 4, 5]);
+        assert_eq!(r.path_holds(PathId(1)).count, 1);
+        assert_eq!(r.path_holds(PathId(0)), PathHolds::default());
     }
 
     #[test]
