@@ -856,7 +856,7 @@ impl Daemon {
         }
         if cfg.tcp.is_some() && cfg.qos.is_some() {
             eprintln!(
-                "braid: [tcp] accelerate with [qos]: accelerated TCP queues in the class its addresses and ports select ([[qos.class.filter]]; its DSCP does not reach braid through the redirect, so it counts as DSCP 0), except on a PET bond without [qos] rate_mbit, whose rate only striped traffic measures (docs/qos.md)"
+                "braid: [tcp] accelerate with [qos]: accelerated TCP queues in the class its addresses and ports select ([[qos.class.filter]]; its DSCP does not reach braid through the redirect, so it counts as DSCP 0), each flow capped at its path's rate (PET's estimate on a PET bond) (docs/qos.md)"
             );
         }
         if let (Role::Responder, Some(true)) = (cfg.role, cfg.tcp.as_ref().map(|t| t.transparent)) {

@@ -385,9 +385,9 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
     }
     if let Some(pet) = s["pet"].as_object() {
         println!(
-            "PET: SIG-ACKs sent {} received {} dropped {}  pairs {} samples {} probes {}  padding pairs {} ({} bytes)  blackouts {}",
+            "PET: SIG-ACKs sent {} received {} dropped {}  pairs {} (start-up {}) samples {} probes {}  padding pairs {} ({} bytes)  blackouts {}",
             pet["sig_acks_sent"], pet["sig_acks_received"], pet["sig_acks_dropped"], pet["pairs"],
-            pet["samples"], pet["probes"], pet["padding_pairs"], pet["padding_bytes"], pet["blackouts"]
+            pet["startup_pairs"], pet["samples"], pet["probes"], pet["padding_pairs"], pet["padding_bytes"], pet["blackouts"]
         );
     }
     if let Some(classes) = s["classes"].as_array().filter(|c| !c.is_empty()) {

@@ -96,10 +96,12 @@ pub struct SequenceReceiver<P> {
 }
 
 /// How long a path's packets made the rest wait (`SequenceReceiver::path_holds`): when the
-/// packet `next` is delivered from path `i` while packets of other paths were due before it,
-/// they waited for path `i`, by `now` minus the earliest of their release times. A path
-/// whose packets arrive later than the sender's schedule predicted shows here; a gap that is
-/// never filled (a loss) does not.
+/// packet `next` goes from path `i` while packets of other paths were due (their release
+/// times, after delay equalisation) before `next` itself was, they waited for path `i`: from
+/// the earliest of their release times to `next`'s. Only the time `next` was missing counts,
+/// not release pacing or a late poll. A path whose packets arrive later than the others'
+/// shows here; a gap that is never filled (a loss) does not. Counted per packet delivered,
+/// so one late burst counts once per packet of it that others waited behind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PathHolds {
     /// Holds of at least [`HOLD_COUNTED`].
@@ -161,18 +163,21 @@ impl<P> SequenceReceiver<P> {
         self.holds.get(path.index()).copied().unwrap_or_default()
     }
 
-    /// `next` is about to go from path `i`: what waits at the other paths' heads (all later
-    /// than `next`) and was due before now waited for it.
-    fn note_hold(&mut self, now: Instant, i: usize) {
+    /// `next` is about to go from path `i` (due at `ready`): what waits at the other paths'
+    /// heads (later packets, or a copy of `next` itself) and was due before `next` waited for
+    /// it.
+    fn note_hold(&mut self, now: Instant, i: usize, ready: Instant) {
+        let next = self.next;
         let due = self
             .paths
             .iter()
             .enumerate()
             .filter(|&(j, _)| j != i)
-            .filter_map(|(_, rx)| rx.queue.front().map(|h| h.ready))
+            .filter_map(|(_, rx)| rx.queue.front().filter(|h| h.seq > next).map(|h| h.ready))
             .min();
-        if let Some(due) = due.filter(|&d| d < now) {
-            let hold = now - due;
+        let ready = ready.min(now);
+        if let Some(due) = due.filter(|&d| d < ready) {
+            let hold = ready - due;
             let h = &mut self.holds[i];
             h.max = h.max.max(hold);
             h.count += u64::from(hold >= HOLD_COUNTED);
@@ -439,10 +444,10 @@ impl<P> SequenceReceiver<P> {
                     self.wake = Some(ready);
                     return None;
                 }
-                let len = head.len;
+                let (len, due) = (head.len, head.ready);
                 self.sched.update(len);
                 self.pace(now, len);
-                self.note_hold(now, p);
+                self.note_hold(now, p, due);
                 return Some(self.pop(p));
             }
             // Slow path: look at every head (FIFO paths put `next` at a head if it arrived).
@@ -452,17 +457,17 @@ impl<P> SequenceReceiver<P> {
                     .front()
                     .is_some_and(|x| x.seq == self.next)
             }) {
-                let (ready, len) = self.paths[i]
+                let (due, len) = self.paths[i]
                     .queue
                     .front()
                     .map_or((now, 0), |x| (x.ready, x.len));
-                let ready = ready.max(self.paced_at(now));
+                let ready = due.max(self.paced_at(now));
                 if ready > now {
                     self.wake = Some(ready);
                     return None;
                 }
                 self.pace(now, len);
-                self.note_hold(now, i);
+                self.note_hold(now, i, due);
                 return Some(self.pop(i));
             }
             if self.total_buffered == 0 {
@@ -611,6 +616,32 @@ mod tests {
             r.handle_data(Instant::ZERO, PathId(0), Some(s), 100, s);
         }
         assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn with_three_paths_only_the_late_one_is_blamed() {
+        let mut c = ResequencerConfig::new(
+            ResequenceMode::Sequence,
+            SchedulerConfig::new(SchedulerKind::Rr, vec![1, 1, 1]),
+        );
+        c.equalize_delay = true;
+        let mut r: SequenceReceiver<u64> = SequenceReceiver::new(&c).unwrap();
+        for p in 0..3 {
+            r.set_path_delay(PathId(p), Some(Duration::ZERO));
+        }
+        // 1 on path 0 and 2 on path 1 are here at 0 ms; 0 comes on path 2 at 30 ms.
+        r.handle_data(Instant::ZERO, PathId(0), Some(1), 100, 1);
+        r.handle_data(Instant::ZERO, PathId(1), Some(2), 100, 2);
+        let late = Instant::from_nanos(30_000_000);
+        r.handle_data(late, PathId(2), Some(0), 100, 0);
+        // Delivered 10 ms after that (a late poll): the wait counted is the 30 ms that 0 was
+        // missing, and only path 2 made anyone wait.
+        let polled = Instant::from_nanos(40_000_000);
+        assert_eq!(deliver_all(&mut r, polled), vec![0, 1, 2]);
+        let h = r.path_holds(PathId(2));
+        assert_eq!((h.count, h.max), (1, Duration::from_millis(30)));
+        assert_eq!(r.path_holds(PathId(0)), PathHolds::default());
+        assert_eq!(r.path_holds(PathId(1)), PathHolds::default());
     }
 
     #[test]
