@@ -21,7 +21,10 @@
 //! session hands pure TCP acknowledgements over with
 //! [`handle_data_unheld`](super::Resequencer::handle_data_unheld), so the ACKs of a bulk
 //! transfer ride the fastest path at its own delay (holding them too doubled the RTT and
-//! slowed every ramp-up). `equalize_delay = false` turns equalisation off for a bond that
+//! slowed every ramp-up). They are delivered as they come, ahead of what waits for its turn
+//! (`SequenceReceiver::arrive`): in order behind a held packet of another flow (an IPv6
+//! router solicitation, a DNS answer) they would wait out its hold, and an upload's sender
+//! would stall for lack of ACKs. `equalize_delay = false` turns equalisation off for a bond that
 //! carries latency-sensitive traffic rather than bulk. Queueing delay is not equalised: a
 //! queued packet is late already, and order is kept by the resequencer anyway.
 //!

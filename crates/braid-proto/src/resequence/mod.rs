@@ -181,6 +181,9 @@ pub struct ResequencerStats {
     pub stale_dropped: u64,
     /// Arrivals dropped because the buffer was over twice its limit.
     pub overflow_dropped: u64,
+    /// `sequence`: packets delivered ahead of their turn because nothing at this end times
+    /// them ([`Resequencer::handle_data_unheld`]: TCP's pure ACKs).
+    pub delivered_early: u64,
     /// Messages for a path that does not exist, or markers that make no sense, dropped.
     pub invalid_dropped: u64,
 }

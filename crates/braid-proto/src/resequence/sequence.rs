@@ -90,6 +90,10 @@ pub struct SequenceReceiver<P> {
     /// FIFO path, so it needs no resequencing), delivered as they arrive, ahead of the rest.
     express: VecDeque<Delivery<P>>,
     express_bytes: u64,
+    /// Sequence numbers delivered ahead of their turn (packets delay equalisation must not
+    /// hold, passed on as they came: [`super::Resequencer::handle_data_unheld`]); `next`
+    /// steps over them.
+    early: std::collections::BTreeSet<u64>,
     /// Per path: how long what arrived on other paths waited behind this path's packets.
     holds: Vec<PathHolds>,
     stats: ResequencerStats,
@@ -109,6 +113,10 @@ pub struct PathHolds {
     /// The longest hold.
     pub max: Duration,
 }
+
+/// The most sequence numbers delivered ahead of their turn at once; past it, an unheld
+/// packet waits its turn like any other.
+pub const MAX_EARLY: usize = 4096;
 
 /// Holds this long or longer are counted in [`PathHolds::count`].
 pub const HOLD_COUNTED: Duration = Duration::from_millis(20);
@@ -153,6 +161,7 @@ impl<P> SequenceReceiver<P> {
             abandoned: VecDeque::new(),
             express: VecDeque::new(),
             express_bytes: 0,
+            early: std::collections::BTreeSet::new(),
             holds: vec![PathHolds::default(); paths_n],
             stats: ResequencerStats::default(),
         })
@@ -271,6 +280,28 @@ impl<P> SequenceReceiver<P> {
         if self.total_buffered + self.express_bytes + u64::from(len) > self.limit.saturating_mul(2)
         {
             self.stats.overflow_dropped += 1;
+            return;
+        }
+        if self.early.contains(&seq) {
+            self.stats.stale_dropped += 1;
+            return;
+        }
+        if !equalize && seq > self.next && self.early.len() < MAX_EARLY {
+            // Nobody times it at this end (a pure TCP ACK): it goes now, ahead of what waits
+            // for its turn, instead of behind a packet that delay equalisation holds (an
+            // IPv6 router solicitation held 240 ms held every ACK of an upload behind it).
+            // Order matters within a flow's data, which this is not.
+            let rx = &mut self.paths[path.index()];
+            rx.highest = Some(rx.highest.map_or(seq, |h| h.max(seq)));
+            self.early.insert(seq);
+            self.express_bytes += u64::from(len);
+            self.stats.delivered_early += 1;
+            self.express.push_back(Delivery {
+                path,
+                seq: Some(seq),
+                len,
+                payload,
+            });
             return;
         }
         let mut ready = if equalize {
@@ -406,6 +437,12 @@ impl<P> SequenceReceiver<P> {
     /// Drop what waits at any path's head below `next`: the other copy of a packet sent twice
     /// (on two paths, both here before it was due), already delivered.
     fn drop_below_next(&mut self) {
+        // Step over what went ahead of its turn.
+        while self.early.first().is_some_and(|&s| s <= self.next) {
+            if self.early.pop_first() == Some(self.next) {
+                self.next += 1;
+            }
+        }
         let next = self.next;
         for rx in &mut self.paths {
             while let Some(head) = rx.queue.front().filter(|h| h.seq < next) {
@@ -420,7 +457,8 @@ impl<P> SequenceReceiver<P> {
 
     /// Give up on everything below `to`.
     fn jump(&mut self, to: u64) {
-        self.stats.lost += to.saturating_sub(self.next);
+        let early = self.early.range(self.next..to).count() as u64;
+        self.stats.lost += to.saturating_sub(self.next).saturating_sub(early);
         self.next = self.next.max(to);
         self.gap_since = None;
         self.drop_below_next();
@@ -601,6 +639,19 @@ mod tests {
         SequenceReceiver::new(&c).unwrap()
     }
 
+    impl SequenceReceiver<u64> {
+        fn handle_data_unheld_for_test(
+            &mut self,
+            now: Instant,
+            path: PathId,
+            seq: Option<u64>,
+            len: u32,
+            payload: u64,
+        ) {
+            self.arrive(now, path, seq, len, payload, false);
+        }
+    }
+
     fn deliver_all(r: &mut SequenceReceiver<u64>, now: Instant) -> Vec<u64> {
         std::iter::from_fn(|| r.poll_deliver(now).map(|d| d.payload)).collect()
     }
@@ -616,6 +667,40 @@ mod tests {
             r.handle_data(Instant::ZERO, PathId(0), Some(s), 100, s);
         }
         assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn unheld_packets_pass_one_that_equalisation_holds() {
+        let mut r = receiver(None);
+        r.set_path_delay(PathId(0), Some(Duration::ZERO));
+        r.set_path_delay(PathId(1), Some(Duration::from_millis(240)));
+        // 0 (say an IPv6 router solicitation) is held 240 ms on the fast path; 1 and 2 (pure
+        // ACKs) behind it go at once, not after it.
+        r.handle_data(Instant::ZERO, PathId(0), Some(0), 60, 0);
+        r.handle_data_unheld_for_test(Instant::ZERO, PathId(0), Some(1), 60, 1);
+        r.handle_data_unheld_for_test(Instant::ZERO, PathId(0), Some(2), 60, 2);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![1, 2]);
+        assert_eq!(r.stats().delivered_early, 2);
+        // A copy of one of them is a duplicate.
+        r.handle_data_unheld_for_test(Instant::ZERO, PathId(1), Some(2), 60, 2);
+        assert_eq!(r.stats().stale_dropped, 1);
+        // 0 goes when its hold is over, and `next` steps over 1 and 2: 3 is next, in turn.
+        let held = Instant::from_nanos(240_000_000);
+        assert_eq!(deliver_all(&mut r, held), vec![0]);
+        assert_eq!(r.next_seq(), 3);
+        r.handle_data(held, PathId(1), Some(3), 60, 3);
+        assert_eq!(deliver_all(&mut r, held), vec![3]);
+        assert_eq!(r.stats().lost, 0);
+        // A gap the unheld ones went past is lost when every path is past it, and they are
+        // not counted lost with it.
+        r.handle_data_unheld_for_test(held, PathId(0), Some(5), 60, 5);
+        r.handle_data_unheld_for_test(held, PathId(1), Some(6), 60, 6);
+        assert_eq!(deliver_all(&mut r, held), vec![5, 6]);
+        r.handle_data(held, PathId(0), Some(7), 60, 7);
+        r.handle_data(held, PathId(1), Some(8), 60, 8);
+        let later = Instant::from_nanos(480_000_000);
+        assert_eq!(deliver_all(&mut r, later), vec![7, 8]);
+        assert_eq!(r.stats().lost, 1);
     }
 
     #[test]
