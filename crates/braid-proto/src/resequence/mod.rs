@@ -5,7 +5,8 @@
 //!   sender's causal scheduler over per-path queues (logical reception, section 4) and
 //!   resynchronises with markers (section 5, Appendix A `ProcessMarker` / `Skipline`).
 //!   Quasi-FIFO: FIFO except for a while after loss.
-//! - [`SequenceReceiver`] (`sequence`): a sequence number on every packet; guaranteed FIFO.
+//! - [`SequenceReceiver`] (`sequence`): a sequence number on every packet; guaranteed FIFO,
+//!   but for packets handed in as not to be held (TCP's pure ACKs), which go as they come.
 //!   Logical reception predicts the path of the next packet (the fast path); a bounded reorder
 //!   buffer covers the rest and declares a packet lost when every path has delivered something
 //!   later, or when the hold timer expires.
@@ -182,7 +183,7 @@ pub struct ResequencerStats {
     /// Arrivals dropped because the buffer was over twice its limit.
     pub overflow_dropped: u64,
     /// `sequence`: packets delivered ahead of their turn because nothing at this end times
-    /// them ([`Resequencer::handle_data_unheld`]: TCP's pure ACKs).
+    /// them ([`Resequencer::handle_data_unheld`]: TCP's pure ACKs and opening SYNs).
     pub delivered_early: u64,
     /// Messages for a path that does not exist, or markers that make no sense, dropped.
     pub invalid_dropped: u64,

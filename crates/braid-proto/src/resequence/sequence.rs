@@ -1,6 +1,8 @@
 //! Resequencing mode `sequence`: guaranteed FIFO with sequence numbers (stripe paper section 4,
 //! "logical reception can help simplify the resequencing implementation"; loss detection as the
-//! BAG paper's BMP).
+//! BAG paper's BMP), except for what the driver hands in as not to be held
+//! ([`super::Resequencer::handle_data_unheld`]: TCP's pure ACKs and opening SYNs), which goes
+//! as it comes, ahead of anything waiting, while fewer than [`MAX_EARLY`] are ahead.
 //!
 //! BMP (BAG paper section V-B) is this receiver with: comparison-based loss detection (a gap is
 //! lost once every path has delivered a later packet, always on), a backup timer derived from
@@ -508,7 +510,8 @@ impl<P> SequenceReceiver<P> {
                 self.note_hold(now, i, due);
                 return Some(self.pop(i));
             }
-            if self.total_buffered == 0 {
+            // Nothing waits, and nothing went ahead of `next` either: no gap.
+            if self.total_buffered == 0 && self.early.is_empty() {
                 self.gap_since = None;
                 return None;
             }
@@ -524,12 +527,15 @@ impl<P> SequenceReceiver<P> {
                     _ => all_past = false,
                 }
             }
+            // What went ahead of its turn counts as a head: `next` is missing in front of it
+            // as much as in front of a queued packet.
             let min_head = self
                 .paths
                 .iter()
                 .filter_map(|rx| rx.queue.front().map(|x| x.seq))
+                .chain(self.early.first().copied())
                 .min()
-                .expect("something is buffered");
+                .expect("something is buffered or went early");
             if self.next_abandoned() {
                 // The sender said it is gone: one packet at a time, the next may be here.
                 self.stats.abandoned += 1;
@@ -701,6 +707,25 @@ mod tests {
         let later = Instant::from_nanos(480_000_000);
         assert_eq!(deliver_all(&mut r, later), vec![7, 8]);
         assert_eq!(r.stats().lost, 1);
+    }
+
+    #[test]
+    fn a_gap_followed_only_by_packets_that_went_early_is_still_closed() {
+        let mut r = receiver(Some(Duration::from_millis(5)));
+        r.set_path_delay(PathId(0), Some(Duration::ZERO));
+        r.set_path_delay(PathId(1), Some(Duration::ZERO));
+        // 0 is lost; 1 and 2 (pure ACKs) go at once. The gap timer runs from then, and
+        // closes the gap: a held 3 afterwards is not kept waiting for 0.
+        r.handle_data_unheld_for_test(Instant::ZERO, PathId(0), Some(1), 60, 1);
+        r.handle_data_unheld_for_test(Instant::ZERO, PathId(0), Some(2), 60, 2);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![1, 2]);
+        let t = r.poll_timeout().expect("the gap timer runs");
+        assert_eq!(t, Instant::from_nanos(5_000_000));
+        assert!(deliver_all(&mut r, t).is_empty());
+        assert_eq!(r.next_seq(), 3);
+        assert_eq!(r.stats().lost, 1);
+        r.handle_data(t, PathId(1), Some(3), 60, 3);
+        assert_eq!(deliver_all(&mut r, t), vec![3]);
     }
 
     #[test]
