@@ -658,6 +658,14 @@ mod tests {
         }
     }
 
+    /// [`receiver`] with both paths' delays measured as zero (no equalisation hold).
+    fn receiver_measured(hold: Option<Duration>) -> SequenceReceiver<u64> {
+        let mut r = receiver(hold);
+        r.set_path_delay(PathId(0), Some(Duration::ZERO));
+        r.set_path_delay(PathId(1), Some(Duration::ZERO));
+        r
+    }
+
     fn deliver_all(r: &mut SequenceReceiver<u64>, now: Instant) -> Vec<u64> {
         std::iter::from_fn(|| r.poll_deliver(now).map(|d| d.payload)).collect()
     }
@@ -711,9 +719,7 @@ mod tests {
 
     #[test]
     fn a_gap_followed_only_by_packets_that_went_early_is_still_closed() {
-        let mut r = receiver(Some(Duration::from_millis(5)));
-        r.set_path_delay(PathId(0), Some(Duration::ZERO));
-        r.set_path_delay(PathId(1), Some(Duration::ZERO));
+        let mut r = receiver_measured(Some(Duration::from_millis(5)));
         // 0 is lost; 1 and 2 (pure ACKs) go at once. The gap timer runs from then, and
         // closes the gap: a held 3 afterwards is not kept waiting for 0.
         r.handle_data_unheld_for_test(Instant::ZERO, PathId(0), Some(1), 60, 1);
@@ -756,9 +762,7 @@ mod tests {
 
     #[test]
     fn a_path_whose_packet_comes_late_is_blamed_for_the_wait() {
-        let mut r = receiver(None);
-        r.set_path_delay(PathId(0), Some(Duration::ZERO));
-        r.set_path_delay(PathId(1), Some(Duration::ZERO));
+        let mut r = receiver_measured(None);
         // 1 and 2 are here on path 0 at 0 ms, due at once; 0 comes on path 1 at 30 ms.
         r.handle_data(Instant::ZERO, PathId(0), Some(1), 100, 1);
         r.handle_data(Instant::ZERO, PathId(0), Some(2), 100, 2);
@@ -794,9 +798,7 @@ mod tests {
 
     #[test]
     fn hold_timer_closes_a_gap() {
-        let mut r = receiver(Some(Duration::from_millis(5)));
-        r.set_path_delay(PathId(0), Some(Duration::ZERO));
-        r.set_path_delay(PathId(1), Some(Duration::ZERO));
+        let mut r = receiver_measured(Some(Duration::from_millis(5)));
         r.handle_data(Instant::ZERO, PathId(1), Some(3), 100, 3);
         assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
         let t = r.poll_timeout().unwrap();
