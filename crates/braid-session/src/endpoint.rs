@@ -460,6 +460,8 @@ impl Endpoint {
     /// [`Endpoint::handle_repr`] for a packet that reached the host at `arrival` (no later
     /// than `now`; the kernel's receive timestamp): the arrival PET's SIG-ACKs report.
     pub fn handle_repr_at(&mut self, now: Instant, arrival: Instant, path: PathId, repr: Repr<'_>) {
+        // A kernel timestamp a little ahead of the session's clock is taken as now.
+        let arrival = arrival.min(now);
         match repr {
             Repr::Data {
                 path: p,
@@ -480,7 +482,7 @@ impl Endpoint {
                 if let (Some(rx), Some(seq), true) =
                     (&mut self.pet_rx, seq, len > SMALL_PACKET_BYTES)
                 {
-                    rx.handle_data(arrival.min(now), path, seq);
+                    rx.handle_data(arrival, path, seq);
                     self.pump_sig_acks(now);
                 }
                 let copy = match &mut self.decompressor {
@@ -507,7 +509,7 @@ impl Endpoint {
                 }
                 self.stats.padding_received += 1;
                 if let Some(rx) = &mut self.pet_rx {
-                    rx.handle_data(arrival.min(now), path, id);
+                    rx.handle_data(arrival, path, id);
                     self.pump_sig_acks(now);
                 }
             }

@@ -726,12 +726,8 @@ impl Pet {
         p.unreported.push_back((seq, expected));
     }
 
-    fn record_index(&self, seq: u64) -> Option<usize> {
-        index_of(&self.records, seq)
-    }
-
     fn record_mut(&mut self, seq: u64) -> Option<&mut Record> {
-        let i = self.record_index(seq)?;
+        let i = index_of(&self.records, seq)?;
         self.records.get_mut(i)
     }
 
