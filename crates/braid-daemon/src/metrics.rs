@@ -130,7 +130,7 @@ pub fn render(st: &Status) -> String {
             }
             reg.register(name, help, fam);
         };
-    let peer_gauges: [PeerGauge; 13] = [
+    let peer_gauges: [PeerGauge; 14] = [
         ("established", "1 once keys are established", |p| {
             f64::from(u8::from(p.session.established))
         }),
@@ -150,6 +150,11 @@ pub fn render(st: &Status) -> String {
         ("delivered_packets", "Packets delivered to the TUN", |p| {
             p.session.delivered_packets as f64
         }),
+        (
+            "delivered_early_packets",
+            "Packets delivered ahead of their turn (pure ACKs, opening SYNs)",
+            |p| p.session.delivered_early as f64,
+        ),
         ("lost_packets", "Packets the receiver declared lost", |p| {
             p.session.lost_packets as f64
         }),

@@ -273,6 +273,10 @@ pub struct SessionStatus {
     pub lost_packets: u64,
     /// Packets the receiver dropped as stale, invalid or over its buffer.
     pub receiver_dropped: u64,
+    /// Packets delivered ahead of their turn because nothing at this end times them (TCP's
+    /// pure ACKs and opening SYNs, sequence mode), so a packet delay equalisation holds does
+    /// not hold them too.
+    pub delivered_early: u64,
     /// Resynchronisation activity: marker skips, hold skips, forced skips, late deliveries.
     pub resync: [u64; 4],
     /// Packets from the application dropped because the bond could not take them.
@@ -1990,6 +1994,7 @@ impl Session {
             delivered_packets: rx.delivered,
             lost_packets: rx.lost,
             receiver_dropped: rx.stale_dropped + rx.invalid_dropped + rx.overflow_dropped,
+            delivered_early: rx.delivered_early,
             resync: [
                 rx.marker_skips,
                 rx.hold_skips,

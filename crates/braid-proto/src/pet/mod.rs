@@ -236,10 +236,24 @@ struct PetPath {
     disabled: bool,
     /// Unreported packets sent on this path: (seq, expected delivery), in sending order.
     unreported: VecDeque<(u64, Instant)>,
-    /// Everything `A_l` counts that may still be on its way, in sending order: (the data
-    /// sequence number, if PET placed it; when sent; payload bytes). Re-anchoring replays
-    /// Equation 1 over what follows the packet a SIG-ACK reports, and drops what precedes it.
-    in_flight: VecDeque<(Option<u64>, Instant, u32)>,
+    /// Everything `A_l` counts that may still be on its way, in sending order. Re-anchoring
+    /// replays Equation 1 over what follows the packet a SIG-ACK reports, and drops what
+    /// precedes it; what was due `blackout_after` ago is dropped too
+    /// ([`Pet::forget_delivered`]), so an end whose packets are never reported (one that
+    /// sends only TCP's ACKs) keeps a short list.
+    in_flight: VecDeque<InFlight>,
+}
+
+/// A packet `A_l` counts, on a path's in-flight list.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    /// The data sequence number, if PET placed the packet.
+    seq: Option<u64>,
+    sent: Instant,
+    /// Payload bytes.
+    len: u32,
+    /// Its delivery as EDPF predicted it when it was sent (`A_l` just after).
+    due: Instant,
 }
 
 /// PET counters.
@@ -540,11 +554,36 @@ impl Pet {
     /// placed it), and the path's in-flight list for re-anchoring.
     fn account(&mut self, path: PathId, now: Instant, len: u32, seq: Option<u64>) {
         self.edpf.account(path, now, len);
+        let due = self.edpf.free_at(path);
+        let after = self.config.blackout_after;
         let p = &mut self.paths[path.index()];
+        Self::forget_delivered(p, now, after);
         if p.in_flight.len() >= self.config.max_records {
             p.in_flight.pop_front();
         }
-        p.in_flight.push_back((seq, now, len));
+        p.in_flight.push_back(InFlight {
+            seq,
+            sent: now,
+            len,
+            due,
+        });
+    }
+
+    /// Drop from `p`'s in-flight list what EDPF expected delivered `after` ago or earlier: a
+    /// SIG-ACK for it would have come by now, or a data packet's absence would have blacked
+    /// the path out, and without a report no re-anchoring replays it. Gives back the list's
+    /// memory once it has shrunk to a quarter of it.
+    fn forget_delivered(p: &mut PetPath, now: Instant, after: Duration) {
+        while p
+            .in_flight
+            .front()
+            .is_some_and(|f| f.due.saturating_add(after) <= now)
+        {
+            p.in_flight.pop_front();
+        }
+        if p.in_flight.capacity() > 64 && p.in_flight.len() < p.in_flight.capacity() / 4 {
+            p.in_flight.shrink_to(p.in_flight.len() * 2);
+        }
     }
 
     /// The bond carries traffic PET does not place (the driver's own, such as segments of a
@@ -776,8 +815,8 @@ impl Pet {
         let Some(at) = p
             .in_flight
             .iter()
-            .position(|&(s, _, _)| s.is_some_and(|s| s >= seq))
-            .filter(|&at| p.in_flight[at].0 == Some(seq))
+            .position(|f| f.seq.is_some_and(|s| s >= seq))
+            .filter(|&at| p.in_flight[at].seq == Some(seq))
         else {
             return;
         };
@@ -785,9 +824,9 @@ impl Pet {
         // Everything sent on the path after it, data, padding and packets PET did not place,
         // in the order sent.
         let mut free = Instant::from_nanos(left);
-        for &(_, sent, len) in &p.in_flight {
-            let air = transmission_time(u64::from(len) + overhead, rate);
-            free = (sent + delay).max(free) + air;
+        for f in &p.in_flight {
+            let air = transmission_time(u64::from(f.len) + overhead, rate);
+            free = (f.sent + delay).max(free) + air;
         }
         self.edpf.set_free_at(path, free);
     }
@@ -925,6 +964,10 @@ impl Pet {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.check_blackouts(now);
         self.expire_traffic(now);
+        let after = self.config.blackout_after;
+        for p in &mut self.paths {
+            Self::forget_delivered(p, now, after);
+        }
     }
 
     fn check_blackouts(&mut self, now: Instant) {

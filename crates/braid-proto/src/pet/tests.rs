@@ -207,6 +207,32 @@ fn packets_pet_did_not_place_count_on_their_path() {
 }
 
 #[test]
+fn an_end_whose_packets_are_never_reported_keeps_a_short_in_flight_list() {
+    // A server that only sends TCP's ACKs: small packets on the fastest path, which the
+    // receiver never reports, so no re-anchoring trims the path's list.
+    let mut pet = Pet::new(PetConfig::new(vec![10_000_000; 2])).unwrap();
+    pet.set_probe_rtt(PathId(0), ms(20));
+    pet.set_probe_rtt(PathId(1), ms(200));
+    // 10 s of an ACK every 0.5 ms.
+    for i in 0..20_000u64 {
+        pet.account_extra(
+            PathId(0),
+            Instant::ZERO + Duration::from_micros(500 * i),
+            52,
+        );
+    }
+    // What was due a second ago or more is gone: about a second's worth remains.
+    let kept = pet.paths[0].in_flight.len();
+    assert!((1_900..=2_100).contains(&kept), "{kept} kept");
+    assert!(pet.paths[0].in_flight.capacity() <= 4 * kept);
+    // With the bond idle, the timer's check empties it and gives its memory back.
+    pet.handle_timeout(at(20_000));
+    assert_eq!(pet.paths[0].in_flight.len(), 0);
+    assert!(pet.paths[0].in_flight.capacity() <= 64);
+    assert_eq!(pet.stats().extra, 20_000);
+}
+
+#[test]
 fn the_estimate_follows_a_halved_rate_within_two_seconds() {
     let mut m = Model::new(&[50_000, 100_000, 200_000], &[50, 50, 50]);
     m.offer(at(0), Duration::from_secs(10), 350_000);
