@@ -198,6 +198,10 @@ pub struct Status {
     pub tun_tx_errors: u64,
     /// Datagrams the kernel would not take (sendto errors).
     pub udp_send_errors: u64,
+    /// Datagrams not sent because their path had no socket open (a client's path waiting for
+    /// its interface) or, on a server, no address yet: the client had not used the path
+    /// (probes on a path the client has not opened yet, at its start).
+    pub udp_unaddressed: u64,
     /// `[tcp] accelerate`: TCP carried over pTCP. `None` when off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpStatus>,
@@ -410,6 +414,7 @@ struct Daemon {
     tun_tx: u64,
     tun_tx_errors: u64,
     send_errors: u64,
+    unaddressed: u64,
     unrouted: u64,
     unclaimed: u64,
     too_big: TooBigCounters,
@@ -928,6 +933,7 @@ impl Daemon {
             tun_tx: 0,
             tun_tx_errors: 0,
             send_errors: 0,
+            unaddressed: 0,
             unrouted: 0,
             too_big: TooBigCounters::default(),
             too_big_answers: braid_session::cookie::Bucket::full(
@@ -1732,10 +1738,14 @@ impl Daemon {
             segment,
             count,
         );
-        if let Err(e) = sent {
-            self.send_errors += count as u64;
-            if let Some(e) = e.filter(|e| self.cfg.role == Role::Initiator && net::is_absent(e)) {
-                self.lose_socket(sock_index, &e);
+        match sent {
+            Ok(()) => {}
+            Err(None) => self.unaddressed += count as u64,
+            Err(Some(e)) => {
+                self.send_errors += count as u64;
+                if self.cfg.role == Role::Initiator && net::is_absent(&e) {
+                    self.lose_socket(sock_index, &e);
+                }
             }
         }
     }
@@ -1745,13 +1755,14 @@ impl Daemon {
     /// segment, so a batch per path, not one for all).
     fn transmit_ptcp(&mut self, now: Instant) {
         let role = self.cfg.role;
-        let (sockets, gso, send_errors) = (&self.sockets, &self.gso, &mut self.send_errors);
+        let (sockets, gso) = (&self.sockets, &self.gso);
+        let (send_errors, unaddressed) = (&mut self.send_errors, &mut self.unaddressed);
         let batches = &mut self.ptcp_batches;
         // pTCP resends what it loses.
-        let mut outcome = |n: usize, sent: gso::Sent| {
-            if sent.is_err() {
-                *send_errors += n as u64;
-            }
+        let mut outcome = |n: usize, sent: gso::Sent| match sent {
+            Ok(()) => {}
+            Err(None) => *unaddressed += n as u64,
+            Err(Some(_)) => *send_errors += n as u64,
         };
         for peer in &mut self.peers {
             if peer.ptcp.is_empty() && !peer.ptcp.owes_resets() {
@@ -2215,6 +2226,7 @@ impl Daemon {
             tun_tx_packets: self.tun_tx,
             tun_tx_errors: self.tun_tx_errors,
             udp_send_errors: self.send_errors,
+            udp_unaddressed: self.unaddressed,
             tcp: self.cfg.tcp.as_ref().map(|_| TcpStatus {
                 active: self.accel.pairs.len() as u64,
                 server_accepts: self.cfg.role == Role::Responder

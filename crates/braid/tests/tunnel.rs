@@ -405,6 +405,10 @@ fn assert_tun(bed: &Bed) {
         );
         assert_eq!(st["tun_rx_errors"], 0, "{side}: TUN read errors");
         assert_eq!(st["tun_tx_errors"], 0, "{side}: TUN write errors");
+        // A server's first probes on the client's other paths, before it knows their
+        // addresses, are not sent at all, and are not the kernel's refusals.
+        assert_eq!(st["udp_send_errors"], 0, "{side}: UDP send errors");
+        assert!(st["udp_unaddressed"].is_u64(), "{side}: {st}");
     }
 }
 
