@@ -22,12 +22,13 @@ use std::str::FromStr;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file cannot be read.
-    #[error("cannot read config file {path}: {source}")]
+    // Not a `#[source]`: the message already says it, and error chains would say it twice.
+    #[error("cannot read config file {path}: {error}{}", read_hint(error))]
     Read {
         /// The file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// TOML syntax, an unknown key, a wrong type or a bad value (the message has the line).
     #[error("{path}: {message}")]
@@ -516,6 +517,19 @@ pub struct PeerConfig {
     pub catch_all: bool,
 }
 
+/// What to do about a config file that cannot be read.
+fn read_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            " (give the file with -c; examples/client.toml and examples/server.toml are templates)"
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            " (it holds a private key, so it is readable by its owner only: run as that user, or as root)"
+        }
+        _ => "",
+    }
+}
+
 impl Config {
     /// The session settings this end uses with `peer`: role, keys, the bond and liveness.
     /// What only the tunnel uses (`[qos]`, duplication, paced release) the daemon adds.
@@ -625,7 +639,7 @@ impl Config {
     fn load_with(path: &Path, resolve_names: bool) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.display().to_string(),
-            source: e,
+            error: e,
         })?;
         Config::parse_with(&text, path, resolve_names)
     }

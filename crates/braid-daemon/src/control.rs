@@ -62,10 +62,12 @@ pub(crate) fn say_path_command(name: &str, enabled: bool) {
 /// Send `request` to the daemon behind `socket`; its answer, as JSON text.
 pub fn request(socket: &Path, request: &str) -> Result<String, String> {
     let mut s = UnixStream::connect(socket).map_err(|e| {
-        format!(
-            "cannot reach the daemon at {}: {e} (is `braid up` running? pass its control socket with --socket)",
-            socket.display()
-        )
+        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            "the control socket is its owner's only (mode 0600): run this as the user that runs `braid up`, usually root"
+        } else {
+            "is `braid up` running? pass its control socket with --socket"
+        };
+        format!("cannot reach the daemon at {}: {e} ({hint})", socket.display())
     })?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok();
     s.write_all(format!("{request}\n").as_bytes())

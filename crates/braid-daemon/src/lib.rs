@@ -177,6 +177,10 @@ pub struct Status {
     pub peers: Vec<PeerStatus>,
     /// Server with `[[client]]` tables: TUN packets to an address no client owns (dropped).
     pub unrouted_packets: u64,
+    /// This end's own path datagrams that came back in through the TUN device (dropped): the
+    /// route to a path's remote goes through the tunnel itself (a routing loop; the log says
+    /// which path and what to do).
+    pub looped_packets: u64,
     /// Server with `[[client]]` tables: datagrams no client's session claimed (unknown key or
     /// index, malformed; dropped unanswered).
     pub unclaimed_datagrams: u64,
@@ -322,6 +326,17 @@ struct Peer {
     retry_addresses_at: Instant,
     /// pTCP connections riding this peer's session (TCP acceleration).
     ptcp: PtcpTable,
+    /// What the log last said of the session ([`Daemon::log_transitions`]).
+    logged: Logged,
+}
+
+/// A peer's session as the log last described it.
+#[derive(Debug, Default)]
+struct Logged {
+    established: bool,
+    restarts: u64,
+    /// Per path: up (its probes answered).
+    up: Vec<bool>,
 }
 
 /// One accelerated TCP connection: the peer whose session carries it, and the copying.
@@ -415,6 +430,7 @@ struct Daemon {
     tun_tx_errors: u64,
     send_errors: u64,
     unaddressed: u64,
+    looped: u64,
     unrouted: u64,
     unclaimed: u64,
     too_big: TooBigCounters,
@@ -550,6 +566,17 @@ pub(crate) fn wall_ns() -> u64 {
 /// Run the daemon in the foreground until `stop` is set (e.g. by SIGINT/SIGTERM).
 pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
     let mut d = Daemon::start(cfg)?;
+    // Only now: the TUN device, the sockets and the control socket are all there.
+    eprintln!(
+        "braid: {} up on {} (control socket {})",
+        d.cfg.ifname,
+        if d.cfg.role == Role::Initiator {
+            "client"
+        } else {
+            "server"
+        },
+        d.cfg.control_socket.display()
+    );
     let result = d.event_loop(&stop);
     // A clean stop leaves the exact floor, not the reservation ahead of it, so that restarts
     // do not move the handshake clock ahead each time.
@@ -708,6 +735,21 @@ fn delete_nft_table(table: &str) -> io::Result<()> {
 }
 
 /// The destination (`source = false`) or source address of an IPv4 or IPv6 packet.
+/// A UDP packet's source port and destination (IPv4, or IPv6 with UDP as the first next
+/// header); `None` for anything else.
+fn udp_ends(packet: &[u8]) -> Option<(u16, SocketAddr)> {
+    let (udp, dst) = match packet.first()? >> 4 {
+        4 if *packet.get(9)? == 17 => {
+            let ihl = usize::from(packet[0] & 0x0f) * 4;
+            (packet.get(ihl..)?, packet_address(packet, false)?)
+        }
+        6 if *packet.get(6)? == 17 => (packet.get(40..)?, packet_address(packet, false)?),
+        _ => return None,
+    };
+    let port = |at: usize| Some(u16::from_be_bytes(udp.get(at..at + 2)?.try_into().ok()?));
+    Some((port(0)?, SocketAddr::new(dst, port(2)?)))
+}
+
 fn packet_address(packet: &[u8], source: bool) -> Option<IpAddr> {
     match packet.first()? >> 4 {
         4 => {
@@ -827,6 +869,7 @@ impl Daemon {
                 spoofed: 0,
                 applied: Vec::new(),
                 retry_addresses_at: Instant::ZERO,
+                logged: Logged::default(),
             });
         }
         // A segment the shaper let go is sealed into one of the flush's datagram slots.
@@ -934,6 +977,7 @@ impl Daemon {
             tun_tx_errors: 0,
             send_errors: 0,
             unaddressed: 0,
+            looped: 0,
             unrouted: 0,
             too_big: TooBigCounters::default(),
             too_big_answers: braid_session::cookie::Bucket::full(
@@ -1017,6 +1061,7 @@ impl Daemon {
             if now >= self.next_reopen {
                 self.next_reopen = now + braid_proto::time::Duration::from_secs(1);
                 self.reopen(now);
+                self.log_transitions();
                 for p in &mut self.peers {
                     p.ptcp.refresh_rate_caps(&p.session);
                 }
@@ -1072,6 +1117,75 @@ impl Daemon {
         self.warnings.say(now, "no_handshake", || {
             format!("no handshake with the server after {secs} s: {why}")
         });
+    }
+
+    /// Say in the log, once a second at most, what changed in the sessions: a handshake
+    /// completed, a peer restarted, a path came up or went down by its probes. Paths the user
+    /// took down (`braid path down`) or whose socket was lost have their own lines already.
+    fn log_transitions(&mut self) {
+        let role = self.cfg.role;
+        let many = self.peers.len() > 1;
+        for p in &mut self.peers {
+            let s = &p.session;
+            // A client's one peer is "the server"; a server names its client.
+            let who = match role {
+                Role::Initiator => "the server".to_owned(),
+                Role::Responder if p.cfg.catch_all => "the client".to_owned(),
+                Role::Responder => format!("client `{}`", p.cfg.name),
+            };
+            let n = s.paths();
+            let newly = s.is_established() && !p.logged.established;
+            if newly {
+                let paths = if n == 1 { "path" } else { "paths" };
+                eprintln!("braid: session with {who} established ({n} {paths})");
+            }
+            p.logged.established = s.is_established();
+            if s.peer_restarts() > p.logged.restarts {
+                eprintln!("braid: {who} restarted: the bond started afresh");
+            }
+            p.logged.restarts = s.peer_restarts();
+            p.logged.up.resize(n, false);
+            if !s.is_established() || newly {
+                // Paths count as up until their probes say otherwise: from the handshake on,
+                // say only what changes (a path that does not answer goes down within
+                // `dead_after_ms`).
+                for (i, up) in p.logged.up.iter_mut().enumerate() {
+                    *up = s.path_is_up(PathId(i as u8));
+                }
+                continue;
+            }
+            for i in 0..n {
+                let up = s.path_is_up(PathId(i as u8));
+                if up == p.logged.up[i] {
+                    continue;
+                }
+                p.logged.up[i] = up;
+                let quiet = role == Role::Initiator
+                    && (self.admin_down.get(i) == Some(&true)
+                        || self.problems.get(i).is_some_and(Option::is_some));
+                if quiet {
+                    continue;
+                }
+                let name = match role {
+                    Role::Initiator => self.names.get(i).cloned(),
+                    Role::Responder => None,
+                }
+                .unwrap_or_else(|| format!("path{i}"));
+                let whose = if many || role == Role::Responder {
+                    format!(" of {who}")
+                } else {
+                    String::new()
+                };
+                let up_now = (0..n).filter(|&k| s.path_is_up(PathId(k as u8))).count();
+                if up {
+                    eprintln!("braid: path `{name}`{whose} up ({up_now} of {n} up)");
+                } else {
+                    eprintln!(
+                        "braid: path `{name}`{whose} down: its probes go unanswered ({up_now} of {n} up)"
+                    );
+                }
+            }
+        }
     }
 
     /// Carry out what the control socket asked.
@@ -1372,6 +1486,11 @@ impl Daemon {
             // Nowhere to send: drain so the kernel queue holds nothing stale (counted as dropped).
             for _ in 0..MAX_TUN_READS {
                 while let Some(p) = self.tun.pending() {
+                    if let Some((j, dst)) = self.looped_path(p) {
+                        self.tun.advance();
+                        self.note_loop(now, j, dst);
+                        continue;
+                    }
                     match self.route(p) {
                         Some(i) => {
                             let _ = self.peers[i].session.send(now, p);
@@ -1393,6 +1512,11 @@ impl Daemon {
         for _ in 0..MAX_TUN_READS {
             while let Some(p) = self.tun.pending() {
                 let len = p.len();
+                if let Some((j, dst)) = self.looped_path(p) {
+                    self.tun.advance();
+                    self.note_loop(now, j, dst);
+                    continue;
+                }
                 let Some(i) = self.route(p) else {
                     self.unrouted += 1;
                     self.tun.advance();
@@ -1439,6 +1563,61 @@ impl Daemon {
                 Err(_) => self.tun_rx_errors += 1,
             }
         }
+    }
+
+    /// Whether `packet`, read from the TUN device, is one of this end's own path datagrams
+    /// (UDP from a path socket's port to that path's peer address), and of which path: the
+    /// kernel routes the path's remote into the tunnel. Such a packet is dropped
+    /// ([`Daemon::note_loop`]); forwarding it would nest the tunnel in itself.
+    fn looped_path(&self, packet: &[u8]) -> Option<(usize, SocketAddr)> {
+        let (sport, dst) = udp_ends(packet)?;
+        let mut hit = None;
+        for peer in &self.peers {
+            for (j, a) in peer.addrs.iter().enumerate() {
+                if *a != Some(dst) {
+                    continue;
+                }
+                // A client has a socket per path; a server answers from its one.
+                let sock = if self.cfg.role == Role::Initiator {
+                    j
+                } else {
+                    0
+                };
+                let ours = self
+                    .sockets
+                    .get(sock)
+                    .and_then(Option::as_ref)
+                    .and_then(|s| s.local_addr().ok())
+                    .is_some_and(|l| l.port() == sport);
+                if ours {
+                    hit = Some(j);
+                }
+            }
+        }
+        hit.map(|j| (j, dst))
+    }
+
+    /// Count a packet of path `j`'s that came back in through the TUN device, and explain the
+    /// routing loop in the log (once a minute per path).
+    fn note_loop(&mut self, now: Instant, j: usize, dst: SocketAddr) {
+        self.looped += 1;
+        let name = self
+            .names
+            .get(j)
+            .cloned()
+            .unwrap_or_else(|| format!("path{j}"));
+        let ifname = self.cfg.ifname.clone();
+        let fix = if self.cfg.role == Role::Initiator {
+            "add a host route for that address through the path's link (`ip route add ADDRESS/32 via GATEWAY dev LINK`), or bind the path to its link with `interface = \"LINK\"`, or take the address out of `[interface] routes`"
+        } else {
+            "the client's address for this path must be reached through a real link: take it out of the routes into the tunnel (a [[client]]'s `routes`, `[interface] routes`), or add a host route for it through the link"
+        };
+        self.warnings.say_for(now, "routing_loop", j, || {
+            format!(
+                "path `{name}`'s datagrams to {dst} come back in through {ifname}: the kernel routes {} into the tunnel itself (dropped, counted as looped_packets); {fix}",
+                dst.ip()
+            )
+        });
     }
 
     /// Whether peer `i`'s bond takes a packet of `len` bytes now, flushing what it has queued
@@ -2214,6 +2393,7 @@ impl Daemon {
                 })
                 .collect(),
             unrouted_packets: self.unrouted,
+            looped_packets: self.looped,
             unclaimed_datagrams: self.unclaimed,
             too_big: self.too_big.clone(),
             handshake_guard: self.guard.as_ref().map(|g| GuardStatus {
@@ -2282,5 +2462,43 @@ mod tests {
             arrival_instant(Instant::from_nanos(1_000), wall, Some(wall - ms(3))),
             Instant::ZERO
         );
+    }
+
+    #[test]
+    fn udp_ends_reads_a_udp_packets_source_port_and_destination() {
+        // IPv4 with options (IHL 6), UDP 40000 -> 10.201.1.2:7000.
+        let mut v4 = vec![0u8; 24 + 8];
+        v4[0] = 0x46;
+        v4[9] = 17;
+        v4[16..20].copy_from_slice(&[10, 201, 1, 2]);
+        v4[24..26].copy_from_slice(&40000u16.to_be_bytes());
+        v4[26..28].copy_from_slice(&7000u16.to_be_bytes());
+        assert_eq!(
+            udp_ends(&v4),
+            Some((40000, "10.201.1.2:7000".parse().unwrap()))
+        );
+        // TCP, and a packet cut short: not UDP ends.
+        let mut tcp = v4.clone();
+        tcp[9] = 6;
+        assert_eq!(udp_ends(&tcp), None);
+        assert_eq!(udp_ends(&v4[..26]), None);
+        // IPv6, UDP as the first next header.
+        let mut v6 = vec![0u8; 40 + 8];
+        v6[0] = 0x60;
+        v6[6] = 17;
+        v6[24..40].copy_from_slice(
+            &"2001:db8::1"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        v6[40..42].copy_from_slice(&5u16.to_be_bytes());
+        v6[42..44].copy_from_slice(&7000u16.to_be_bytes());
+        assert_eq!(
+            udp_ends(&v6),
+            Some((5, "[2001:db8::1]:7000".parse().unwrap()))
+        );
+        assert_eq!(udp_ends(&[]), None);
+        assert_eq!(udp_ends(&[0x45]), None);
     }
 }

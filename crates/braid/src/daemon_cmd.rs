@@ -6,7 +6,7 @@ use braid_session::PrivateKey;
 use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -60,6 +60,28 @@ pub fn up(args: &UpArgs) -> Result<()> {
                     p.name, p.remote
                 );
             }
+            // A path that cannot open its socket now waits for its link (a modem not plugged
+            // in yet): fine, but a typo would wait forever, so say so.
+            if let Some(i) = p
+                .interface
+                .as_ref()
+                .filter(|i| !Path::new("/sys/class/net").join(i).exists())
+            {
+                println!(
+                    "  note: path `{}`: interface {i} does not exist now (the path will wait for it)",
+                    p.name
+                );
+            }
+            if let Some(l) = p.local {
+                if let Err(e) = std::net::UdpSocket::bind((l, 0)) {
+                    if e.kind() == std::io::ErrorKind::AddrNotAvailable {
+                        println!(
+                            "  note: path `{}`: local address {l} is not on this host now (the path will wait for it)",
+                            p.name
+                        );
+                    }
+                }
+            }
         }
         return Ok(());
     }
@@ -67,16 +89,6 @@ pub fn up(args: &UpArgs) -> Result<()> {
     let s = stop.clone();
     ctrlc::set_handler(move || s.store(true, Ordering::Relaxed))
         .context("cannot install the SIGINT/SIGTERM handler")?;
-    eprintln!(
-        "braid: {} up on {} (control socket {})",
-        cfg.ifname,
-        if cfg.role == braid_session::Role::Initiator {
-            "client"
-        } else {
-            "server"
-        },
-        cfg.control_socket.display()
-    );
     braid_daemon::run(cfg, stop)?;
     eprintln!("braid: stopped");
     Ok(())
