@@ -397,6 +397,9 @@ struct Daemon {
     admin_down: Vec<bool>,
     /// Client: why a path has no socket, while it has none.
     problems: Vec<Option<String>>,
+    /// Client: paths out of use because their datagrams came back in through the TUN device
+    /// (a routing loop), until when, and why ([`Daemon::note_loop`]).
+    looped_out: Vec<Option<(Instant, String)>>,
     /// Requests from the control socket.
     commands: std::sync::mpsc::Receiver<control::Command>,
     poll: Poll,
@@ -735,6 +738,10 @@ fn delete_nft_table(table: &str) -> io::Result<()> {
 }
 
 /// The destination (`source = false`) or source address of an IPv4 or IPv6 packet.
+/// How long a client keeps a path out of use after its datagrams came back in through the TUN
+/// device (a routing loop), before it tries the path again.
+const LOOP_RETRY: braid_proto::time::Duration = braid_proto::time::Duration::from_secs(5);
+
 /// A UDP packet's source port and destination (IPv4, or IPv6 with UDP as the first next
 /// header); `None` for anything else.
 fn udp_ends(packet: &[u8]) -> Option<(u16, SocketAddr)> {
@@ -949,6 +956,7 @@ impl Daemon {
         }
         Ok(Daemon {
             admin_down: vec![false; names.len()],
+            looped_out: vec![None; names.len()],
             problems,
             commands,
             poll,
@@ -1061,6 +1069,7 @@ impl Daemon {
             if now >= self.next_reopen {
                 self.next_reopen = now + braid_proto::time::Duration::from_secs(1);
                 self.reopen(now);
+                self.retry_looped(now);
                 self.log_transitions();
                 for p in &mut self.peers {
                     p.ptcp.refresh_rate_caps(&p.session);
@@ -1162,7 +1171,8 @@ impl Daemon {
                 p.logged.up[i] = up;
                 let quiet = role == Role::Initiator
                     && (self.admin_down.get(i) == Some(&true)
-                        || self.problems.get(i).is_some_and(Option::is_some));
+                        || self.problems.get(i).is_some_and(Option::is_some)
+                        || self.looped_out.get(i).is_some_and(Option::is_some));
                 if quiet {
                     continue;
                 }
@@ -1188,6 +1198,20 @@ impl Daemon {
         }
     }
 
+    /// Client: put back in use the paths a routing loop took out [`LOOP_RETRY`] ago; one whose
+    /// datagrams still come back is out again with its first.
+    fn retry_looped(&mut self, now: Instant) {
+        for j in 0..self.looped_out.len() {
+            if self.looped_out[j]
+                .as_ref()
+                .is_some_and(|(until, _)| now >= *until)
+            {
+                self.looped_out[j] = None;
+                self.apply_path_state(now, j);
+            }
+        }
+    }
+
     /// Carry out what the control socket asked.
     fn run_commands(&mut self, now: Instant) {
         while let Ok(c) = self.commands.try_recv() {
@@ -1207,7 +1231,8 @@ impl Daemon {
     /// user, and with a socket.
     fn apply_path_state(&mut self, now: Instant, i: usize) {
         let enabled = !self.admin_down.get(i).copied().unwrap_or(false)
-            && self.sockets.get(i).is_some_and(Option::is_some);
+            && self.sockets.get(i).is_some_and(Option::is_some)
+            && self.looped_out.get(i).is_none_or(Option::is_none);
         for p in &mut self.peers {
             p.session.set_path_enabled(now, PathId(i as u8), enabled);
         }
@@ -1598,9 +1623,22 @@ impl Daemon {
     }
 
     /// Count a packet of path `j`'s that came back in through the TUN device, and explain the
-    /// routing loop in the log (once a minute per path).
+    /// routing loop in the log (once a minute per path). A client takes the path out of use
+    /// for [`LOOP_RETRY`] (its answers from the server still come in, so its probes alone
+    /// would keep it up while everything it sends is lost), then tries it again.
     fn note_loop(&mut self, now: Instant, j: usize, dst: SocketAddr) {
         self.looped += 1;
+        if self.cfg.role == Role::Initiator && self.looped_out.get(j).is_some_and(Option::is_none) {
+            self.looped_out[j] = Some((
+                now + LOOP_RETRY,
+                format!(
+                    "its datagrams to {dst} are routed into {} itself; trying again every {} s",
+                    self.cfg.ifname,
+                    LOOP_RETRY.as_secs()
+                ),
+            ));
+            self.apply_path_state(now, j);
+        }
         let name = self
             .names
             .get(j)
@@ -2381,7 +2419,13 @@ impl Daemon {
                                     p.addrs.get(i).copied().flatten(),
                                     self.cfg.paths.get(i),
                                     self.admin_down.get(i) == Some(&true),
-                                    self.problems.get(i).cloned().flatten(),
+                                    self.problems.get(i).cloned().flatten().or_else(|| {
+                                        self.looped_out
+                                            .get(i)
+                                            .cloned()
+                                            .flatten()
+                                            .map(|(_, why)| why)
+                                    }),
                                 )
                             })
                             .collect(),

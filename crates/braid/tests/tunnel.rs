@@ -1053,6 +1053,72 @@ fn a_path_killed_mid_transfer_does_not_stall_it() {
 }
 
 #[test]
+fn a_path_routed_into_its_own_tunnel_is_dropped_and_explained() {
+    need_root!();
+    let mut bed = Bed::new(20);
+    bed.up(None);
+    let ns = bed.ns("c");
+    // A user routes path two's remote into the tunnel (a VPN's default route without the
+    // host route for the server): path two's datagrams come back in through braid0.
+    sh(&[
+        "ip",
+        "-n",
+        &ns,
+        "route",
+        "add",
+        "10.62.2.2/32",
+        "dev",
+        "braid0",
+    ]);
+    let looped = |bed: &Bed| bed.status("c").unwrap()["looped_packets"].as_u64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while looped(&bed) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(looped(&bed) > 0, "nothing looped; logs: {}", bed.logs());
+    // Dropped, not nested in the tunnel, and the path is out of use (the server's answers on it
+    // still come in, so its probes alone would keep it up); path one carries the data.
+    let st = bed.status("c").unwrap();
+    assert_eq!(
+        st["peers"][0]["session"]["paths"][1]["state"], "disabled",
+        "{st}"
+    );
+    let problem = st["peers"][0]["paths"][1]["problem"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(problem.contains("routed into braid0 itself"), "{st}");
+    transfer(
+        bed.ns("c"),
+        bed.ns("s"),
+        "10.77.0.1:5005".parse().unwrap(),
+        1 << 20,
+    );
+    let logs = bed.logs();
+    assert!(
+        logs.contains("path `two`'s datagrams to 10.62.2.2:7000 come back in through braid0"),
+        "{logs}"
+    );
+    // The route gone, path two comes back (tried again every 5 s).
+    sh(&[
+        "ip",
+        "-n",
+        &ns,
+        "route",
+        "del",
+        "10.62.2.2/32",
+        "dev",
+        "braid0",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let up =
+        |bed: &Bed| bed.status("c").unwrap()["peers"][0]["session"]["paths"][1]["state"] == "up";
+    while !up(&bed) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(up(&bed), "{}", bed.logs());
+}
+
+#[test]
 fn a_path_that_moves_to_a_new_address_keeps_the_transfer_going_with_pet() {
     need_root!();
     let mut bed = Bed::new(5);
