@@ -18,6 +18,9 @@
 //!   a loss estimate. A path with nothing authenticated received for `dead_after` (plus its base
 //!   RTT, or 1 s before one is measured, so a long path's first answer is waited for) is taken out of
 //!   the rotation at both halves of the endpoint; any authenticated packet on it puts it back.
+//!   A path that works one way only (the peer's packets come in, this end's probes go
+//!   unanswered for `dead_after` plus four smoothed RTTs, at least 1 s) is taken out too, and
+//!   only an answer to a probe puts it back.
 //!
 //! - **pTCP.** Segments of pTCP connections (`braid-ptcp`, the pTCP paper) travel as inner
 //!   packets of kind `Ptcp` under the same keys, counters and replay windows, each on the path
@@ -411,6 +414,12 @@ struct PathState {
     probe_id: u32,
     /// Probes sent and not yet answered: id and send time (at most 32).
     outstanding: VecDeque<(u32, Instant)>,
+    /// Since when this end's probes on the path have gone unanswered (the first probe sent
+    /// after the last answer, or after the path came up); `None` while they are answered.
+    unanswered_since: Option<Instant>,
+    /// Out because its probes went unanswered while the peer's still came in (the path works
+    /// one way only): what arrives on it does not bring it back, an answer to a probe does.
+    deaf: bool,
     loss: f64,
     srtt: Option<Duration>,
     min_rtt: MinRtt,
@@ -1095,8 +1104,10 @@ impl Session {
         p.rx_packets += 1;
         p.rx_bytes += bytes as u64;
         p.tick_rx_bytes += bytes as u64;
-        if !p.up && !p.disabled {
+        if !p.up && !p.disabled && !p.deaf {
             p.up = true;
+            // Probes unanswered while the path was down do not count against it now.
+            p.unanswered_since = None;
             if let Some(e) = &mut self.endpoint {
                 e.set_path_active(path, true);
             }
@@ -1216,6 +1227,8 @@ impl Session {
             return;
         }
         p.disabled = !enabled;
+        p.unanswered_since = None;
+        p.deaf = false;
         if enabled {
             p.probe_due = true;
             return;
@@ -1343,6 +1356,9 @@ impl Session {
                     st.outstanding.remove(k);
                     st.loss *= 0.9;
                 }
+                // Answered: the path works both ways (path_heard puts a deaf one back).
+                st.unanswered_since = None;
+                st.deaf = false;
                 Ok(())
             }
             Ok(Repr::Probe(_) | Repr::ProbeAck(_)) => Err(DropReason::BadInner),
@@ -1652,6 +1668,7 @@ impl Session {
                 st.loss = 0.9 * st.loss + 0.1;
             }
             st.outstanding.push_back((st.probe_id, now));
+            st.unanswered_since.get_or_insert(now);
             let id = st.probe_id;
             let probe = Probe {
                 path,
@@ -1896,8 +1913,19 @@ impl Session {
             let silent = p
                 .last_rx
                 .is_none_or(|t| now.saturating_duration_since(t) > allowed);
-            if established && p.up && silent && !p.disabled {
+            // One way only: the peer's packets come in, but this end's probes have gone
+            // unanswered for longer than any RTT the path has shown (a route that sends this
+            // end's datagrams elsewhere, an upstream that died). Everything sent on it would
+            // be lost while the peer's traffic kept it up.
+            let deaf_after = self.cfg.dead_after
+                + p.srtt
+                    .map_or(UNMEASURED_RTT_SLACK, |r| (r * 4).max(UNMEASURED_RTT_SLACK));
+            let deaf = p
+                .unanswered_since
+                .is_some_and(|t| now.saturating_duration_since(t) > deaf_after);
+            if established && p.up && (silent || deaf) && !p.disabled {
                 p.up = false;
+                p.deaf = deaf && !silent;
                 p.down_events += 1;
                 if let Some(e) = &mut self.endpoint {
                     e.set_path_active(PathId(i as u8), false);

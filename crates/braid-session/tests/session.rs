@@ -42,6 +42,8 @@ struct Net {
     wires: Wires,
     /// Paths that drop everything.
     dead: Vec<bool>,
+    /// Paths that drop everything the client sends (they work one way only).
+    dead_upstream: Vec<bool>,
     /// Client-to-server paths that drop every n-th datagram longer than 200 bytes (data).
     drop_every: Vec<Option<u64>>,
     /// Client-to-server paths that drop every datagram sent in this window: a run, as a
@@ -112,6 +114,7 @@ impl Net {
                 .collect(),
             wires: Wires::default(),
             dead: vec![false; paths],
+            dead_upstream: vec![false; paths],
             drop_every: vec![None; paths],
             drop_run: vec![None; paths],
             to_server_at: Vec::new(),
@@ -163,7 +166,7 @@ impl Net {
     /// datagram `lost`: it leaves once the path's rate (if any) lets it and arrives `delay[p]`
     /// later.
     fn client_wire(&mut self, p: usize, datagram: &[u8], lost: bool) {
-        if self.dead[p] || lost {
+        if self.dead[p] || self.dead_upstream[p] || lost {
             return;
         }
         let mut left = self.now;
@@ -428,6 +431,66 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
             net.server.status()
         );
     }
+}
+
+#[test]
+fn a_path_that_works_one_way_only_leaves_the_rotation_and_comes_back() {
+    // Path 1 stops carrying what the client sends (an upstream that died, a route into the
+    // tunnel itself), while the server's probes and traffic still reach the client.
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.established();
+    let mut next = 0u32;
+    let mut down_at = None;
+    for ms in 0..6000u64 {
+        if ms == 500 {
+            net.dead_upstream[1] = true;
+        }
+        if ms == 4000 {
+            net.dead_upstream[1] = false;
+        }
+        for _ in 0..3 {
+            if net.client.can_send(1000) {
+                net.client.send(net.now, &packet(next, 1000));
+                next += 1;
+            }
+            if net.server.can_send(1000) {
+                net.server.send(net.now, &packet(next, 1000));
+            }
+        }
+        net.step(Duration::from_millis(1));
+        if down_at.is_none() && net.client.status().paths[1].state == "down" {
+            down_at = Some(ms);
+        }
+        if ms == 3900 {
+            // Out, though the server's packets on it keep coming.
+            let st = net.client.status();
+            assert_eq!(st.paths[1].state, "down", "{st:?}");
+            assert!(st.paths[1].rx_packets > 0);
+        }
+    }
+    // Out within dead_after plus 1 s of probes unanswered (and a probe tick), not never.
+    let down_at = down_at.expect("the one-way path never left the rotation");
+    assert!((500..=2100).contains(&down_at), "out at {down_at} ms");
+    // Back with the first answer to a probe, once the path works both ways again.
+    let st = net.client.status();
+    assert_eq!(st.paths[1].state, "up", "{st:?}");
+    assert_eq!(st.paths[1].down_events, 1, "{st:?}");
+    // What went onto path 1 before it was taken out is lost; the rest arrives in order.
+    let ids: Vec<u32> = net
+        .to_server
+        .iter()
+        .map(|p| u32::from_be_bytes(p[..4].try_into().unwrap()))
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    let lost = next - ids.len() as u32;
+    // 3 packets/ms, 2/3 of them on path 1, for the time it took to take it out.
+    let limit = 2 * (down_at as u32 - 500 + 100);
+    assert!(lost <= limit, "lost {lost} of {next}, out at {down_at} ms");
+    eprintln!("one-way path out after {} ms; lost {lost}", down_at - 500);
+    assert!(
+        ids.iter().filter(|&&id| id > 3 * 2_200).count() as u32 >= (next - 3 * 2_200) * 9 / 10,
+        "after the path was taken out, nearly everything arrived"
+    );
 }
 
 #[test]
