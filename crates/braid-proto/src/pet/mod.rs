@@ -238,9 +238,9 @@ struct PetPath {
     unreported: VecDeque<(u64, Instant)>,
     /// Everything `A_l` counts that may still be on its way, in sending order. Re-anchoring
     /// replays Equation 1 over what follows the packet a SIG-ACK reports, and drops what
-    /// precedes it; what was due `blackout_after` ago is dropped too
-    /// ([`Pet::forget_delivered`]), so an end whose packets are never reported (one that
-    /// sends only TCP's ACKs) keeps a short list.
+    /// precedes it. What no SIG-ACK can report leaves the front at once
+    /// ([`InFlight::is_key`]), so an end whose packets are never reported (one that sends only
+    /// TCP's ACKs) keeps a list of one.
     in_flight: VecDeque<InFlight>,
 }
 
@@ -252,8 +252,15 @@ struct InFlight {
     sent: Instant,
     /// Payload bytes.
     len: u32,
-    /// Its delivery as EDPF predicted it when it was sent (`A_l` just after).
-    due: Instant,
+}
+
+impl InFlight {
+    /// Whether a SIG-ACK may report this packet and re-anchor on it: data PET placed, larger
+    /// than the receiver's reports skip. Nothing else is ever an anchor, so at the front of the
+    /// list (before every anchor) it can go: a re-anchor would drain it anyway.
+    fn is_key(&self) -> bool {
+        self.seq.is_some() && self.len > crate::striper::SMALL_PACKET_BYTES
+    }
 }
 
 /// PET counters.
@@ -554,10 +561,10 @@ impl Pet {
     /// placed it), and the path's in-flight list for re-anchoring.
     fn account(&mut self, path: PathId, now: Instant, len: u32, seq: Option<u64>) {
         self.edpf.account(path, now, len);
-        let due = self.edpf.free_at(path);
-        let after = self.config.blackout_after;
         let p = &mut self.paths[path.index()];
-        Self::forget_delivered(p, now, after);
+        while p.in_flight.front().is_some_and(|f| !f.is_key()) {
+            p.in_flight.pop_front();
+        }
         if p.in_flight.len() >= self.config.max_records {
             p.in_flight.pop_front();
         }
@@ -565,25 +572,7 @@ impl Pet {
             seq,
             sent: now,
             len,
-            due,
         });
-    }
-
-    /// Drop from `p`'s in-flight list what EDPF expected delivered `after` ago or earlier: a
-    /// SIG-ACK for it would have come by now, or a data packet's absence would have blacked
-    /// the path out, and without a report no re-anchoring replays it. Gives back the list's
-    /// memory once it has shrunk to a quarter of it.
-    fn forget_delivered(p: &mut PetPath, now: Instant, after: Duration) {
-        while p
-            .in_flight
-            .front()
-            .is_some_and(|f| f.due.saturating_add(after) <= now)
-        {
-            p.in_flight.pop_front();
-        }
-        if p.in_flight.capacity() > 64 && p.in_flight.len() < p.in_flight.capacity() / 4 {
-            p.in_flight.shrink_to(p.in_flight.len() * 2);
-        }
     }
 
     /// The bond carries traffic PET does not place (the driver's own, such as segments of a
@@ -964,10 +953,6 @@ impl Pet {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.check_blackouts(now);
         self.expire_traffic(now);
-        let after = self.config.blackout_after;
-        for p in &mut self.paths {
-            Self::forget_delivered(p, now, after);
-        }
     }
 
     fn check_blackouts(&mut self, now: Instant) {
