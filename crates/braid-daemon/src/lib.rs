@@ -337,7 +337,13 @@ struct Logged {
     restarts: u64,
     /// Per path: up (its probes answered).
     up: Vec<bool>,
+    /// Path lines said since `minute` began.
+    lines: u32,
+    minute: Instant,
 }
+
+/// The most lines a minute about one peer's paths going down or up.
+const PATH_LINES_PER_MINUTE: u32 = 20;
 
 /// One accelerated TCP connection: the peer whose session carries it, and the copying.
 struct Accelerated {
@@ -400,6 +406,9 @@ struct Daemon {
     /// Client: paths out of use because their datagrams came back in through the TUN device
     /// (a routing loop), until when, and why ([`Daemon::note_loop`]).
     looped_out: Vec<Option<(Instant, String)>>,
+    /// The local port of each socket (0 where a path has none): what a looped datagram comes
+    /// from ([`Daemon::looped_path`]).
+    local_ports: Vec<u16>,
     /// Requests from the control socket.
     commands: std::sync::mpsc::Receiver<control::Command>,
     poll: Poll,
@@ -569,6 +578,7 @@ pub(crate) fn wall_ns() -> u64 {
 /// Run the daemon in the foreground until `stop` is set (e.g. by SIGINT/SIGTERM).
 pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
     let mut d = Daemon::start(cfg)?;
+    d.refresh_local_ports();
     // Only now: the TUN device, the sockets and the control socket are all there.
     eprintln!(
         "braid: {} up on {} (control socket {})",
@@ -737,7 +747,6 @@ fn delete_nft_table(table: &str) -> io::Result<()> {
     nft(&format!("delete table inet {table}\n"))
 }
 
-/// The destination (`source = false`) or source address of an IPv4 or IPv6 packet.
 /// How long a client keeps a path out of use after its datagrams came back in through the TUN
 /// device (a routing loop), before it tries the path again.
 const LOOP_RETRY: braid_proto::time::Duration = braid_proto::time::Duration::from_secs(5);
@@ -748,6 +757,11 @@ fn udp_ends(packet: &[u8]) -> Option<(u16, SocketAddr)> {
     let (udp, dst) = match packet.first()? >> 4 {
         4 if *packet.get(9)? == 17 => {
             let ihl = usize::from(packet[0] & 0x0f) * 4;
+            // A fragment after the first carries no UDP header.
+            let offset = u16::from_be_bytes(packet.get(6..8)?.try_into().ok()?) & 0x1fff;
+            if ihl < 20 || offset != 0 {
+                return None;
+            }
             (packet.get(ihl..)?, packet_address(packet, false)?)
         }
         6 if *packet.get(6)? == 17 => (packet.get(40..)?, packet_address(packet, false)?),
@@ -757,6 +771,7 @@ fn udp_ends(packet: &[u8]) -> Option<(u16, SocketAddr)> {
     Some((port(0)?, SocketAddr::new(dst, port(2)?)))
 }
 
+/// The destination (`source = false`) or source address of an IPv4 or IPv6 packet.
 fn packet_address(packet: &[u8], source: bool) -> Option<IpAddr> {
     match packet.first()? >> 4 {
         4 => {
@@ -957,6 +972,7 @@ impl Daemon {
         Ok(Daemon {
             admin_down: vec![false; names.len()],
             looped_out: vec![None; names.len()],
+            local_ports: Vec::new(),
             problems,
             commands,
             poll,
@@ -1070,7 +1086,7 @@ impl Daemon {
                 self.next_reopen = now + braid_proto::time::Duration::from_secs(1);
                 self.reopen(now);
                 self.retry_looped(now);
-                self.log_transitions();
+                self.log_transitions(now);
                 for p in &mut self.peers {
                     p.ptcp.refresh_rate_caps(&p.session);
                 }
@@ -1130,14 +1146,15 @@ impl Daemon {
 
     /// Say in the log, once a second at most, what changed in the sessions: a handshake
     /// completed, a peer restarted, a path came up or went down by its probes. Paths the user
-    /// took down (`braid path down`) or whose socket was lost have their own lines already.
-    fn log_transitions(&mut self) {
+    /// took down (`braid path down`), whose socket was lost or that loop back into the tunnel
+    /// have their own lines. At most [`PATH_LINES_PER_MINUTE`] path lines a minute for each
+    /// peer, so a proxy's flapping mobile clients do not flood the log.
+    fn log_transitions(&mut self, now: Instant) {
         let role = self.cfg.role;
-        let many = self.peers.len() > 1;
         for p in &mut self.peers {
             let s = &p.session;
             // A client's one peer is "the server"; a server names its client.
-            let who = match role {
+            let who = || match role {
                 Role::Initiator => "the server".to_owned(),
                 Role::Responder if p.cfg.catch_all => "the client".to_owned(),
                 Role::Responder => format!("client `{}`", p.cfg.name),
@@ -1146,22 +1163,28 @@ impl Daemon {
             let newly = s.is_established() && !p.logged.established;
             if newly {
                 let paths = if n == 1 { "path" } else { "paths" };
-                eprintln!("braid: session with {who} established ({n} {paths})");
+                eprintln!("braid: session with {} established ({n} {paths})", who());
             }
             p.logged.established = s.is_established();
-            if s.peer_restarts() > p.logged.restarts {
-                eprintln!("braid: {who} restarted: the bond started afresh");
+            let restarted = s.peer_restarts() > p.logged.restarts;
+            if restarted {
+                eprintln!("braid: {} restarted: the bond started afresh", who());
             }
             p.logged.restarts = s.peer_restarts();
             p.logged.up.resize(n, false);
-            if !s.is_established() || newly {
-                // Paths count as up until their probes say otherwise: from the handshake on,
-                // say only what changes (a path that does not answer goes down within
-                // `dead_after_ms`).
+            if !s.is_established() || newly || restarted {
+                // As a bond starts, paths come up one by one as their first packets arrive:
+                // from then on, say only what changes.
                 for (i, up) in p.logged.up.iter_mut().enumerate() {
                     *up = s.path_is_up(PathId(i as u8));
                 }
                 continue;
+            }
+            if now.saturating_duration_since(p.logged.minute)
+                >= braid_proto::time::Duration::from_secs(60)
+            {
+                p.logged.minute = now;
+                p.logged.lines = 0;
             }
             for i in 0..n {
                 let up = s.path_is_up(PathId(i as u8));
@@ -1176,24 +1199,34 @@ impl Daemon {
                 if quiet {
                     continue;
                 }
+                p.logged.lines += 1;
+                if p.logged.lines > PATH_LINES_PER_MINUTE {
+                    if p.logged.lines == PATH_LINES_PER_MINUTE + 1 {
+                        eprintln!(
+                            "braid: paths of {} keep changing: not logged for the rest of this minute (braid status shows them)",
+                            who()
+                        );
+                    }
+                    continue;
+                }
                 let name = match role {
                     Role::Initiator => self.names.get(i).cloned(),
                     Role::Responder => None,
                 }
                 .unwrap_or_else(|| format!("path{i}"));
-                let whose = if many || role == Role::Responder {
-                    format!(" of {who}")
-                } else {
-                    String::new()
+                let whose = match role {
+                    Role::Initiator => String::new(),
+                    Role::Responder => format!(" of {}", who()),
                 };
                 let up_now = (0..n).filter(|&k| s.path_is_up(PathId(k as u8))).count();
-                if up {
-                    eprintln!("braid: path `{name}`{whose} up ({up_now} of {n} up)");
+                let state = if up {
+                    "up".to_owned()
+                } else if s.path_is_one_way(PathId(i as u8)) {
+                    format!("down: it works one way only, {}'s packets come in but this end's probes go unanswered", who())
                 } else {
-                    eprintln!(
-                        "braid: path `{name}`{whose} down: its probes go unanswered ({up_now} of {n} up)"
-                    );
-                }
+                    "down: nothing heard on it".to_owned()
+                };
+                eprintln!("braid: path `{name}`{whose} {state} ({up_now} of {n} up)");
             }
         }
     }
@@ -1267,6 +1300,7 @@ impl Daemon {
             }
             eprintln!("braid: path `{}` has its socket again", p.name);
             self.sockets[i] = Some(s);
+            self.refresh_local_ports();
             self.gso[i] = Some(state);
             self.problems[i] = None;
             self.apply_path_state(now, i);
@@ -1279,6 +1313,7 @@ impl Daemon {
         if let Some(mut s) = self.sockets.get_mut(i).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut s);
             self.gso[i] = None;
+            self.refresh_local_ports();
             self.problems[i] = Some(format!("lost its socket ({e}); retrying every second"));
             eprintln!(
                 "braid: path `{}` lost its socket ({e}): out of use until it can be opened again",
@@ -1511,9 +1546,9 @@ impl Daemon {
             // Nowhere to send: drain so the kernel queue holds nothing stale (counted as dropped).
             for _ in 0..MAX_TUN_READS {
                 while let Some(p) = self.tun.pending() {
-                    if let Some((j, dst)) = self.looped_path(p) {
+                    if let Some((k, j, dst)) = self.looped_path(p) {
                         self.tun.advance();
-                        self.note_loop(now, j, dst);
+                        self.note_loop(now, k, j, dst);
                         continue;
                     }
                     match self.route(p) {
@@ -1537,9 +1572,9 @@ impl Daemon {
         for _ in 0..MAX_TUN_READS {
             while let Some(p) = self.tun.pending() {
                 let len = p.len();
-                if let Some((j, dst)) = self.looped_path(p) {
+                if let Some((k, j, dst)) = self.looped_path(p) {
                     self.tun.advance();
-                    self.note_loop(now, j, dst);
+                    self.note_loop(now, k, j, dst);
                     continue;
                 }
                 let Some(i) = self.route(p) else {
@@ -1594,41 +1629,56 @@ impl Daemon {
     /// (UDP from a path socket's port to that path's peer address), and of which path: the
     /// kernel routes the path's remote into the tunnel. Such a packet is dropped
     /// ([`Daemon::note_loop`]); forwarding it would nest the tunnel in itself.
-    fn looped_path(&self, packet: &[u8]) -> Option<(usize, SocketAddr)> {
+    fn looped_path(&self, packet: &[u8]) -> Option<(usize, usize, SocketAddr)> {
         let (sport, dst) = udp_ends(packet)?;
-        let mut hit = None;
-        for peer in &self.peers {
+        // Almost every packet leaves here: it is not from one of this end's sockets' ports.
+        if !self.local_ports.contains(&sport) {
+            return None;
+        }
+        // A dual-stack server records an IPv4 client as `::ffff:a.b.c.d`.
+        let canonical = |a: SocketAddr| (a.ip().to_canonical(), a.port());
+        let to = canonical(dst);
+        for (k, peer) in self.peers.iter().enumerate() {
             for (j, a) in peer.addrs.iter().enumerate() {
-                if *a != Some(dst) {
-                    continue;
-                }
                 // A client has a socket per path; a server answers from its one.
                 let sock = if self.cfg.role == Role::Initiator {
                     j
                 } else {
                     0
                 };
-                let ours = self
-                    .sockets
-                    .get(sock)
-                    .and_then(Option::as_ref)
-                    .and_then(|s| s.local_addr().ok())
-                    .is_some_and(|l| l.port() == sport);
-                if ours {
-                    hit = Some(j);
+                if a.is_some_and(|a| canonical(a) == to)
+                    && self.local_ports.get(sock) == Some(&sport)
+                {
+                    return Some((k, j, dst));
                 }
             }
         }
-        hit.map(|j| (j, dst))
+        None
     }
 
-    /// Count a packet of path `j`'s that came back in through the TUN device, and explain the
-    /// routing loop in the log (once a minute per path). A client takes the path out of use
-    /// for [`LOOP_RETRY`] (its answers from the server still come in, so its probes alone
-    /// would keep it up while everything it sends is lost), then tries it again.
-    fn note_loop(&mut self, now: Instant, j: usize, dst: SocketAddr) {
+    /// The local ports of the sockets, for [`Daemon::looped_path`] (0 where a path has none).
+    fn refresh_local_ports(&mut self) {
+        self.local_ports = self
+            .sockets
+            .iter()
+            .map(|s| {
+                s.as_ref()
+                    .and_then(|s| s.local_addr().ok())
+                    .map_or(0, |a| a.port())
+            })
+            .collect();
+    }
+
+    /// Count a packet of peer `k`'s path `j` that came back in through the TUN device, and
+    /// explain the routing loop in the log (once a minute per peer and path). A client takes
+    /// the path out of use for [`LOOP_RETRY`] (its answers from the server still come in, so
+    /// they would keep it up while everything it sends is lost), then tries it again. A
+    /// server's session finds the path one-way (its probes go unanswered) and takes it out
+    /// for that client.
+    fn note_loop(&mut self, now: Instant, k: usize, j: usize, dst: SocketAddr) {
         self.looped += 1;
-        if self.cfg.role == Role::Initiator && self.looped_out.get(j).is_some_and(Option::is_none) {
+        let client = self.cfg.role == Role::Initiator;
+        if client && self.looped_out.get(j).is_some_and(Option::is_none) {
             self.looped_out[j] = Some((
                 now + LOOP_RETRY,
                 format!(
@@ -1639,20 +1689,25 @@ impl Daemon {
             ));
             self.apply_path_state(now, j);
         }
-        let name = self
-            .names
-            .get(j)
-            .cloned()
-            .unwrap_or_else(|| format!("path{j}"));
-        let ifname = self.cfg.ifname.clone();
-        let fix = if self.cfg.role == Role::Initiator {
-            "add a host route for that address through the path's link (`ip route add ADDRESS/32 via GATEWAY dev LINK`), or bind the path to its link with `interface = \"LINK\"`, or take the address out of `[interface] routes`"
-        } else {
-            "the client's address for this path must be reached through a real link: take it out of the routes into the tunnel (a [[client]]'s `routes`, `[interface] routes`), or add a host route for it through the link"
-        };
-        self.warnings.say_for(now, "routing_loop", j, || {
+        let (names, ifname, peers) = (&self.names, &self.cfg.ifname, &self.peers);
+        self.warnings.say_for(now, "routing_loop", k * braid_proto::path::MAX_PATHS + j, || {
+            let name = names.get(j).cloned().unwrap_or_else(|| format!("path{j}"));
+            let (whose, fix) = if client {
+                (
+                    String::new(),
+                    format!("the path is out of use, tried again every {} s; add a host route for that address through the path's link (`ip route add ADDRESS/32 via GATEWAY dev LINK`), or bind the path to its link with `interface = \"LINK\"`, or take the address out of `[interface] routes`", LOOP_RETRY.as_secs()),
+                )
+            } else {
+                (
+                    match peers.get(k) {
+                        Some(p) if !p.cfg.catch_all => format!(" of client `{}`", p.cfg.name),
+                        _ => " of the client".to_owned(),
+                    },
+                    "the client's address for this path must be reached through a real link: take it out of the routes into the tunnel (a [[client]]'s `routes`, `[interface] routes`), or add a host route for it through the link".to_owned(),
+                )
+            };
             format!(
-                "path `{name}`'s datagrams to {dst} come back in through {ifname}: the kernel routes {} into the tunnel itself (dropped, counted as looped_packets); {fix}",
+                "path `{name}`{whose}: its datagrams to {dst} come back in through {ifname}: the kernel routes {} into the tunnel itself (dropped, counted as looped_packets); {fix}",
                 dst.ip()
             )
         });
@@ -2544,5 +2599,12 @@ mod tests {
         );
         assert_eq!(udp_ends(&[]), None);
         assert_eq!(udp_ends(&[0x45]), None);
+        // A later fragment, and a header length below 20 bytes: no ports to read.
+        let mut later = v4.clone();
+        later[6..8].copy_from_slice(&185u16.to_be_bytes());
+        assert_eq!(udp_ends(&later), None);
+        let mut short = v4.clone();
+        short[0] = 0x44;
+        assert_eq!(udp_ends(&short), None);
     }
 }

@@ -210,6 +210,12 @@ pub fn render(st: &Status) -> String {
     );
     scalar(
         &mut reg,
+        "looped_packets",
+        "This end's own path datagrams that came back in through the TUN device: a routing loop (dropped)",
+        st.looped_packets as f64,
+    );
+    scalar(
+        &mut reg,
         "loop_late_wakeups",
         "Event-loop wake-ups more than 10 ms after the poll's timeout",
         st.event_loop.late_wakeups as f64,

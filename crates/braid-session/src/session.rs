@@ -1529,6 +1529,12 @@ impl Session {
         self.paths.get(path.index()).is_some_and(|p| p.up)
     }
 
+    /// Whether `path` is out because it works one way only: the peer's packets come in, this
+    /// end's probes go unanswered.
+    pub fn path_is_one_way(&self, path: PathId) -> bool {
+        self.paths.get(path.index()).is_some_and(|p| p.deaf)
+    }
+
     /// Handshakes from a new instance of the peer (it restarted) since this session began.
     pub fn peer_restarts(&self) -> u64 {
         self.peer_restarts

@@ -271,6 +271,12 @@ pub fn status(args: &StatusArgs) -> Result<()> {
             lp["turn_ms_max"].as_f64().unwrap_or(0.0)
         );
     }
+    if let Some(n) = v["looped_packets"].as_u64().filter(|&n| n > 0) {
+        println!(
+            "routing loop: {n} of this end's path datagrams came back in through {} (dropped; the log says which path and the route to add)",
+            v["interface"].as_str().unwrap_or("the TUN device")
+        );
+    }
     if v["unrouted_packets"].as_u64().unwrap_or(0) + v["unclaimed_datagrams"].as_u64().unwrap_or(0)
         > 0
     {

@@ -1095,7 +1095,7 @@ fn a_path_routed_into_its_own_tunnel_is_dropped_and_explained() {
     );
     let logs = bed.logs();
     assert!(
-        logs.contains("path `two`'s datagrams to 10.62.2.2:7000 come back in through braid0"),
+        logs.contains("path `two`: its datagrams to 10.62.2.2:7000 come back in through braid0"),
         "{logs}"
     );
     // The route gone, path two comes back (tried again every 5 s).
