@@ -517,6 +517,26 @@ pub struct PeerConfig {
     pub catch_all: bool,
 }
 
+/// What to do about the commonest TOML mistakes, from the parser's message.
+fn parse_hint(message: &str) -> &'static str {
+    let last = message.lines().last().unwrap_or_default();
+    if last.starts_with("invalid type: map, expected a sequence") {
+        "\n(a table that may appear several times takes double brackets: [[path]], [[client]], [[policy]], [[qos.class]])"
+    } else if last.starts_with("invalid type: string") && last.ends_with("expected a sequence") {
+        "\n(a list: put the value in brackets, e.g. address = [\"10.77.0.2/30\"])"
+    } else if last.starts_with("invalid type: string")
+        && (last.ends_with("expected f64")
+            || last.contains("expected u")
+            || last.contains("expected i"))
+    {
+        "\n(a number: write it without quotes)"
+    } else if last == "missing field `role`" {
+        "\n(every config starts with role = \"client\" or role = \"server\"; examples/client.toml and examples/server.toml are templates)"
+    } else {
+        ""
+    }
+}
+
 /// What to do about a config file that cannot be read.
 fn read_hint(e: &std::io::Error) -> &'static str {
     match e.kind() {
@@ -652,9 +672,13 @@ impl Config {
     /// [`Config::parse`], resolving the paths' `remote` host names if `resolve_names`.
     fn parse_with(text: &str, path: &Path, resolve_names: bool) -> Result<Config, ConfigError> {
         let name = path.display().to_string();
-        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: name.clone(),
-            message: e.to_string().trim_end().to_owned(),
+        let raw: Raw = toml::from_str(text).map_err(|e| {
+            let message = e.to_string().trim_end().to_owned();
+            let hint = parse_hint(&message);
+            ConfigError::Parse {
+                path: name.clone(),
+                message: format!("{message}{hint}"),
+            }
         })?;
         let invalid = |message: String| ConfigError::Invalid {
             path: name.clone(),
@@ -1279,6 +1303,24 @@ rate_mbit = 5
 
     fn parse(text: &str) -> Result<Config, String> {
         Config::parse(text, Path::new("braid.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_commonest_toml_mistakes_say_how_to_write_it() {
+        let err = parse("role = \"client\"\n[path]\nremote = \"192.0.2.1:7000\"\n").unwrap_err();
+        assert!(err.contains("double brackets: [[path]]"), "{err}");
+        let err = parse("role = \"client\"\n[interface]\naddress = \"10.0.0.1/24\"\n").unwrap_err();
+        assert!(err.contains("put the value in brackets"), "{err}");
+        let err = parse(&client("").replace("rate_mbit = 20", "rate_mbit = \"20\"")).unwrap_err();
+        assert!(err.contains("without quotes"), "{err}");
+        let err = parse("").unwrap_err();
+        assert!(
+            err.contains("role = \"client\" or role = \"server\""),
+            "{err}"
+        );
+        // Anything else is the parser's message alone.
+        let err = parse("role = \"client\"\ncolour = 1\n").unwrap_err();
+        assert!(!err.contains("\n("), "{err}");
     }
 
     /// The example client with its first path's `remote` (and `local`, if any) replaced.
