@@ -202,7 +202,11 @@ pub fn open_tun(cfg: &Config, mtu: u16) -> Result<Tun, DaemonError> {
     let dev = if cfg.offload {
         match build(true) {
             Ok(d) => d,
-            Err(e) if e.kind() != io::ErrorKind::PermissionDenied => {
+            // EBUSY: another process holds the name, which the second try reports alone.
+            Err(e)
+                if e.kind() != io::ErrorKind::PermissionDenied
+                    && e.raw_os_error() != Some(libc::EBUSY) =>
+            {
                 eprintln!(
                     "braid: TUN offload unavailable on {} ({e}): one packet per system call",
                     cfg.ifname
