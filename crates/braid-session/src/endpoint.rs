@@ -644,6 +644,17 @@ impl Endpoint {
         }
     }
 
+    /// Take `path` out of the sending half only (it works one way: what the peer sends on it
+    /// still arrives) or put it back; returns the data packets dropped from its queue.
+    pub fn set_path_sending(&mut self, path: PathId, active: bool) -> usize {
+        self.striper.set_path_active(path, active);
+        if active {
+            0
+        } else {
+            self.striper.clear_queue(path)
+        }
+    }
+
     /// EDPF: the one-way delay of `path`, from the session's probes.
     pub fn set_path_delay(&mut self, path: PathId, delay: braid_proto::time::Duration) {
         self.striper.set_path_delay(path, delay);

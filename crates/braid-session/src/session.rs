@@ -19,8 +19,8 @@
 //!   RTT, or 1 s before one is measured, so a long path's first answer is waited for) is taken out of
 //!   the rotation at both halves of the endpoint; any authenticated packet on it puts it back.
 //!   A path that works one way only (the peer's packets come in, this end's probes go
-//!   unanswered for `dead_after` plus four smoothed RTTs, at least 1 s) is taken out too, and
-//!   only an answer to a probe puts it back.
+//!   unanswered for `dead_after` plus four smoothed RTTs, at least 2 s) is taken out of the
+//!   sending half too, and only an answer to a probe puts it back.
 //!
 //! - **pTCP.** Segments of pTCP connections (`braid-ptcp`, the pTCP paper) travel as inner
 //!   packets of kind `Ptcp` under the same keys, counters and replay windows, each on the path
@@ -415,8 +415,11 @@ struct PathState {
     /// Probes sent and not yet answered: id and send time (at most 32).
     outstanding: VecDeque<(u32, Instant)>,
     /// Since when this end's probes on the path have gone unanswered (the first probe sent
-    /// after the last answer, or after the path came up); `None` while they are answered.
+    /// after the last answer, or after the path came up, or after new keys); `None` while
+    /// they are answered.
     unanswered_since: Option<Instant>,
+    /// Probes sent since `unanswered_since`.
+    unanswered: u32,
     /// Out because its probes went unanswered while the peer's still came in (the path works
     /// one way only): what arrives on it does not bring it back, an answer to a probe does.
     deaf: bool,
@@ -472,6 +475,13 @@ impl MinRtt {
         }
     }
 }
+
+/// A path whose probes go unanswered while the peer's packets come in is out (one way only)
+/// after `dead_after` plus four smoothed RTTs, at least this (twice this before an RTT is
+/// measured), and at least [`ONE_WAY_PROBES`] probes.
+const ONE_WAY_SLACK: Duration = Duration::from_secs(2);
+/// The fewest probes unanswered before a path counts as one-way.
+const ONE_WAY_PROBES: u32 = 4;
 
 /// Added to `dead_after` for a path whose RTT has not been measured yet.
 const UNMEASURED_RTT_SLACK: Duration = Duration::from_secs(1);
@@ -834,9 +844,13 @@ impl Session {
         self.gaps.reset();
         self.nacks.clear();
         self.abandons.clear();
-        // Probe at once: it confirms the keys to the peer and measures the paths.
+        // Probe at once: it confirms the keys to the peer and measures the paths. Probes
+        // under the old keys may go unanswered (a lost handshake response): the one-way clock
+        // starts again.
         for p in &mut self.paths {
             p.probe_due = true;
+            p.unanswered_since = None;
+            p.unanswered = 0;
         }
     }
 
@@ -1108,6 +1122,7 @@ impl Session {
             p.up = true;
             // Probes unanswered while the path was down do not count against it now.
             p.unanswered_since = None;
+            p.unanswered = 0;
             if let Some(e) = &mut self.endpoint {
                 e.set_path_active(path, true);
             }
@@ -1228,11 +1243,14 @@ impl Session {
         }
         p.disabled = !enabled;
         p.unanswered_since = None;
+        p.unanswered = 0;
         p.deaf = false;
         if enabled {
             p.probe_due = true;
             return;
         }
+        // Answers to the peer's probes from before would give it RTT samples minutes long.
+        p.acks.clear();
         let was_up = std::mem::replace(&mut p.up, false);
         if was_up {
             p.down_events += 1;
@@ -1352,13 +1370,16 @@ impl Session {
                 }
                 self.update_retransmit_grace();
                 let st = &mut self.paths[i];
+                st.unanswered_since = None;
+                st.unanswered = 0;
                 if let Some(k) = st.outstanding.iter().position(|&(id, _)| id == p.id) {
                     st.outstanding.remove(k);
                     st.loss *= 0.9;
+                    // An answer to a probe still awaited: the path works both ways again
+                    // (path_heard puts a one-way path back). A late answer to an old probe
+                    // does not say so.
+                    st.deaf = false;
                 }
-                // Answered: the path works both ways (path_heard puts a deaf one back).
-                st.unanswered_since = None;
-                st.deaf = false;
                 Ok(())
             }
             Ok(Repr::Probe(_) | Repr::ProbeAck(_)) => Err(DropReason::BadInner),
@@ -1675,6 +1696,7 @@ impl Session {
             }
             st.outstanding.push_back((st.probe_id, now));
             st.unanswered_since.get_or_insert(now);
+            st.unanswered += 1;
             let id = st.probe_id;
             let probe = Probe {
                 path,
@@ -1923,16 +1945,30 @@ impl Session {
             // unanswered for longer than any RTT the path has shown (a route that sends this
             // end's datagrams elsewhere, an upstream that died). Everything sent on it would
             // be lost while the peer's traffic kept it up.
+            // The wait allows a round trip that suddenly grows by seconds (a bloated uplink)
+            // before the RTT estimate has seen it, and at least ONE_WAY_PROBES probes.
             let deaf_after = self.cfg.dead_after
                 + p.srtt
-                    .map_or(UNMEASURED_RTT_SLACK, |r| (r * 4).max(UNMEASURED_RTT_SLACK));
-            let deaf = p
-                .unanswered_since
-                .is_some_and(|t| now.saturating_duration_since(t) > deaf_after);
+                    .map_or(ONE_WAY_SLACK * 2, |r| (r * 4).max(ONE_WAY_SLACK));
+            let deaf = p.unanswered >= ONE_WAY_PROBES
+                && p.unanswered_since
+                    .is_some_and(|t| now.saturating_duration_since(t) > deaf_after);
             if established && p.up && (silent || deaf) && !p.disabled {
                 p.up = false;
-                p.deaf = deaf && !silent;
+                p.deaf = !silent;
                 p.down_events += 1;
+                if let Some(e) = &mut self.endpoint {
+                    if silent {
+                        e.set_path_active(PathId(i as u8), false);
+                    } else {
+                        // What the peer still sends on it is received as before.
+                        e.set_path_sending(PathId(i as u8), false);
+                    }
+                }
+            } else if p.deaf && silent {
+                // The peer's packets stopped too: out at both halves, and back with the next
+                // packet heard, as any silent path.
+                p.deaf = false;
                 if let Some(e) = &mut self.endpoint {
                     e.set_path_active(PathId(i as u8), false);
                 }

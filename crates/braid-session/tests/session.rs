@@ -441,11 +441,13 @@ fn a_path_that_works_one_way_only_leaves_the_rotation_and_comes_back() {
     net.established();
     let mut next = 0u32;
     let mut down_at = None;
-    for ms in 0..6000u64 {
+    let mut rx_at_down = 0;
+    let mut up_again_at = None;
+    for ms in 0..7000u64 {
         if ms == 500 {
             net.dead_upstream[1] = true;
         }
-        if ms == 4000 {
+        if ms == 5000 {
             net.dead_upstream[1] = false;
         }
         for _ in 0..3 {
@@ -458,23 +460,32 @@ fn a_path_that_works_one_way_only_leaves_the_rotation_and_comes_back() {
             }
         }
         net.step(Duration::from_millis(1));
-        if down_at.is_none() && net.client.status().paths[1].state == "down" {
+        let st = net.client.status();
+        if down_at.is_none() && st.paths[1].state == "down" {
             down_at = Some(ms);
+            rx_at_down = st.paths[1].rx_packets;
         }
-        if ms == 3900 {
-            // Out, though the server's packets on it keep coming.
-            let st = net.client.status();
+        if ms > 5000 && up_again_at.is_none() && st.paths[1].state == "up" {
+            up_again_at = Some(ms);
+        }
+        if ms == 4900 {
+            // Out as one-way, though the server's probes on it keep coming in.
             assert_eq!(st.paths[1].state, "down", "{st:?}");
-            assert!(st.paths[1].rx_packets > 0);
+            assert!(net.client.path_is_one_way(PathId(1)));
+            assert!(st.paths[1].rx_packets > rx_at_down + 10, "{st:?}");
         }
     }
-    // Out within dead_after plus 1 s of probes unanswered (and a probe tick), not never.
+    // Out after dead_after plus 2 s of probes unanswered (and a probe tick or two).
     let down_at = down_at.expect("the one-way path never left the rotation");
-    assert!((500..=2100).contains(&down_at), "out at {down_at} ms");
+    assert!((2_800..=3_300).contains(&down_at), "out at {down_at} ms");
     // Back with the first answer to a probe, once the path works both ways again.
+    let up_again_at = up_again_at.expect("the path never came back");
+    assert!(up_again_at <= 5_300, "back at {up_again_at} ms");
     let st = net.client.status();
     assert_eq!(st.paths[1].state, "up", "{st:?}");
     assert_eq!(st.paths[1].down_events, 1, "{st:?}");
+    assert_eq!(st.paths[0].down_events, 0, "{st:?}");
+    assert!(!net.client.path_is_one_way(PathId(1)));
     // What went onto path 1 before it was taken out is lost; the rest arrives in order.
     let ids: Vec<u32> = net
         .to_server
@@ -486,10 +497,15 @@ fn a_path_that_works_one_way_only_leaves_the_rotation_and_comes_back() {
     // 3 packets/ms, 2/3 of them on path 1, for the time it took to take it out.
     let limit = 2 * (down_at as u32 - 500 + 100);
     assert!(lost <= limit, "lost {lost} of {next}, out at {down_at} ms");
-    eprintln!("one-way path out after {} ms; lost {lost}", down_at - 500);
+    let after = 3 * (down_at as u32 + 200);
     assert!(
-        ids.iter().filter(|&&id| id > 3 * 2_200).count() as u32 >= (next - 3 * 2_200) * 9 / 10,
+        ids.iter().filter(|&&id| id > after).count() as u32 >= (next - after) * 9 / 10,
         "after the path was taken out, nearly everything arrived"
+    );
+    eprintln!(
+        "one-way path out after {} ms, back {} ms after the fix; lost {lost}",
+        down_at - 500,
+        up_again_at - 5000
     );
 }
 
