@@ -208,7 +208,8 @@ fn drop_index(r: DropReason) -> usize {
 /// What one path is doing.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct PathStatus {
-    /// `up` or `down`.
+    /// `up`, `down` (nothing heard on it), `one-way` (the peer's packets come in, this end's
+    /// probes go unanswered: out of the sending half) or `disabled` (taken out by the driver).
     pub state: &'static str,
     /// Smoothed round-trip time from probes, ms.
     pub rtt_ms: Option<f64>,
@@ -2022,10 +2023,11 @@ impl Session {
                 let path = PathId(i as u8);
                 let holds = e.and_then(|e| e.receiver().path_holds(path));
                 PathStatus {
-                    state: match (p.disabled, p.up) {
-                        (true, _) => "disabled",
-                        (false, true) => "up",
-                        (false, false) => "down",
+                    state: match (p.disabled, p.up, p.deaf) {
+                        (true, _, _) => "disabled",
+                        (false, true, _) => "up",
+                        (false, false, true) => "one-way",
+                        (false, false, false) => "down",
                     },
                     rtt_ms: p.srtt.map(|d| d.as_secs_f64() * 1e3),
                     loss_pct: p.loss * 100.0,

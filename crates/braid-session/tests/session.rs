@@ -461,7 +461,7 @@ fn a_path_that_works_one_way_only_leaves_the_rotation_and_comes_back() {
         }
         net.step(Duration::from_millis(1));
         let st = net.client.status();
-        if down_at.is_none() && st.paths[1].state == "down" {
+        if down_at.is_none() && st.paths[1].state == "one-way" {
             down_at = Some(ms);
             rx_at_down = st.paths[1].rx_packets;
         }
@@ -470,7 +470,7 @@ fn a_path_that_works_one_way_only_leaves_the_rotation_and_comes_back() {
         }
         if ms == 4900 {
             // Out as one-way, though the server's probes on it keep coming in.
-            assert_eq!(st.paths[1].state, "down", "{st:?}");
+            assert_eq!(st.paths[1].state, "one-way", "{st:?}");
             assert!(net.client.path_is_one_way(PathId(1)));
             assert!(st.paths[1].rx_packets > rx_at_down + 10, "{st:?}");
         }
