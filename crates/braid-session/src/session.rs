@@ -1349,7 +1349,13 @@ impl Session {
                 self.note_peer_rate(i, p.rate_kbps);
                 let st = &mut self.paths[i];
                 if st.acks.len() < 8 {
-                    st.acks.push_back(p);
+                    st.acks.push_back(Probe {
+                        unheard: false,
+                        ..p
+                    });
+                }
+                if p.unheard {
+                    self.peer_hears_nothing(now, i);
                 }
                 Ok(())
             }
@@ -1551,6 +1557,24 @@ impl Session {
         self.paths.get(path.index()).is_some_and(|p| p.up)
     }
 
+    /// The peer's probe on path `i` says it hears nothing from this end there: what this end
+    /// sends on it is lost, though the peer's packets come in. Out of the sending half, as if
+    /// this end's probes had gone unanswered, until an answer to one of them comes back.
+    fn peer_hears_nothing(&mut self, now: Instant, i: usize) {
+        let established = self.current.is_some();
+        let p = &mut self.paths[i];
+        if !established || !p.up || p.disabled {
+            return;
+        }
+        p.up = false;
+        p.deaf = true;
+        p.down_events += 1;
+        if let Some(e) = &mut self.endpoint {
+            e.set_path_sending(PathId(i as u8), false);
+        }
+        self.update_qos_rate(now);
+    }
+
     /// Whether `path` is out because it works one way only: the peer's packets come in, this
     /// end's probes go unanswered.
     pub fn path_is_one_way(&self, path: PathId) -> bool {
@@ -1675,6 +1699,7 @@ impl Session {
         if let Some(mut p) = self.paths[i].acks.pop_front() {
             // The id and timestamp echo the probe; the rate is this end's own.
             p.rate_kbps = self.own_rate_kbps(i);
+            p.unheard = false;
             return self.seal_repr(i, Repr::ProbeAck(p), out);
         }
         if self.paths[i].probe_due {
@@ -1699,11 +1724,16 @@ impl Session {
             st.unanswered_since.get_or_insert(now);
             st.unanswered += 1;
             let id = st.probe_id;
+            // Heard nothing from the peer here: say so, and it stops sending into the void at
+            // once rather than after its own wait for answers.
+            let st = &self.paths[i];
+            let unheard = !st.up && !st.deaf && !st.disabled && st.last_rx.is_some();
             let probe = Probe {
                 path,
                 id,
                 timestamp: now.as_nanos(),
                 rate_kbps: self.own_rate_kbps(i),
+                unheard,
             };
             return self.seal_repr(i, Repr::Probe(probe), out);
         }

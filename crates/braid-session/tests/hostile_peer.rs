@@ -49,6 +49,7 @@ enum Frame {
         id: u32,
         timestamp: u64,
         rate_kbps: u32,
+        unheard: bool,
     },
     Nack {
         path: u8,
@@ -157,15 +158,24 @@ fn frame() -> impl Strategy<Value = Frame> {
             }
         }),
         prop::collection::vec((path(), edgy()), 0..5).prop_map(Frame::Feedback),
-        (any::<bool>(), path(), edgy32(), edgy(), edgy32()).prop_map(
-            |(ack, path, id, timestamp, rate_kbps)| Frame::Probe {
-                ack,
-                path,
-                id,
-                timestamp,
-                rate_kbps
-            }
-        ),
+        (
+            any::<bool>(),
+            path(),
+            edgy32(),
+            edgy(),
+            edgy32(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(ack, path, id, timestamp, rate_kbps, unheard)| Frame::Probe {
+                    ack,
+                    path,
+                    id,
+                    timestamp,
+                    rate_kbps,
+                    unheard: unheard && !ack,
+                }
+            ),
         (path(), edgy(), edgy32()).prop_map(|(path, first, count)| Frame::Nack {
             path,
             first,
@@ -289,12 +299,14 @@ fn inner(frame: &Frame) -> Vec<u8> {
             id,
             timestamp,
             rate_kbps,
+            unheard,
         } => {
             let p = Probe {
                 path: PathId(*path),
                 id: *id,
                 timestamp: *timestamp,
                 rate_kbps: *rate_kbps,
+                unheard: *unheard,
             };
             repr(if *ack {
                 Repr::ProbeAck(p)

@@ -44,6 +44,8 @@ struct Net {
     dead: Vec<bool>,
     /// Paths that drop everything the client sends (they work one way only).
     dead_upstream: Vec<bool>,
+    /// Paths that drop everything the server sends.
+    dead_downstream: Vec<bool>,
     /// Client-to-server paths that drop every n-th datagram longer than 200 bytes (data).
     drop_every: Vec<Option<u64>>,
     /// Client-to-server paths that drop every datagram sent in this window: a run, as a
@@ -115,6 +117,7 @@ impl Net {
             wires: Wires::default(),
             dead: vec![false; paths],
             dead_upstream: vec![false; paths],
+            dead_downstream: vec![false; paths],
             drop_every: vec![None; paths],
             drop_run: vec![None; paths],
             to_server_at: Vec::new(),
@@ -180,7 +183,7 @@ impl Net {
 
     /// Puts a datagram of the server on path `p`'s wire (no rate), unless the path is dead.
     fn server_wire(&mut self, p: usize, datagram: &[u8]) {
-        if !self.dead[p] {
+        if !self.dead[p] && !self.dead_downstream[p] {
             self.wires
                 .push(self.now + self.delay[p], p, false, datagram);
         }
@@ -475,9 +478,10 @@ fn a_path_that_works_one_way_only_leaves_the_rotation_and_comes_back() {
             assert!(st.paths[1].rx_packets > rx_at_down + 10, "{st:?}");
         }
     }
-    // Out after dead_after plus 2 s of probes unanswered (and a probe tick or two).
+    // Out once the server has heard nothing on path 1 for dead_after plus its RTT and said so
+    // in its next probe (without that, after 2 s of the client's probes unanswered).
     let down_at = down_at.expect("the one-way path never left the rotation");
-    assert!((2_800..=3_300).contains(&down_at), "out at {down_at} ms");
+    assert!((800..=1_200).contains(&down_at), "out at {down_at} ms");
     // Back with the first answer to a probe, once the path works both ways again.
     let up_again_at = up_again_at.expect("the path never came back");
     assert!(up_again_at <= 5_300, "back at {up_again_at} ms");
@@ -506,6 +510,46 @@ fn a_path_that_works_one_way_only_leaves_the_rotation_and_comes_back() {
         "one-way path out after {} ms, back {} ms after the fix; lost {lost}",
         down_at - 500,
         up_again_at - 5000
+    );
+}
+
+#[test]
+fn a_path_the_server_cannot_send_on_is_one_way_at_the_server() {
+    // The other way round: path 1 drops what the server sends. The client hears nothing on it
+    // and says so in its probes, which still reach the server.
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.established();
+    let mut next = 0u32;
+    let mut out_at = None;
+    for ms in 0..3000u64 {
+        if ms == 500 {
+            net.dead_downstream[1] = true;
+        }
+        for _ in 0..3 {
+            if net.server.can_send(1000) {
+                net.server.send(net.now, &packet(next, 1000));
+                next += 1;
+            }
+        }
+        net.step(Duration::from_millis(1));
+        if out_at.is_none() && net.server.status().paths[1].state == "one-way" {
+            out_at = Some(ms);
+        }
+    }
+    let out_at = out_at.expect("the server kept sending on a path the client does not hear");
+    assert!((800..=1_300).contains(&out_at), "out at {out_at} ms");
+    assert_eq!(net.client.status().paths[1].state, "down");
+    // Once out, everything the server sends arrives, in order.
+    let ids: Vec<u32> = net
+        .to_client
+        .iter()
+        .map(|p| u32::from_be_bytes(p[..4].try_into().unwrap()))
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    let after = 3 * (out_at as u32 + 200);
+    assert!(
+        ids.iter().filter(|&&id| id > after).count() as u32 >= (next - after) * 9 / 10,
+        "after the path was taken out, nearly everything arrived"
     );
 }
 

@@ -62,6 +62,8 @@
 //! the rate, in kbit/s, at which the packet's sender believes it can send on this path (PET's or
 //! adaptive SRR's estimate, else the configured rate; 0: no opinion). A receiver paces its
 //! release by its peer's rates (`[bond] release_pacing_pct`), and they are the peer's to know.
+//! A probe's flags may hold [`PROBE_UNHEARD`]: its sender has heard nothing from the receiver on
+//! this path for its `dead_after` (the path works one way at most); every other bit is zero.
 //!
 //! SIG-ACK (kind 7, PET's arrival report) is laid out in [`sigack`]: `4 + 20 x count` bytes.
 //!
@@ -915,7 +917,14 @@ pub struct Probe {
     /// The rate, kbit/s, at which this packet's sender believes it can send on `path` (its
     /// own, not echoed: an acknowledgement carries the answerer's); 0: no opinion.
     pub rate_kbps: u32,
+    /// A probe ([`PROBE_UNHEARD`]; always `false` in an acknowledgement): its sender has heard
+    /// nothing from the receiver on `path` for a while, so what the receiver sends there is
+    /// lost (the path works one way at most).
+    pub unheard: bool,
 }
+
+/// The flag of a probe whose sender hears nothing from its receiver on the path.
+pub const PROBE_UNHEARD: u8 = 0x01;
 
 impl<'a> Repr<'a> {
     /// Parses and validates a packet.
@@ -970,7 +979,13 @@ impl<'a> Repr<'a> {
                 Ok(Repr::Feedback(Credits::from_wire(entries)))
             }
             kind @ (Kind::Probe | Kind::ProbeAck) => {
-                if packet.flags()? != 0 {
+                let flags = packet.flags()?;
+                let allowed = if kind == Kind::Probe {
+                    PROBE_UNHEARD
+                } else {
+                    0
+                };
+                if flags & !allowed != 0 {
                     return Err(Error::Reserved);
                 }
                 let path = packet.path()?;
@@ -980,6 +995,7 @@ impl<'a> Repr<'a> {
                     id: packet.probe_id()?,
                     timestamp: packet.probe_timestamp()?,
                     rate_kbps: packet.probe_rate_kbps()?,
+                    unheard: flags & PROBE_UNHEARD != 0,
                 };
                 Ok(if kind == Kind::Probe {
                     Repr::Probe(probe)
@@ -1181,7 +1197,11 @@ impl<'a> Repr<'a> {
             }
             Repr::Probe(probe) | Repr::ProbeAck(probe) => {
                 packet.set_path(probe.path)?;
-                packet.set_flags(0)?;
+                let ack = matches!(self, Repr::ProbeAck(_));
+                if ack && probe.unheard {
+                    return Err(Error::Reserved);
+                }
+                packet.set_flags(if probe.unheard { PROBE_UNHEARD } else { 0 })?;
                 packet.set_probe_id(probe.id)?;
                 packet.set_probe_timestamp(probe.timestamp)?;
                 packet.set_probe_rate_kbps(probe.rate_kbps)?;
@@ -1823,14 +1843,16 @@ mod tests {
                 any::<u32>(),
                 any::<u64>(),
                 any::<u32>(),
+                any::<bool>(),
                 any::<bool>()
             )
-                .prop_map(|(path, id, timestamp, rate_kbps, ack)| {
+                .prop_map(|(path, id, timestamp, rate_kbps, ack, unheard)| {
                     let p = Probe {
                         path,
                         id,
                         timestamp,
                         rate_kbps,
+                        unheard: unheard && !ack,
                     };
                     if ack {
                         Owned::ProbeAck(p)
@@ -1955,6 +1977,7 @@ mod tests {
             id: 0x0102_0304,
             timestamp: 0x1122_3344_5566_7788,
             rate_kbps: 10_000,
+            unheard: false,
         };
         let bytes = Repr::Probe(probe).emit_to_vec().unwrap();
         assert_eq!(
@@ -1973,6 +1996,18 @@ mod tests {
         let mut flagged = ack.clone();
         flagged[3] = 1;
         assert_eq!(parse(&flagged), Err(Error::Reserved));
+        // A probe may say its sender hears nothing on the path; no other bit, no ack.
+        let unheard = Probe {
+            unheard: true,
+            ..probe
+        };
+        let mut bytes_unheard = bytes.clone();
+        bytes_unheard[3] = PROBE_UNHEARD;
+        assert_eq!(Repr::Probe(unheard).emit_to_vec().unwrap(), bytes_unheard);
+        assert_eq!(parse(&bytes_unheard), Ok(Repr::Probe(unheard)));
+        bytes_unheard[3] = 0x02;
+        assert_eq!(parse(&bytes_unheard), Err(Error::Reserved));
+        assert_eq!(Repr::ProbeAck(unheard).emit_to_vec(), Err(Error::Reserved));
     }
 
     #[test]
