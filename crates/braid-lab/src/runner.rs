@@ -486,6 +486,15 @@ fn path_reports(scenario: &Scenario, testbed: &Testbed) -> Vec<PathReport> {
                         crate::scenario::ScheduleItem::Down { at_s, down_s } => {
                             serde_json::json!({ "at_s": at_s, "down_s": down_s })
                         }
+                        crate::scenario::ScheduleItem::DownOneWay {
+                            at_s,
+                            down_s,
+                            forward,
+                        } => serde_json::json!({
+                            "at_s": at_s,
+                            "down_s": down_s,
+                            "direction": if forward { "forward" } else { "reverse" },
+                        }),
                     })
                     .collect(),
             }

@@ -125,6 +125,16 @@ pub enum ScheduleItem {
         /// How long the link is down, s.
         down_s: f64,
     },
+    /// `{ at_s, down_s, direction = "forward" | "reverse" }`: one direction down, the other
+    /// working (an upstream that died, a route that sends one end's datagrams elsewhere).
+    DownOneWay {
+        /// Seconds from the start of the transfer.
+        at_s: f64,
+        /// How long the direction is down, s.
+        down_s: f64,
+        /// `true`: client to server; `false`: server to client.
+        forward: bool,
+    },
 }
 
 /// One path of a scenario.
@@ -134,40 +144,54 @@ pub struct PathSpec {
     pub forward: Option<LinkSpec>,
     /// Server to client.
     pub reverse: Option<LinkSpec>,
-    /// Changes applied to both directions.
+    /// Changes applied to both directions (but [`ScheduleItem::DownOneWay`]).
     pub schedule: Vec<ScheduleItem>,
 }
 
 impl PathSpec {
     /// The emulator's settings for both directions, or `None` in direct mode.
     pub fn direction_configs(&self) -> Option<(DirectionConfig, DirectionConfig)> {
-        let schedule: Vec<ScheduleEntry> = self
-            .schedule
-            .iter()
-            .map(|s| match *s {
-                ScheduleItem::Rate { at_s, rate_mbit } => ScheduleEntry {
-                    at: secs(at_s),
-                    change: Change::Rate {
-                        rate_bps: mbit_to_bps(rate_mbit),
-                    },
-                },
-                ScheduleItem::Down { at_s, down_s } => ScheduleEntry {
-                    at: secs(at_s),
-                    change: Change::Down {
-                        duration: secs(down_s),
-                    },
-                },
-            })
-            .collect();
-        let conv = |l: &LinkSpec| DirectionConfig {
+        let schedule = |forward: bool| -> Vec<ScheduleEntry> {
+            self.schedule
+                .iter()
+                .filter_map(|s| match *s {
+                    ScheduleItem::Rate { at_s, rate_mbit } => Some(ScheduleEntry {
+                        at: secs(at_s),
+                        change: Change::Rate {
+                            rate_bps: mbit_to_bps(rate_mbit),
+                        },
+                    }),
+                    ScheduleItem::Down { at_s, down_s } => Some(ScheduleEntry {
+                        at: secs(at_s),
+                        change: Change::Down {
+                            duration: secs(down_s),
+                        },
+                    }),
+                    ScheduleItem::DownOneWay {
+                        at_s,
+                        down_s,
+                        forward: f,
+                    } => (f == forward).then(|| ScheduleEntry {
+                        at: secs(at_s),
+                        change: Change::Down {
+                            duration: secs(down_s),
+                        },
+                    }),
+                })
+                .collect()
+        };
+        let conv = |l: &LinkSpec, forward: bool| DirectionConfig {
             rate_bps: mbit_to_bps(l.rate_mbit),
             queue_bytes: (l.queue_kb * 1024.0).round().max(1.0) as u64,
             delay: secs(l.delay_ms / 1e3),
             jitter: secs(l.jitter_ms / 1e3),
             loss: l.loss.clone(),
-            schedule: schedule.clone(),
+            schedule: schedule(forward),
         };
-        Some((conv(self.forward.as_ref()?), conv(self.reverse.as_ref()?)))
+        Some((
+            conv(self.forward.as_ref()?, true),
+            conv(self.reverse.as_ref()?, false),
+        ))
     }
 }
 
@@ -362,6 +386,7 @@ struct RawEvent {
     at_s: f64,
     rate_mbit: Option<f64>,
     down_s: Option<f64>,
+    direction: Option<String>,
 }
 
 struct Validator<'a> {
@@ -609,6 +634,12 @@ impl Validator<'_> {
                 ));
             }
             let item = match (e.rate_mbit, e.down_s) {
+                (Some(_), None) if e.direction.is_some() => {
+                    return Err(self.err_at(
+                        Some(es),
+                        format!("{ectx}direction goes with down_s only: a rate change applies to both directions (give the reverse link its own rate in `reverse`)"),
+                    ))
+                }
                 (Some(r), None) => {
                     if !(r.is_finite() && r > 0.0 && r <= 100_000.0) {
                         return Err(self.err_at(
@@ -628,9 +659,22 @@ impl Validator<'_> {
                             format!("{ectx}down_s = {d}: give how long the link is down, in seconds (> 0)"),
                         ));
                     }
-                    ScheduleItem::Down {
-                        at_s: e.at_s,
-                        down_s: d,
+                    match e.direction.as_deref() {
+                        None | Some("both") => ScheduleItem::Down {
+                            at_s: e.at_s,
+                            down_s: d,
+                        },
+                        Some(dir @ ("forward" | "reverse")) => ScheduleItem::DownOneWay {
+                            at_s: e.at_s,
+                            down_s: d,
+                            forward: dir == "forward",
+                        },
+                        Some(other) => {
+                            return Err(self.err_at(
+                                Some(es),
+                                format!("{ectx}direction = \"{other}\": give \"forward\" (client to server), \"reverse\" (server to client) or \"both\" (the default)"),
+                            ))
+                        }
                     }
                 }
                 (Some(_), Some(_)) => {
@@ -883,6 +927,32 @@ gilbert_elliott = { p_good_to_bad_pct = 1, p_bad_to_good_pct = 30 }
 
     fn error(text: &str) -> ScenarioError {
         Scenario::parse(text).expect_err("should be refused")
+    }
+
+    #[test]
+    fn one_direction_of_a_path_can_go_down() {
+        let s = Scenario::parse(
+            "duration_s = 20\n[[path]]\nrate_mbit = 10\nschedule = [{ at_s = 7.5, down_s = 5, direction = \"forward\" }]\n",
+        )
+        .unwrap();
+        let p = &s.paths[0];
+        assert_eq!(
+            p.schedule,
+            vec![ScheduleItem::DownOneWay {
+                at_s: 7.5,
+                down_s: 5.0,
+                forward: true
+            }]
+        );
+        let (f, r) = p.direction_configs().unwrap();
+        assert_eq!(f.schedule.len(), 1);
+        assert!(r.schedule.is_empty());
+        let e = error(
+            "[[path]]\nrate_mbit = 1\nschedule = [{ at_s = 1, down_s = 1, direction = \"up\" }]\n",
+        );
+        assert!(e.message.contains("direction = \"up\""), "{e}");
+        let e = error("[[path]]\nrate_mbit = 1\nschedule = [{ at_s = 1, rate_mbit = 2, direction = \"forward\" }]\n");
+        assert!(e.message.contains("direction goes with down_s only"), "{e}");
     }
 
     #[test]
