@@ -1222,7 +1222,7 @@ impl Daemon {
                 let state = if up {
                     "up".to_owned()
                 } else if s.path_is_one_way(PathId(i as u8)) {
-                    format!("down: it works one way only, {}'s packets come in but this end's probes go unanswered", who())
+                    format!("down: it works one way only, {}'s packets come in but it hears nothing of this end's there", who())
                 } else {
                     "down: nothing heard on it".to_owned()
                 };
@@ -1673,7 +1673,7 @@ impl Daemon {
     /// explain the routing loop in the log (once a minute per peer and path). A client takes
     /// the path out of use for [`LOOP_RETRY`] (its answers from the server still come in, so
     /// they would keep it up while everything it sends is lost), then tries it again. A
-    /// server's session finds the path one-way (its probes go unanswered) and takes it out
+    /// server's session finds the path one-way (the client hears nothing there) and takes it out
     /// for that client.
     fn note_loop(&mut self, now: Instant, k: usize, j: usize, dst: SocketAddr) {
         self.looped += 1;

@@ -18,9 +18,12 @@
 //!   a loss estimate. A path with nothing authenticated received for `dead_after` (plus its base
 //!   RTT, or 1 s before one is measured, so a long path's first answer is waited for) is taken out of
 //!   the rotation at both halves of the endpoint; any authenticated packet on it puts it back.
-//!   A path that works one way only (the peer's packets come in, this end's probes go
-//!   unanswered for `dead_after` plus four smoothed RTTs, at least 2 s) is taken out of the
-//!   sending half too, and only an answer to a probe puts it back.
+//!   A path that works one way only is taken out of the sending half, and only an answer to
+//!   one of this end's probes puts it back: the peer's probes say it hears nothing there
+//!   ([`braid_wire::PROBE_UNHEARD`], set after the same silence that takes a path down,
+//!   believed once this end's own probes have gone unanswered for a round trip and a probe
+//!   interval), or, failing that, this end's probes go unanswered for `dead_after` plus four
+//!   smoothed RTTs (at least 2 s) while the peer's packets come in.
 //!
 //! - **pTCP.** Segments of pTCP connections (`braid-ptcp`, the pTCP paper) travel as inner
 //!   packets of kind `Ptcp` under the same keys, counters and replay windows, each on the path
@@ -209,7 +212,8 @@ fn drop_index(r: DropReason) -> usize {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct PathStatus {
     /// `up`, `down` (nothing heard on it), `one-way` (the peer's packets come in, this end's
-    /// probes go unanswered: out of the sending half) or `disabled` (taken out by the driver).
+    /// probes go unanswered, or the peer's probes say it hears nothing: out of the sending
+    /// half) or `disabled` (taken out by the driver).
     pub state: &'static str,
     /// Smoothed round-trip time from probes, ms.
     pub rtt_ms: Option<f64>,
@@ -421,8 +425,9 @@ struct PathState {
     unanswered_since: Option<Instant>,
     /// Probes sent since `unanswered_since`.
     unanswered: u32,
-    /// Out because its probes went unanswered while the peer's still came in (the path works
-    /// one way only): what arrives on it does not bring it back, an answer to a probe does.
+    /// Out of the sending half because the path works one way only (the peer said it hears
+    /// nothing there, or this end's probes went unanswered while the peer's packets came in):
+    /// what arrives on it does not bring it back, an answer to a probe does.
     deaf: bool,
     loss: f64,
     srtt: Option<Duration>,
@@ -1348,7 +1353,9 @@ impl Session {
             Ok(Repr::Probe(p)) if p.path == path => {
                 self.note_peer_rate(i, p.rate_kbps);
                 let st = &mut self.paths[i];
-                if st.acks.len() < 8 {
+                // A disabled path sends nothing: answers queued now would go out on re-enabling,
+                // giving the peer RTT samples as long as the pause.
+                if st.acks.len() < 8 && !st.disabled {
                     st.acks.push_back(Probe {
                         unheard: false,
                         ..p
@@ -1560,23 +1567,39 @@ impl Session {
     /// The peer's probe on path `i` says it hears nothing from this end there: what this end
     /// sends on it is lost, though the peer's packets come in. Out of the sending half, as if
     /// this end's probes had gone unanswered, until an answer to one of them comes back.
+    ///
+    /// Only if this end's own probes back it: unanswered for longer than a round trip and a
+    /// probe interval. A flag the peer sent before it heard this end again (a path just back,
+    /// a server just restarted) comes within a round trip of this end's first probe since,
+    /// and is stale.
     fn peer_hears_nothing(&mut self, now: Instant, i: usize) {
         let established = self.current.is_some();
+        let interval = self.cfg.probe_interval;
         let p = &mut self.paths[i];
-        if !established || !p.up || p.disabled {
+        let backed = p.unanswered_since.is_some_and(|t| {
+            now.saturating_duration_since(t) > p.srtt.unwrap_or(UNMEASURED_RTT_SLACK) + interval
+        });
+        if !established || p.disabled || p.deaf || !backed {
             return;
         }
-        p.up = false;
+        let was_up = std::mem::replace(&mut p.up, false);
         p.deaf = true;
-        p.down_events += 1;
+        if was_up {
+            p.down_events += 1;
+        }
         if let Some(e) = &mut self.endpoint {
+            // A path that was down for silence: its receiving half is back (the peer's probe
+            // just came), its sending half stays out.
+            if !was_up {
+                e.set_path_active(PathId(i as u8), true);
+            }
             e.set_path_sending(PathId(i as u8), false);
         }
         self.update_qos_rate(now);
     }
 
-    /// Whether `path` is out because it works one way only: the peer's packets come in, this
-    /// end's probes go unanswered.
+    /// Whether `path` is out of the sending half because it works one way only: the peer hears
+    /// nothing there, though its packets come in.
     pub fn path_is_one_way(&self, path: PathId) -> bool {
         self.paths.get(path.index()).is_some_and(|p| p.deaf)
     }
@@ -1727,7 +1750,11 @@ impl Session {
             // Heard nothing from the peer here: say so, and it stops sending into the void at
             // once rather than after its own wait for answers.
             let st = &self.paths[i];
-            let unheard = !st.up && !st.deaf && !st.disabled && st.last_rx.is_some();
+            let silence = self.cfg.dead_after + st.min_rtt.get().unwrap_or(UNMEASURED_RTT_SLACK);
+            let unheard = !st.disabled
+                && st
+                    .last_rx
+                    .is_some_and(|t| now.saturating_duration_since(t) > silence);
             let probe = Probe {
                 path,
                 id,
@@ -2030,7 +2057,7 @@ impl Session {
             let all_dark = self.pending.is_none()
                 && self.current.is_some()
                 && self.paths.iter().any(|p| !p.disabled)
-                && self.paths.iter().all(|p| !p.up);
+                && self.paths.iter().all(|p| !p.up && !p.deaf);
             if retry || rekey || all_dark {
                 if let Some(p) = &self.pending {
                     // After a cookie reply, the same path (its source has the cookie).

@@ -63,7 +63,8 @@
 //! adaptive SRR's estimate, else the configured rate; 0: no opinion). A receiver paces its
 //! release by its peer's rates (`[bond] release_pacing_pct`), and they are the peer's to know.
 //! A probe's flags may hold [`PROBE_UNHEARD`]: its sender has heard nothing from the receiver on
-//! this path for its `dead_after` (the path works one way at most); every other bit is zero.
+//! this path for its `dead_after` plus the path's base RTT (the path works one way at most);
+//! every other bit is zero, and an acknowledgement has none.
 //!
 //! SIG-ACK (kind 7, PET's arrival report) is laid out in [`sigack`]: `4 + 20 x count` bytes.
 //!
@@ -1144,7 +1145,10 @@ impl<'a> Repr<'a> {
                 Ok(())
             }
             Repr::Marker(marker) => check_path(marker.path),
-            Repr::Probe(probe) | Repr::ProbeAck(probe) => check_path(probe.path),
+            Repr::Probe(probe) => check_path(probe.path),
+            // Only a probe may say its sender hears nothing.
+            Repr::ProbeAck(probe) if probe.unheard => Err(Error::Reserved),
+            Repr::ProbeAck(probe) => check_path(probe.path),
             Repr::Nack(nack) => check_path(nack.path),
             Repr::Abandon(a) => check_path(a.path),
             Repr::SigAck(entries) => entries.check(),
@@ -1197,10 +1201,6 @@ impl<'a> Repr<'a> {
             }
             Repr::Probe(probe) | Repr::ProbeAck(probe) => {
                 packet.set_path(probe.path)?;
-                let ack = matches!(self, Repr::ProbeAck(_));
-                if ack && probe.unheard {
-                    return Err(Error::Reserved);
-                }
                 packet.set_flags(if probe.unheard { PROBE_UNHEARD } else { 0 })?;
                 packet.set_probe_id(probe.id)?;
                 packet.set_probe_timestamp(probe.timestamp)?;
