@@ -89,6 +89,7 @@ fn answer(
     snapshot: &std::sync::Mutex<String>,
     commands: &SyncSender<Command>,
     paths: &[String],
+    wake: &dyn Fn(),
 ) -> String {
     let words: Vec<&str> = line.split_whitespace().collect();
     let json = |k: &str, v: &str| serde_json::json!({ k: v }).to_string();
@@ -106,17 +107,20 @@ fn answer(
             };
             let enabled = *verb == "up";
             match commands.try_send(Command::Path { index, enabled }) {
-                Ok(()) => json(
-                    "ok",
-                    &format!(
-                        "path {name} {}",
-                        if enabled {
-                            "enabled: it rejoins when its probes are answered"
-                        } else {
-                            "disabled"
-                        }
-                    ),
-                ),
+                Ok(()) => {
+                    wake();
+                    json(
+                        "ok",
+                        &format!(
+                            "path {name} {}",
+                            if enabled {
+                                "enabled: it rejoins when its probes are answered"
+                            } else {
+                                "disabled"
+                            }
+                        ),
+                    )
+                }
                 Err(TrySendError::Full(_)) => json(
                     "error",
                     "the daemon is busy with earlier requests: try again",
@@ -140,6 +144,7 @@ pub(crate) fn serve(
     snapshot: std::sync::Arc<std::sync::Mutex<String>>,
     commands: SyncSender<Command>,
     paths: Vec<String>,
+    waker: std::sync::Arc<mio::Waker>,
 ) {
     std::thread::Builder::new()
         .name("braid-control".into())
@@ -159,7 +164,10 @@ pub(crate) fn serve(
                 }
                 let line = String::from_utf8_lossy(&req);
                 let line = line.lines().next().unwrap_or("");
-                let body = answer(line.trim(), &snapshot, &commands, &paths);
+                let wake = || {
+                    let _ = waker.wake();
+                };
+                let body = answer(line.trim(), &snapshot, &commands, &paths, &wake);
                 let _ = s.write_all(body.as_bytes());
             }
         })
@@ -175,8 +183,12 @@ mod tests {
         let snap = std::sync::Mutex::new("{\"x\":1}".to_owned());
         let (tx, rx) = std::sync::mpsc::sync_channel(4);
         let paths = vec!["dsl".to_owned(), "lte".to_owned()];
-        assert_eq!(answer("status", &snap, &tx, &paths), "{\"x\":1}");
-        assert!(answer("path down lte", &snap, &tx, &paths).contains("\"ok\""));
+        let woken = std::cell::Cell::new(0);
+        let wake = || woken.set(woken.get() + 1);
+        assert_eq!(answer("status", &snap, &tx, &paths, &wake), "{\"x\":1}");
+        assert!(answer("path down lte", &snap, &tx, &paths, &wake).contains("\"ok\""));
+        // The loop is woken to apply it at once.
+        assert_eq!(woken.get(), 1);
         assert_eq!(
             rx.try_recv(),
             Ok(Command::Path {
@@ -184,12 +196,13 @@ mod tests {
                 enabled: false
             })
         );
-        let e = answer("path down wifi", &snap, &tx, &paths);
+        let e = answer("path down wifi", &snap, &tx, &paths, &wake);
         assert!(
             e.contains("no path is named `wifi`") && e.contains("dsl, lte"),
             "{e}"
         );
-        assert!(answer("reboot", &snap, &tx, &paths).contains("unknown request"));
+        assert!(answer("reboot", &snap, &tx, &paths, &wake).contains("unknown request"));
+        assert_eq!(woken.get(), 1);
         assert!(rx.try_recv().is_err());
     }
 

@@ -117,6 +117,8 @@ const COMMAND_QUEUE: usize = 64;
 const TUN: Token = Token(0);
 /// Client with `[tcp] accelerate`: the listeners redirected TCP lands on (IPv4, IPv6).
 const TCP_LISTENER: usize = 1;
+/// The control thread wakes the loop with this when it queued a command.
+const WAKE: Token = Token(8);
 const UDP_BASE: usize = 16;
 /// Accelerated TCP connections' sockets use tokens from here on (above any path's).
 const TCP_BASE: usize = 1 << 20;
@@ -850,7 +852,10 @@ impl Daemon {
         };
         let snapshot = Arc::new(Mutex::new(String::from("{}")));
         let (command_tx, commands) = std::sync::mpsc::sync_channel(COMMAND_QUEUE);
-        control::serve(control, snapshot.clone(), command_tx, names.clone());
+        // A path command takes effect, and shows in the status, at once: not at the loop's
+        // next timeout.
+        let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
+        control::serve(control, snapshot.clone(), command_tx, names.clone(), waker);
         let metrics_text = metrics.map(|l| {
             let text = Arc::new(Mutex::new(String::new()));
             metrics::serve(l, text.clone());
@@ -1247,7 +1252,9 @@ impl Daemon {
 
     /// Carry out what the control socket asked.
     fn run_commands(&mut self, now: Instant) {
+        let mut any = false;
         while let Ok(c) = self.commands.try_recv() {
+            any = true;
             match c {
                 control::Command::Path { index, enabled } => {
                     if let Some(d) = self.admin_down.get_mut(index) {
@@ -1257,6 +1264,9 @@ impl Daemon {
                     self.apply_path_state(now, index);
                 }
             }
+        }
+        if any {
+            self.publish();
         }
     }
 

@@ -356,7 +356,9 @@ impl PtcpNode {
         } else {
             Vec::new()
         };
-        crate::control::serve(listener, snapshot.clone(), tx, names);
+        // Token 0 is no socket's (they start at UDP_BASE): a path command wakes the node.
+        let waker = std::sync::Arc::new(mio::Waker::new(self.poll.registry(), Token(0))?);
+        crate::control::serve(listener, snapshot.clone(), tx, names, waker);
         self.control = Some(Control {
             socket: socket.to_path_buf(),
             identity: socket_identity(socket),
