@@ -580,7 +580,6 @@ pub(crate) fn wall_ns() -> u64 {
 /// Run the daemon in the foreground until `stop` is set (e.g. by SIGINT/SIGTERM).
 pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
     let mut d = Daemon::start(cfg)?;
-    d.refresh_local_ports();
     // Only now: the TUN device, the sockets and the control socket are all there.
     eprintln!(
         "braid: {} up on {} (control socket {})",
@@ -747,6 +746,28 @@ fn nft(script: &str) -> io::Result<()> {
 /// Deletes nftables table `inet <table>`.
 fn delete_nft_table(table: &str) -> io::Result<()> {
     nft(&format!("delete table inet {table}\n"))
+}
+
+/// The local port of each socket, 0 where a path has none ([`Daemon::looped_path`]).
+fn local_ports(sockets: &[Option<UdpSocket>]) -> Vec<u16> {
+    sockets
+        .iter()
+        .map(|s| {
+            s.as_ref()
+                .and_then(|s| s.local_addr().ok())
+                .map_or(0, |a| a.port())
+        })
+        .collect()
+}
+
+/// How the log names a peer: a client's one peer is "the server"; a server names its client
+/// ("the client" for the one peer of `peer_public_key`).
+fn peer_label(role: Role, cfg: &PeerConfig) -> String {
+    match role {
+        Role::Initiator => "the server".to_owned(),
+        Role::Responder if cfg.catch_all => "the client".to_owned(),
+        Role::Responder => format!("client `{}`", cfg.name),
+    }
 }
 
 /// How long a client keeps a path out of use after its datagrams came back in through the TUN
@@ -977,7 +998,7 @@ impl Daemon {
         Ok(Daemon {
             admin_down: vec![false; names.len()],
             looped_out: vec![None; names.len()],
-            local_ports: Vec::new(),
+            local_ports: local_ports(&sockets),
             problems,
             commands,
             poll,
@@ -1156,14 +1177,12 @@ impl Daemon {
     /// peer, so a proxy's flapping mobile clients do not flood the log.
     fn log_transitions(&mut self, now: Instant) {
         let role = self.cfg.role;
+        // A client's paths the daemon holds out have their own lines.
+        let held: Vec<bool> = (0..self.sockets.len()).map(|i| self.held_out(i)).collect();
         for p in &mut self.peers {
             let s = &p.session;
             // A client's one peer is "the server"; a server names its client.
-            let who = || match role {
-                Role::Initiator => "the server".to_owned(),
-                Role::Responder if p.cfg.catch_all => "the client".to_owned(),
-                Role::Responder => format!("client `{}`", p.cfg.name),
-            };
+            let who = || peer_label(role, &p.cfg);
             let n = s.paths();
             let newly = s.is_established() && !p.logged.established;
             if newly {
@@ -1197,11 +1216,7 @@ impl Daemon {
                     continue;
                 }
                 p.logged.up[i] = up;
-                let quiet = role == Role::Initiator
-                    && (self.admin_down.get(i) == Some(&true)
-                        || self.problems.get(i).is_some_and(Option::is_some)
-                        || self.looped_out.get(i).is_some_and(Option::is_some));
-                if quiet {
+                if role == Role::Initiator && held.get(i) == Some(&true) {
                     continue;
                 }
                 p.logged.lines += 1;
@@ -1273,12 +1288,18 @@ impl Daemon {
     /// Client: tell the session whether path `i` may carry traffic: not taken down by the
     /// user, and with a socket.
     fn apply_path_state(&mut self, now: Instant, i: usize) {
-        let enabled = !self.admin_down.get(i).copied().unwrap_or(false)
-            && self.sockets.get(i).is_some_and(Option::is_some)
-            && self.looped_out.get(i).is_none_or(Option::is_none);
+        let enabled = !self.held_out(i);
         for p in &mut self.peers {
             p.session.set_path_enabled(now, PathId(i as u8), enabled);
         }
+    }
+
+    /// Client: whether the daemon keeps path `i` out of use: the user took it down, it has no
+    /// socket, or its datagrams loop back into the tunnel.
+    fn held_out(&self, i: usize) -> bool {
+        self.admin_down.get(i).copied().unwrap_or(false)
+            || self.sockets.get(i).is_none_or(Option::is_none)
+            || self.looped_out.get(i).is_some_and(Option::is_some)
     }
 
     /// Client: try to open the sockets of paths that have none (their interface or local
@@ -1668,15 +1689,7 @@ impl Daemon {
 
     /// The local ports of the sockets, for [`Daemon::looped_path`] (0 where a path has none).
     fn refresh_local_ports(&mut self) {
-        self.local_ports = self
-            .sockets
-            .iter()
-            .map(|s| {
-                s.as_ref()
-                    .and_then(|s| s.local_addr().ok())
-                    .map_or(0, |a| a.port())
-            })
-            .collect();
+        self.local_ports = local_ports(&self.sockets);
     }
 
     /// Count a packet of peer `k`'s path `j` that came back in through the TUN device, and
@@ -1709,10 +1722,13 @@ impl Daemon {
                 )
             } else {
                 (
-                    match peers.get(k) {
-                        Some(p) if !p.cfg.catch_all => format!(" of client `{}`", p.cfg.name),
-                        _ => " of the client".to_owned(),
-                    },
+                    format!(
+                        " of {}",
+                        peers.get(k).map_or("the client".to_owned(), |p| peer_label(
+                            Role::Responder,
+                            &p.cfg
+                        ))
+                    ),
                     "the client's address for this path must be reached through a real link: take it out of the routes into the tunnel (a [[client]]'s `routes`, `[interface] routes`), or add a host route for it through the link".to_owned(),
                 )
             };

@@ -635,13 +635,8 @@ impl Endpoint {
     /// Take `path` out of the rotation (it went dark) or put it back, at both halves. What
     /// waits in its transmit queue is dropped; returns the data packets dropped.
     pub fn set_path_active(&mut self, path: PathId, active: bool) -> usize {
-        self.striper.set_path_active(path, active);
         self.receiver.set_path_active(path, active);
-        if active {
-            0
-        } else {
-            self.striper.clear_queue(path)
-        }
+        self.set_path_sending(path, active)
     }
 
     /// Take `path` out of the sending half only (it works one way: what the peer sends on it

@@ -451,6 +451,17 @@ struct PathState {
     disabled: bool,
 }
 
+impl PathState {
+    /// Whether nothing authenticated has arrived on the path for `dead_after` plus its base
+    /// RTT (1 s until one is measured: a long path's first answer takes its RTT to come
+    /// back, or a 300 ms path would flap at every start); `None` if nothing ever has.
+    fn silent(&self, now: Instant, dead_after: Duration) -> Option<bool> {
+        let allowed = dead_after + self.min_rtt.get().unwrap_or(UNMEASURED_RTT_SLACK);
+        self.last_rx
+            .map(|t| now.saturating_duration_since(t) > allowed)
+    }
+}
+
 /// The smallest RTT sample of the last 10 to 20 seconds: the path's base RTT without queueing,
 /// kept in two windows so an old minimum ages out (as BBR's `min_rtt`).
 #[derive(Clone, Copy, Debug, Default)]
@@ -1750,11 +1761,7 @@ impl Session {
             // Heard nothing from the peer here: say so, and it stops sending into the void at
             // once rather than after its own wait for answers.
             let st = &self.paths[i];
-            let silence = self.cfg.dead_after + st.min_rtt.get().unwrap_or(UNMEASURED_RTT_SLACK);
-            let unheard = !st.disabled
-                && st
-                    .last_rx
-                    .is_some_and(|t| now.saturating_duration_since(t) > silence);
+            let unheard = !st.disabled && st.silent(now, self.cfg.dead_after) == Some(true);
             let probe = Probe {
                 path,
                 id,
@@ -1993,12 +2000,8 @@ impl Session {
             if established {
                 p.probe_due = true;
             }
-            // A long path's first answer takes its RTT to come back: allow the path's base RTT
-            // on top (1 s until one is measured), or a 300 ms path would flap at every start.
-            let allowed = self.cfg.dead_after + p.min_rtt.get().unwrap_or(UNMEASURED_RTT_SLACK);
-            let silent = p
-                .last_rx
-                .is_none_or(|t| now.saturating_duration_since(t) > allowed);
+            // A path never heard from counts as silent.
+            let silent = p.silent(now, self.cfg.dead_after) != Some(false);
             // One way only: the peer's packets come in, but this end's probes have gone
             // unanswered for longer than any RTT the path has shown (a route that sends this
             // end's datagrams elsewhere, an upstream that died). Everything sent on it would

@@ -262,6 +262,14 @@ fn packet(i: u32, len: usize) -> Vec<u8> {
     v
 }
 
+/// The numbers [`packet`] gave the packets delivered, in delivery order.
+fn packet_ids(delivered: &[Vec<u8>]) -> Vec<u32> {
+    delivered
+        .iter()
+        .map(|p| u32::from_be_bytes(p[..4].try_into().unwrap()))
+        .collect()
+}
+
 #[test]
 fn handshake_and_bidirectional_transfer() {
     for mode in [ResequenceMode::Logical, ResequenceMode::Sequence] {
@@ -416,11 +424,7 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
         assert_eq!(st.paths[1].down_events, 1, "{mode:?}");
         assert_eq!(st.paths[1].state, "up", "{mode:?}: came back");
         // Delivery is in order with gaps for what died with the path.
-        let ids: Vec<u32> = net
-            .to_server
-            .iter()
-            .map(|p| u32::from_be_bytes(p[..4].try_into().unwrap()))
-            .collect();
+        let ids = packet_ids(&net.to_server);
         if mode == ResequenceMode::Sequence {
             assert!(ids.windows(2).all(|w| w[0] < w[1]));
         }
@@ -491,11 +495,7 @@ fn a_path_that_works_one_way_only_leaves_the_rotation_and_comes_back() {
     assert_eq!(st.paths[0].down_events, 0, "{st:?}");
     assert!(!net.client.path_is_one_way(PathId(1)));
     // What went onto path 1 before it was taken out is lost; the rest arrives in order.
-    let ids: Vec<u32> = net
-        .to_server
-        .iter()
-        .map(|p| u32::from_be_bytes(p[..4].try_into().unwrap()))
-        .collect();
+    let ids = packet_ids(&net.to_server);
     assert!(ids.windows(2).all(|w| w[0] < w[1]));
     let lost = next - ids.len() as u32;
     // 3 packets/ms, 2/3 of them on path 1, for the time it took to take it out.
@@ -548,11 +548,7 @@ fn a_path_the_server_cannot_send_on_is_one_way_at_the_server() {
     assert_eq!((c.paths[1].state, s.paths[1].state), ("up", "up"));
     assert_eq!((c.paths[1].down_events, s.paths[1].down_events), (1, 1));
     // Once out, everything the server sends arrives, in order.
-    let ids: Vec<u32> = net
-        .to_client
-        .iter()
-        .map(|p| u32::from_be_bytes(p[..4].try_into().unwrap()))
-        .collect();
+    let ids = packet_ids(&net.to_client);
     assert!(ids.windows(2).all(|w| w[0] < w[1]));
     let after = 3 * (out_at as u32 + 200);
     assert!(
@@ -1022,11 +1018,7 @@ fn a_congestion_run_is_abandoned_and_the_receiver_stops_waiting_at_once() {
         assert!(lost >= 3, "the run is lost: {lost}");
         assert_eq!(net.to_server.len(), sent.len() - lost, "and nothing else");
         // Delivered in order: each packet's number grows.
-        let ids: Vec<u32> = net
-            .to_server
-            .iter()
-            .map(|p| u32::from_be_bytes(p[..4].try_into().unwrap()))
-            .collect();
+        let ids = packet_ids(&net.to_server);
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
         // The longest any packet waited from send to delivery (virtual time).
         let latency = ids
