@@ -426,6 +426,8 @@ struct RawPath {
     rate_mbit: Option<f64>,
     #[serde(default = "default_path_mtu")]
     mtu: u16,
+    #[serde(default)]
+    backup: bool,
 }
 
 /// The `[bond]` keys a server may set: what each end decides for itself.
@@ -497,6 +499,9 @@ pub struct PathConfig {
     pub rate_bps: u64,
     /// The path's MTU (IP packet size on the link).
     pub mtu: u16,
+    /// A backup path: it carries nothing while another path is up
+    /// (`BondParams::backup_paths`).
+    pub backup: bool,
 }
 
 /// A peer this end talks to: a client's server, or one of a server's clients.
@@ -902,6 +907,7 @@ impl Config {
                         remote_host,
                         rate_bps,
                         mtu: p.mtu,
+                        backup: p.backup,
                     });
                 }
                 let b = raw.bond.unwrap_or_default();
@@ -959,6 +965,7 @@ impl Config {
                     adaptive: b.adaptive,
                     compress_headers: b.compress_headers,
                     policies: policies(&raw.policies, &paths, b.resequence).map_err(&invalid)?,
+                    backup_paths: backup_paths(&paths, b.resequence).map_err(&invalid)?,
                 };
                 params
                     .validate()
@@ -1041,6 +1048,7 @@ impl Config {
             Some(d) => path.parent().unwrap_or(Path::new(".")).join(d),
             None => PathBuf::from(DEFAULT_STATE_DIR),
         };
+        host_bits("[interface] routes", &raw.interface.routes).map_err(invalid)?;
         Ok(Config {
             role: raw.role,
             state_dir,
@@ -1132,6 +1140,16 @@ fn policies(
                 "[[policy]] {name}: paths is empty: name at least one [[path]], or leave paths out for all"
             ));
         }
+        let backups = paths
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.backup)
+            .fold(0u64, |m, (i, _)| m | 1 << i);
+        if mask & !backups == 0 {
+            return Err(format!(
+                "[[policy]] {name}: every path it may use is a backup, and a backup carries nothing while another path is up, so the class would be dropped: add a path that is not a backup"
+            ));
+        }
         if p.duplicate && p.striping != Striping::Packet {
             return Err(format!(
                 "[[policy]] {name}: duplicate = true needs striping = \"packet\" (the receiver tells the copies apart by their sequence numbers, which a per-flow class does not use)"
@@ -1154,6 +1172,42 @@ fn policies(
         });
     }
     Ok(out)
+}
+
+/// Refuses a route with host bits set (`192.168.60.1/24`), which `ip route` would refuse at
+/// start: names the prefix meant.
+fn host_bits(what: &str, routes: &[Cidr]) -> Result<(), String> {
+    match routes.iter().find(|r| r.network() != **r) {
+        Some(r) => Err(format!(
+            "{what}: {r} has bits set beyond its /{} prefix: write {}",
+            r.prefix,
+            r.network()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The backup paths' mask (`[[path]] backup = true`); errors name the fix.
+fn backup_paths(paths: &[PathConfig], resequence: ResequenceMode) -> Result<u64, String> {
+    let mask = paths
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.backup)
+        .fold(0u64, |m, (i, _)| m | 1 << i);
+    if mask == 0 {
+        return Ok(0);
+    }
+    if resequence != ResequenceMode::Sequence {
+        return Err(
+            "[[path]] backup = true needs [bond] resequence = \"sequence\" (the default): a receiver that simulates the sender's rotation cannot follow paths that leave it and come back on their own".into(),
+        );
+    }
+    if mask.count_ones() as usize == paths.len() {
+        return Err(
+            "every [[path]] has backup = true: a backup carries traffic only while no other path is up, so at least one path must not be a backup".into(),
+        );
+    }
+    Ok(mask)
 }
 
 /// The peers of `raw`: `peer_public_key` (one peer, every address), or a server's
@@ -1218,8 +1272,22 @@ fn peers(raw: &Raw, private_key: &PrivateKey) -> Result<Vec<PeerConfig>, String>
                             "[[client]] {name}: address {a} is the server's own tunnel address: pick another"
                         ));
                     }
-                    addresses.push(Cidr { addr: a, prefix: net.prefix });
+                    let cidr = Cidr { addr: a, prefix: net.prefix };
+                    // IPv4's first and last address of a prefix (up to /30) are no host's.
+                    if let (IpAddr::V4(v4), true) = (a, net.prefix <= 30) {
+                        let host_mask = u32::MAX >> net.prefix;
+                        let host = u32::from(v4) & host_mask;
+                        if host == 0 || host == host_mask {
+                            return Err(format!(
+                                "[[client]] {name}: address {a} is the {} address of {}: pick one between the first and the last",
+                                if host == 0 { "network" } else { "broadcast" },
+                                net.network()
+                            ));
+                        }
+                    }
+                    addresses.push(cidr);
                 }
+                host_bits(&format!("[[client]] {name}: routes"), &c.routes)?;
                 for other in &out {
                     if other.public_key == public_key {
                         return Err(format!(
@@ -1719,6 +1787,18 @@ address = ["10.77.0.3"]
                 "the server's own tunnel address",
             ),
             (
+                proxy(&format!("[[client]]\npublic_key = \"{SERVER_PUB}\"\naddress = [\"10.77.0.0\"]\n")),
+                "10.77.0.0 is the network address of 10.77.0.0/24",
+            ),
+            (
+                proxy(&format!("[[client]]\npublic_key = \"{SERVER_PUB}\"\naddress = [\"10.77.0.255\"]\n")),
+                "10.77.0.255 is the broadcast address of 10.77.0.0/24",
+            ),
+            (
+                proxy(&one("routes = [\"192.168.60.1/24\"]")),
+                "192.168.60.1/24 has bits set beyond its /24 prefix: write 192.168.60.0/24",
+            ),
+            (
                 proxy(&format!(
                     "{}[[client]]\npublic_key = \"{KEY_A}\"\naddress = [\"10.77.0.2\"]\n",
                     one("")
@@ -1759,6 +1839,42 @@ address = ["10.77.0.3"]
         assert!(!text.contains("10.77.0.2/30"), "{text}");
         let c = parse(&text).unwrap();
         assert!(c.addresses.is_empty());
+    }
+
+    #[test]
+    fn a_route_with_host_bits_set_is_refused_with_the_prefix_meant() {
+        let err = parse(&client("routes = [\"10.10.0.1/16\"]")).unwrap_err();
+        assert!(err.contains("write 10.10.0.0/16"), "{err}");
+        let c = parse(&client("routes = [\"10.10.0.0/16\", \"fd00:1::/64\"]")).unwrap();
+        assert_eq!(c.routes.len(), 2);
+    }
+
+    #[test]
+    fn a_backup_path_is_carried_in_the_bond_and_checked() {
+        // The second path (the last table open) is the backup.
+        let c = parse(&(client("") + "backup = true\n")).unwrap();
+        assert!(!c.paths[0].backup && c.paths[1].backup);
+        assert_eq!(c.bond.as_ref().unwrap().backup_paths, 0b10);
+        let err = parse(
+            &(client("[bond]\nresequence = \"logical\"\nscheduler = \"srr\"") + "backup = true\n"),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("backup = true needs [bond] resequence"),
+            "{err}"
+        );
+        let both = client("").replace("rate_mbit = 20\n", "rate_mbit = 20\nbackup = true\n");
+        let err = parse(&(both + "backup = true\n")).unwrap_err();
+        assert!(
+            err.contains("at least one path must not be a backup"),
+            "{err}"
+        );
+        let err = parse(
+            &(client("[[policy]]\nname = \"metered\"\ndscp = [8]\npaths = [\"path1\"]")
+                + "backup = true\n"),
+        )
+        .unwrap_err();
+        assert!(err.contains("every path it may use is a backup"), "{err}");
     }
 
     #[test]

@@ -339,6 +339,8 @@ struct Logged {
     restarts: u64,
     /// Per path: up (its probes answered).
     up: Vec<bool>,
+    /// Per path: a backup in standby.
+    standby: Vec<bool>,
     /// Path lines said since `minute` began.
     lines: u32,
     minute: Instant,
@@ -691,6 +693,24 @@ impl TransparentLock {
     }
 }
 
+/// Removes a file when dropped, unless disarmed: the control socket of a start that failed
+/// after binding it.
+struct RemoveOnError(Option<std::path::PathBuf>);
+
+impl RemoveOnError {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RemoveOnError {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 /// Deletes the `ip` rules and routes of `[tcp] transparent` of the families (`-4`, `-6`)
 /// `family` takes, whichever are there.
 fn remove_transparent_ip_rules(family: impl Fn(&str) -> bool) {
@@ -821,6 +841,44 @@ impl Daemon {
             ),
             _ => (1428, "1428 until the client's handshake sets it".to_owned()),
         };
+        // What another daemon may hold (its control socket, the Prometheus port, a server's
+        // UDP port) is taken before anything changes the system: a second `braid up` of the
+        // same config stops there, before its TUN device and routes would take the running
+        // one's routes (and lose them as it exits). Owner-only from the moment it can be
+        // connected to: the control socket takes commands that change the bond. One another
+        // braid answers on is not taken over (a stale one, from a daemon that died, is
+        // replaced); if a later step fails, it is removed again.
+        let control = control::bind_private_if_free(&cfg.control_socket).map_err(|e| {
+            DaemonError::Control {
+                path: cfg.control_socket.display().to_string(),
+                err: e,
+            }
+        })?;
+        let control_file = RemoveOnError(Some(cfg.control_socket.clone()));
+        let metrics = match cfg.prometheus {
+            Some(addr) => Some(TcpListener::bind(addr).map_err(|e| DaemonError::Socket {
+                what: format!("the Prometheus endpoint {addr}"),
+                err: e,
+                hint: "",
+            })?),
+            None => None,
+        };
+        let (mut sockets, addrs, names) = net::open_sockets(&cfg)?;
+        let mut accel_listeners = Vec::new();
+        if let (Role::Initiator, Some(t)) = (cfg.role, &cfg.tcp) {
+            let v4 = SocketAddr::from(([0, 0, 0, 0], t.listen_port));
+            let v6 = SocketAddr::from(([0u16; 8], t.listen_port));
+            let l = net::tcp_listener(v4).map_err(|e| DaemonError::Socket {
+                what: format!("[tcp] listen_port {}", t.listen_port),
+                err: e,
+                hint: " (is another program, or another braid, using the port? set [tcp] listen_port to a free one)",
+            })?;
+            accel_listeners.push(l);
+            // Without IPv6 on the host, IPv6 TCP is not redirected (and rides the tunnel).
+            if let Ok(l) = net::tcp_listener(v6) {
+                accel_listeners.push(l);
+            }
+        }
         let tun = net::open_tun(&cfg, mtu)?;
         let server_opaque =
             cfg.role == Role::Responder && cfg.tcp.as_ref().is_some_and(|t| !t.transparent);
@@ -842,7 +900,6 @@ impl Daemon {
                 }
             }
         }
-        let (mut sockets, addrs, names) = net::open_sockets(&cfg)?;
         let gso = gso::states(&sockets)?;
         let poll = Poll::new()?;
         let tun_fd = tun.as_raw_fd();
@@ -854,23 +911,6 @@ impl Daemon {
                     .register(s, Token(UDP_BASE + i), Interest::READABLE)?;
             }
         }
-        // Owner-only from the moment it can be connected to: the control socket takes
-        // commands that change the bond. One another braid answers on is not taken over (a
-        // stale one, from a daemon that died, is replaced).
-        let control = control::bind_private_if_free(&cfg.control_socket).map_err(|e| {
-            DaemonError::Control {
-                path: cfg.control_socket.display().to_string(),
-                err: e,
-            }
-        })?;
-        let metrics = match cfg.prometheus {
-            Some(addr) => Some(TcpListener::bind(addr).map_err(|e| DaemonError::Socket {
-                what: format!("the Prometheus endpoint {addr}"),
-                err: e,
-                hint: "",
-            })?),
-            None => None,
-        };
         let snapshot = Arc::new(Mutex::new(String::from("{}")));
         let (command_tx, commands) = std::sync::mpsc::sync_channel(COMMAND_QUEUE);
         // A path command takes effect, and shows in the status, at once: not at the loop's
@@ -932,18 +972,7 @@ impl Daemon {
             ..Accel::default()
         };
         if let (Role::Initiator, Some(t)) = (cfg.role, &cfg.tcp) {
-            let v4 = SocketAddr::from(([0, 0, 0, 0], t.listen_port));
-            let v6 = SocketAddr::from(([0u16; 8], t.listen_port));
-            let l = net::tcp_listener(v4).map_err(|e| DaemonError::Socket {
-                what: format!("[tcp] listen_port {}", t.listen_port),
-                err: e,
-                hint: " (is another program, or another braid, using the port? set [tcp] listen_port to a free one)",
-            })?;
-            accel.listeners.push(l);
-            // Without IPv6 on the host, IPv6 TCP is not redirected (and rides the tunnel).
-            if let Ok(l) = net::tcp_listener(v6) {
-                accel.listeners.push(l);
-            }
+            accel.listeners = accel_listeners;
             for (i, l) in accel.listeners.iter_mut().enumerate() {
                 poll.registry()
                     .register(l, Token(TCP_LISTENER + i), Interest::READABLE)?;
@@ -995,6 +1024,7 @@ impl Daemon {
                 }
             }
         }
+        control_file.disarm();
         Ok(Daemon {
             admin_down: vec![false; names.len()],
             looped_out: vec![None; names.len()],
@@ -1196,11 +1226,15 @@ impl Daemon {
             }
             p.logged.restarts = s.peer_restarts();
             p.logged.up.resize(n, false);
+            p.logged.standby.resize(n, false);
             if !s.is_established() || newly || restarted {
                 // As a bond starts, paths come up one by one as their first packets arrive:
                 // from then on, say only what changes.
                 for (i, up) in p.logged.up.iter_mut().enumerate() {
                     *up = s.path_is_up(PathId(i as u8));
+                }
+                for (i, standby) in p.logged.standby.iter_mut().enumerate() {
+                    *standby = s.path_is_standby(PathId(i as u8));
                 }
                 continue;
             }
@@ -1212,10 +1246,15 @@ impl Daemon {
             }
             for i in 0..n {
                 let up = s.path_is_up(PathId(i as u8));
-                if up == p.logged.up[i] {
+                let standby = s.path_is_standby(PathId(i as u8));
+                if up == p.logged.up[i] && standby == p.logged.standby[i] {
                     continue;
                 }
+                // A backup going to standby or back into use while up; its going down or
+                // up is said as any path's.
+                let switched = up && p.logged.up[i] && standby != p.logged.standby[i];
                 p.logged.up[i] = up;
+                p.logged.standby[i] = standby;
                 if role == Role::Initiator && held.get(i) == Some(&true) {
                     continue;
                 }
@@ -1239,7 +1278,13 @@ impl Daemon {
                     Role::Responder => format!(" of {}", who()),
                 };
                 let up_now = (0..n).filter(|&k| s.path_is_up(PathId(k as u8))).count();
-                let state = if up {
+                let state = if switched && standby {
+                    "standby: a backup path, it carries nothing while another path is up".to_owned()
+                } else if switched {
+                    "in use: a backup path, and no other path is up".to_owned()
+                } else if up && standby {
+                    "up, standby (a backup path)".to_owned()
+                } else if up {
                     "up".to_owned()
                 } else if s.path_is_one_way(PathId(i as u8)) {
                     format!("down: it works one way only, {}'s packets come in but it hears nothing of this end's there", who())
@@ -1473,6 +1518,7 @@ impl Daemon {
                 .status()
                 .is_ok_and(|s| s.success())
         };
+        let mut changed = false;
         for p in &mut self.peers {
             let handed = p.session.handed_addresses().to_vec();
             if handed == p.applied || now < p.retry_addresses_at {
@@ -1504,6 +1550,14 @@ impl Daemon {
             if p.applied.len() == handed.len() {
                 // Same set, the server's order.
                 p.applied = handed;
+            }
+            changed = true;
+        }
+        // An address taken off the device takes the routes through it along (all of them,
+        // when it was the family's last): put the configured ones back.
+        if changed {
+            if let Err(e) = net::install_routes(&ifname, &self.cfg.routes) {
+                eprintln!("braid: after the handed addresses changed, {e}");
             }
         }
     }

@@ -66,6 +66,12 @@ pub fn render(st: &Status) -> String {
     );
     per_path(
         &mut reg,
+        "path_standby",
+        "1 if the path is a backup in standby: up, carrying nothing while another path is up",
+        &|p| f64::from(u8::from(p.state == "standby")),
+    );
+    per_path(
+        &mut reg,
         "path_rtt_seconds",
         "Smoothed probe round-trip time",
         &|p| p.rtt_ms.unwrap_or(0.0) / 1e3,

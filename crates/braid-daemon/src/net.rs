@@ -172,6 +172,61 @@ impl Tun {
     }
 }
 
+/// The devices through which the main table routes exactly `prefix` now (`ip route show
+/// exact`); none if `ip` cannot tell.
+fn route_devices(prefix: &str) -> Vec<String> {
+    let family = if prefix.contains(':') { "-6" } else { "-4" };
+    let Ok(out) = Command::new("ip")
+        .args([family, "route", "show", "exact", prefix])
+        .output()
+    else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            words.find(|&w| w == "dev")?;
+            words.next().map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Route `routes` into the device `name` (`ip route replace`). A route of the same prefix
+/// through another device is not taken over: it belongs to another braid, a VPN or the
+/// host's own uplink, and the host would lose it when braid exits (the kernel drops a
+/// device's routes with it).
+pub(crate) fn install_routes<'a>(
+    name: &str,
+    routes: impl IntoIterator<Item = &'a crate::config::Cidr>,
+) -> Result<(), DaemonError> {
+    for r in routes {
+        let prefix = r.to_string();
+        if let Some(other) = route_devices(&prefix).into_iter().find(|d| d != name) {
+            let everything = if r.prefix == 0 {
+                if r.addr.is_ipv4() {
+                    "; to send everything through braid, route 0.0.0.0/1 and 128.0.0.0/1 instead, which win over the default route without replacing it"
+                } else {
+                    "; to send everything through braid, route ::/1 and 8000::/1 instead, which win over the default route without replacing it"
+                }
+            } else {
+                ""
+            };
+            return Err(DaemonError::Ip {
+                what: format!("route {r} via {name}"),
+                detail: format!(
+                    "the host already routes {r} through {other}, which braid would take over (and the host would lose when braid exits): if another braid or a VPN uses it, stop that one or take {r} out of this config's routes; if it is stale, remove it (`ip route del {r} dev {other}`){everything}"
+                ),
+            });
+        }
+        ip(
+            &["route", "replace", &prefix, "dev", name],
+            format!("route {r} via {name}"),
+        )?;
+    }
+    Ok(())
+}
+
 /// Create the TUN device with its MTU, addresses and routes, up and non-blocking. With
 /// `offload`, ask for the kernel's TSO/USO offloads; if the kernel refuses, say so once and
 /// fall back to one packet per system call.
@@ -230,12 +285,7 @@ pub fn open_tun(cfg: &Config, mtu: u16) -> Result<Tun, DaemonError> {
     ip(&["link", "set", "dev", name, "up"], format!("{name} up"))?;
     // The interface's routes, and a server's routes to the prefixes behind its clients.
     let client_routes = cfg.peers.iter().flat_map(|p| &p.routes);
-    for r in cfg.routes.iter().chain(client_routes) {
-        ip(
-            &["route", "replace", &r.to_string(), "dev", name],
-            format!("route {r} via {name}"),
-        )?;
-    }
+    install_routes(name, cfg.routes.iter().chain(client_routes))?;
     let room = usize::from(mtu).max(1500);
     Ok(Tun {
         dev,

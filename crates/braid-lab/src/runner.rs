@@ -731,16 +731,22 @@ fn mptcp_variant(
             &limit,
         ])?;
     }
-    for p in &testbed.paths()[1..] {
-        testbed.client().ip(&[
+    for (p, spec) in testbed.paths()[1..].iter().zip(&scenario.paths[1..]) {
+        let addr = p.client_addr.to_string();
+        let mut args = vec![
             "mptcp",
             "endpoint",
             "add",
-            &p.client_addr.to_string(),
+            &addr,
             "dev",
             &p.client_dev,
             "subflow",
-        ])?;
+        ];
+        // The kernel's scheduler sends on a backup subflow only while no other works.
+        if spec.backup {
+            args.push("backup");
+        }
+        testbed.client().ip(&args)?;
     }
     let p0 = &testbed.paths()[0];
     let flow = FlowSpec {

@@ -146,6 +146,9 @@ pub struct PathSpec {
     pub reverse: Option<LinkSpec>,
     /// Changes applied to both directions (but [`ScheduleItem::DownOneWay`]).
     pub schedule: Vec<ScheduleItem>,
+    /// A backup path: braid's `[[path]] backup = true`, MPTCP's endpoint flag `backup`; it
+    /// carries traffic only while no other path works.
+    pub backup: bool,
 }
 
 impl PathSpec {
@@ -363,6 +366,8 @@ struct RawPath {
     gilbert_elliott: Option<Spanned<RawGe>>,
     schedule: Option<Vec<Spanned<RawEvent>>>,
     reverse: Option<Spanned<RawLink>>,
+    #[serde(default)]
+    backup: bool,
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -509,9 +514,16 @@ impl Validator<'_> {
                 ),
             ));
         }
+        let paths_span = paths_raw.span();
         let mut paths = Vec::new();
         for (i, p) in paths_raw.into_inner().into_iter().enumerate() {
             paths.push(self.path(i, p, mode, duration_s)?);
+        }
+        if paths.first().is_some_and(|p: &PathSpec| p.backup) {
+            return Err(self.err_at(
+                Some(paths_span),
+                "path 0 has backup = true: the first path carries MPTCP's first subflow and every single-path run; list the backup paths after it".into(),
+            ));
         }
         let dscp = match raw.dscp {
             Some(d) if d.get_ref().iter().any(|&x| x > 63) || d.get_ref().len() > 8 => {
@@ -601,6 +613,7 @@ impl Validator<'_> {
                 forward: None,
                 reverse: None,
                 schedule: Vec::new(),
+                backup: p.backup,
             });
         }
         let forward = self.link(&own, None, &ctx, Some(span.clone()))?;
@@ -696,6 +709,7 @@ impl Validator<'_> {
             forward: Some(forward),
             reverse: Some(reverse),
             schedule,
+            backup: p.backup,
         })
     }
 

@@ -36,6 +36,7 @@ fn params() -> BondParams {
         adaptive: false,
         compress_headers: false,
         policies: Vec::new(),
+        backup_paths: 0,
     }
 }
 

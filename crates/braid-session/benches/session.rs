@@ -47,6 +47,7 @@ fn session(cr: &mut Criterion) {
         adaptive: false,
         compress_headers: false,
         policies: Vec::new(),
+        backup_paths: 0,
     };
     let ck = PrivateKey::from_random([1; 32]);
     let sk = PrivateKey::from_random([2; 32]);

@@ -650,6 +650,19 @@ impl Endpoint {
         }
     }
 
+    /// Take `path` out of the sending half, or put it back, without dropping what waits in
+    /// its queue: a backup path going to standby, whose queued packets are good to send.
+    pub fn set_path_sending_held(&mut self, path: PathId, active: bool) {
+        self.striper.set_path_active(path, active);
+    }
+
+    /// Take `path` out of the receiving half only (the peer no longer sends on it: a backup
+    /// path in standby) or put it back: the receiver neither waits for it nor holds other
+    /// paths' arrivals to its delay.
+    pub fn set_path_receiving(&mut self, path: PathId, active: bool) {
+        self.receiver.set_path_active(path, active);
+    }
+
     /// EDPF: the one-way delay of `path`, from the session's probes.
     pub fn set_path_delay(&mut self, path: PathId, delay: braid_proto::time::Duration) {
         self.striper.set_path_delay(path, delay);
@@ -768,6 +781,7 @@ mod tests {
             adaptive: false,
             compress_headers: false,
             policies: Vec::new(),
+            backup_paths: 0,
         };
         Endpoint::new(&EndpointConfig {
             striper: p.striper_config(),

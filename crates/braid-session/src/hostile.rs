@@ -130,6 +130,7 @@ impl Shape {
             adaptive: self.adaptive,
             compress_headers: self.compress_headers,
             policies: Vec::new(),
+            backup_paths: 0,
         }
     }
 }

@@ -51,6 +51,10 @@ pub struct BondParams {
     /// Per-class path policies (the BAG paper's per-class services, section IV), first match
     /// wins; both ends apply them to what they send. Mode `sequence` only.
     pub policies: Vec<PathPolicy>,
+    /// Backup paths (beyond the papers; `[[path]] backup = true`), bit `i` for path `i`: a
+    /// backup path carries nothing while another path is up, only its probes, at a slower
+    /// pace (`crate::session`, "Backup paths"). Mode `sequence` only; never every path.
+    pub backup_paths: u64,
 }
 
 /// Which paths a class of packets may use, and how it is striped (`[[policy]]` in the
@@ -122,6 +126,8 @@ const FLAG_RETRANSMIT: u8 = 0x02;
 const FLAG_ADAPTIVE: u8 = 0x04;
 /// Flag bit: `compress_headers`.
 const FLAG_COMPRESS: u8 = 0x08;
+/// Flag bit: `backup_paths` follows the rates (8 bytes).
+const FLAG_BACKUP: u8 = 0x10;
 
 impl BondParams {
     /// The scheduler config.
@@ -216,6 +222,11 @@ impl BondParams {
                 "adaptive quanta need scheduler = \"srr\" and resequence = \"sequence\"",
             ));
         }
+        if self.backup_paths != 0 && self.resequence != ResequenceMode::Sequence {
+            return Err(ConfigError::Invalid(
+                "backup paths need resequence = \"sequence\" (a receiver simulating the sender's rotation cannot follow paths that leave it and come back on their own)",
+            ));
+        }
         if !self.policies.is_empty() && self.resequence != ResequenceMode::Sequence {
             return Err(ConfigError::Invalid(
                 "path policies need resequence = \"sequence\" (the receiver tells the classes' packets apart by their sequence numbers)",
@@ -226,6 +237,11 @@ impl BondParams {
         } else {
             (1u64 << self.rates_bps.len()) - 1
         };
+        if self.backup_paths & !all != 0 || (self.backup_paths != 0 && self.backup_paths == all) {
+            return Err(ConfigError::Invalid(
+                "backup paths: a path the bond does not have, or every path a backup (one path at least must carry the traffic)",
+            ));
+        }
         if self.policies.len() > MAX_POLICIES
             || self.policies.iter().any(|p| {
                 p.paths == 0
@@ -282,10 +298,16 @@ impl BondParams {
         if self.compress_headers {
             flags |= FLAG_COMPRESS;
         }
+        if self.backup_paths != 0 {
+            flags |= FLAG_BACKUP;
+        }
         v.push(flags);
         v.push(self.backup_rtt_multiple);
         for r in &self.rates_bps {
             v.extend(r.to_be_bytes());
+        }
+        if self.backup_paths != 0 {
+            v.extend(self.backup_paths.to_be_bytes());
         }
         // Policies after the rates; none: nothing at all.
         if !self.policies.is_empty() {
@@ -351,11 +373,13 @@ impl BondParams {
             _ => return Err(m()),
         };
         let flags = fixed[36];
-        if flags & !(FLAG_EQUALIZE | FLAG_RETRANSMIT | FLAG_ADAPTIVE | FLAG_COMPRESS) != 0 {
+        if flags & !(FLAG_EQUALIZE | FLAG_RETRANSMIT | FLAG_ADAPTIVE | FLAG_COMPRESS | FLAG_BACKUP)
+            != 0
+        {
             return Err(m());
         }
         let n = usize::from(fixed[3]);
-        let rates_end = FIXED_LEN + 8 * n;
+        let mut rates_end = FIXED_LEN + 8 * n;
         if n == 0 || n > MAX_PATHS || b.len() < rates_end {
             return Err(m());
         }
@@ -363,6 +387,16 @@ impl BondParams {
             .chunks_exact(8)
             .map(|c| u64::from_be_bytes(c.try_into().expect("chunks of 8")))
             .collect();
+        let mut backup_paths = 0;
+        if flags & FLAG_BACKUP != 0 {
+            let word = b.get(rates_end..rates_end + 8).ok_or_else(m)?;
+            backup_paths = u64::from_be_bytes(word.try_into().map_err(|_| m())?);
+            // The flag says there are some.
+            if backup_paths == 0 {
+                return Err(m());
+            }
+            rates_end += 8;
+        }
         let mut policies = Vec::new();
         if let Some((&k, rest)) = b[rates_end..].split_first() {
             if k == 0 || rest.len() != usize::from(k) * POLICY_LEN {
@@ -405,6 +439,7 @@ impl BondParams {
             adaptive: flags & FLAG_ADAPTIVE != 0,
             compress_headers: flags & FLAG_COMPRESS != 0,
             policies,
+            backup_paths,
         };
         p.validate()?;
         Ok(p)
@@ -430,6 +465,7 @@ pub(crate) fn example(paths: usize) -> BondParams {
         adaptive: false,
         compress_headers: false,
         policies: Vec::new(),
+        backup_paths: 0,
     }
 }
 

@@ -24,6 +24,15 @@
 //!   believed once this end's own probes have gone unanswered for a round trip and a probe
 //!   interval), or, failing that, this end's probes go unanswered for `dead_after` plus four
 //!   smoothed RTTs (at least 2 s) while the peer's packets come in.
+//! - **Backup paths** (beyond the papers; [`BondParams::backup_paths`], `[[path]] backup =
+//!   true`). A backup path is in *standby* while any other path is up (in use both ways): out
+//!   of the rotation at both halves, carrying nothing but its probes, every
+//!   `backup_probe_interval` instead of every `probe_interval`, so a metered link costs little
+//!   and is known to work when it is needed. When no other path is up (they went silent, one
+//!   way only, or were disabled), the backup paths join the rotation at once, and leave it as
+//!   soon as another path is up again. Each end decides from what it sees itself; what the
+//!   peer still sends on a path gone to standby is received for a round trip or so more
+//!   before the receiving half leaves the rotation.
 //!
 //! - **pTCP.** Segments of pTCP connections (`braid-ptcp`, the pTCP paper) travel as inner
 //!   packets of kind `Ptcp` under the same keys, counters and replay windows, each on the path
@@ -140,10 +149,14 @@ pub struct SessionConfig {
     /// PET, whose equalised release times assume the backlog waits in braid rather than in
     /// the paths' buffers.
     pub shape_egress: Option<bool>,
+    /// Probe a backup path in standby this often (`BondParams::backup_paths`); rounded up to
+    /// a multiple of `probe_interval`.
+    pub backup_probe_interval: Duration,
 }
 
 impl SessionConfig {
-    /// Defaults: probes every 100 ms, dead after 400 ms, rekey every 2 minutes, retry after 1 s.
+    /// Defaults: probes every 100 ms (every second on a backup path in standby), dead after
+    /// 400 ms, rekey every 2 minutes, retry after 1 s.
     pub fn new(
         role: Role,
         private_key: PrivateKey,
@@ -166,6 +179,7 @@ impl SessionConfig {
             handed_addresses: Vec::new(),
             accepts_tcp: false,
             shape_egress: None,
+            backup_probe_interval: Duration::from_secs(1),
         }
     }
 }
@@ -213,8 +227,11 @@ fn drop_index(r: DropReason) -> usize {
 pub struct PathStatus {
     /// `up`, `down` (nothing heard on it), `one-way` (the peer's packets come in, this end's
     /// probes go unanswered, or the peer's probes say it hears nothing: out of the sending
-    /// half) or `disabled` (taken out by the driver).
+    /// half), `standby` (a backup path, up, carrying nothing while another path is up) or
+    /// `disabled` (taken out by the driver).
     pub state: &'static str,
+    /// A backup path (`BondParams::backup_paths`).
+    pub backup: bool,
     /// Smoothed round-trip time from probes, ms.
     pub rtt_ms: Option<f64>,
     /// Estimated probe loss, percent.
@@ -449,14 +466,34 @@ struct PathState {
     /// Taken out by the driver ([`Session::set_path_enabled`]): nothing is sent on it and it
     /// is not brought back by what arrives on it.
     disabled: bool,
+    /// A backup path held out of the rotation while another path is up
+    /// ([`Session::update_standby`]); it is still probed, every `backup_probe_interval`.
+    standby: bool,
+    /// A path gone to standby: when its receiving half leaves the rotation, once what the peer
+    /// sent on it before it saw another path up has had time to arrive.
+    receive_off_at: Option<Instant>,
+    /// Probe ticks a path in standby has let pass since its last probe.
+    standby_ticks: u32,
 }
 
 impl PathState {
+    /// Whether the path carries traffic: up and not a backup in standby.
+    fn in_use(&self) -> bool {
+        self.up && !self.standby
+    }
+
     /// Whether nothing authenticated has arrived on the path for `dead_after` plus its base
     /// RTT (1 s until one is measured: a long path's first answer takes its RTT to come
     /// back, or a 300 ms path would flap at every start); `None` if nothing ever has.
-    fn silent(&self, now: Instant, dead_after: Duration) -> Option<bool> {
-        let allowed = dead_after + self.min_rtt.get().unwrap_or(UNMEASURED_RTT_SLACK);
+    /// A path in standby, probed every `backup_probe` only, is allowed two of its probe
+    /// intervals more.
+    fn silent(&self, now: Instant, dead_after: Duration, backup_probe: Duration) -> Option<bool> {
+        let standby = if self.standby {
+            backup_probe * 2
+        } else {
+            Duration::ZERO
+        };
+        let allowed = dead_after + standby + self.min_rtt.get().unwrap_or(UNMEASURED_RTT_SLACK);
         self.last_rx
             .map(|t| now.saturating_duration_since(t) > allowed)
     }
@@ -719,6 +756,8 @@ impl Session {
                     None => None,
                 };
                 self.params = Some(p);
+                self.update_standby(now);
+                self.update_qos_rate(now);
             }
             Err(_) => {
                 self.dropped[drop_index(DropReason::BadParams)] += 1;
@@ -748,7 +787,7 @@ impl Session {
             return;
         };
         for (i, path) in self.paths.iter().enumerate() {
-            if !path.up {
+            if !path.in_use() {
                 e.set_path_active(PathId(i as u8), false);
             }
         }
@@ -1140,9 +1179,12 @@ impl Session {
             // Probes unanswered while the path was down do not count against it now.
             p.unanswered_since = None;
             p.unanswered = 0;
-            if let Some(e) = &mut self.endpoint {
-                e.set_path_active(path, true);
+            if !p.standby {
+                if let Some(e) = &mut self.endpoint {
+                    e.set_path_active(path, true);
+                }
             }
+            self.update_standby(now);
             self.update_qos_rate(now);
         }
     }
@@ -1191,7 +1233,7 @@ impl Session {
                     .is_some_and(|p| p.scheduler == braid_proto::scheduler::SchedulerKind::Pet)
             });
         (0..self.paths.len())
-            .filter(|&i| self.paths[i].up)
+            .filter(|&i| self.paths[i].in_use())
             .filter(|&i| pet.is_none_or(|t| t.is_active(PathId(i as u8))))
             .filter_map(|i| self.own_rate_bps(i))
             .sum()
@@ -1278,6 +1320,7 @@ impl Session {
         self.control.retain(|(p, _)| *p != i);
         self.resend.retain(|(p, _)| *p != i);
         self.drop_ptcp_tx(|o| o.path == path);
+        self.update_standby(now);
         self.update_qos_rate(now);
     }
 
@@ -1585,7 +1628,12 @@ impl Session {
     /// and is stale.
     fn peer_hears_nothing(&mut self, now: Instant, i: usize) {
         let established = self.current.is_some();
-        let interval = self.cfg.probe_interval;
+        let p = &self.paths[i];
+        let interval = if p.standby {
+            self.standby_probe_interval()
+        } else {
+            self.cfg.probe_interval
+        };
         let p = &mut self.paths[i];
         let backed = p.unanswered_since.is_some_and(|t| {
             now.saturating_duration_since(t) > p.srtt.unwrap_or(UNMEASURED_RTT_SLACK) + interval
@@ -1601,11 +1649,12 @@ impl Session {
         if let Some(e) = &mut self.endpoint {
             // A path that was down for silence: its receiving half is back (the peer's probe
             // just came), its sending half stays out.
-            if !was_up {
+            if !was_up && !p.standby {
                 e.set_path_active(PathId(i as u8), true);
             }
             e.set_path_sending(PathId(i as u8), false);
         }
+        self.update_standby(now);
         self.update_qos_rate(now);
     }
 
@@ -1613,6 +1662,76 @@ impl Session {
     /// nothing there, though its packets come in.
     pub fn path_is_one_way(&self, path: PathId) -> bool {
         self.paths.get(path.index()).is_some_and(|p| p.deaf)
+    }
+
+    /// Whether `path` is a backup path in standby: up (its probes answered) but carrying
+    /// nothing, because another path is up.
+    pub fn path_is_standby(&self, path: PathId) -> bool {
+        self.paths.get(path.index()).is_some_and(|p| p.standby)
+    }
+
+    /// Probe ticks per probe of a path in standby.
+    fn standby_probe_ticks(&self) -> u32 {
+        let tick = self.cfg.probe_interval.as_nanos().max(1);
+        let every = self.cfg.backup_probe_interval.as_nanos().div_ceil(tick);
+        u32::try_from(every).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// How often a path in standby is probed (a multiple of `probe_interval`).
+    fn standby_probe_interval(&self) -> Duration {
+        self.cfg.probe_interval * self.standby_probe_ticks()
+    }
+
+    /// Backup paths ([`BondParams::backup_paths`]; module docs, "Backup paths"): in standby
+    /// while a path that is not a backup is up, in the rotation while none is. Call whenever a
+    /// path goes up, down, one way or is disabled.
+    ///
+    /// Into standby, a path leaves the sending half at once (what waits in its queue still
+    /// goes) and the receiving half a little later: the peer switches when it hears the other
+    /// path, up to a probe interval and a round trip after this end, and what it sent on the
+    /// backup until then is still to come.
+    fn update_standby(&mut self, now: Instant) {
+        let backups = self.params.as_ref().map_or(0, |p| p.backup_paths);
+        if backups == 0 {
+            return;
+        }
+        let is_backup = |i: usize| i < 64 && backups & (1u64 << i) != 0;
+        let other_up = self
+            .paths
+            .iter()
+            .enumerate()
+            .any(|(i, p)| !is_backup(i) && p.up);
+        let probe = self.cfg.probe_interval;
+        let mut changed = false;
+        for (i, p) in self.paths.iter_mut().enumerate() {
+            if !is_backup(i) || p.standby == other_up {
+                continue;
+            }
+            changed = true;
+            p.standby = other_up;
+            p.standby_ticks = 0;
+            let path = PathId(i as u8);
+            if other_up {
+                let rtt = p.srtt.unwrap_or(UNMEASURED_RTT_SLACK);
+                p.receive_off_at = Some(now + probe * 2 + rtt * 2);
+                if let Some(e) = &mut self.endpoint {
+                    e.set_path_sending_held(path, false);
+                }
+            } else {
+                p.receive_off_at = None;
+                p.probe_due = true;
+                if let Some(e) = &mut self.endpoint {
+                    if p.up {
+                        e.set_path_active(path, true);
+                    } else if p.deaf {
+                        e.set_path_receiving(path, true);
+                    }
+                }
+            }
+        }
+        if changed {
+            self.update_retransmit_grace();
+        }
     }
 
     /// Handshakes from a new instance of the peer (it restarted) since this session began.
@@ -1761,7 +1880,9 @@ impl Session {
             // Heard nothing from the peer here: say so, and it stops sending into the void at
             // once rather than after its own wait for answers.
             let st = &self.paths[i];
-            let unheard = !st.disabled && st.silent(now, self.cfg.dead_after) == Some(true);
+            let unheard = !st.disabled
+                && st.silent(now, self.cfg.dead_after, self.cfg.backup_probe_interval)
+                    == Some(true);
             let probe = Probe {
                 path,
                 id,
@@ -1835,7 +1956,7 @@ impl Session {
             self.paths
                 .iter()
                 .enumerate()
-                .filter(|&(i, p)| p.up && Some(i) != skip)
+                .filter(|&(i, p)| p.in_use() && Some(i) != skip)
                 .min_by_key(|(_, p)| p.min_rtt.get().unwrap_or(Duration::MAX))
                 .map(|(i, _)| i)
         };
@@ -1918,7 +2039,7 @@ impl Session {
     fn up_min_rtts(&self) -> impl Iterator<Item = Duration> + '_ {
         self.paths
             .iter()
-            .filter(|p| p.up)
+            .filter(|p| p.in_use())
             .filter_map(|p| p.min_rtt.get())
     }
 
@@ -1992,16 +2113,35 @@ impl Session {
         self.next_tick = now + self.cfg.probe_interval;
         let interval = self.cfg.probe_interval.as_secs_f64().max(1e-6);
         let established = self.current.is_some();
+        let standby_every = self.standby_probe_ticks();
         for (i, p) in self.paths.iter_mut().enumerate() {
             p.tx_bps = 0.7 * p.tx_bps + 0.3 * (p.tick_tx_bytes as f64 * 8.0 / interval);
             p.rx_bps = 0.7 * p.rx_bps + 0.3 * (p.tick_rx_bytes as f64 * 8.0 / interval);
             p.tick_tx_bytes = 0;
             p.tick_rx_bytes = 0;
             if established {
-                p.probe_due = true;
+                if p.standby {
+                    // A backup in standby: a probe every backup_probe_interval.
+                    p.standby_ticks += 1;
+                    if p.standby_ticks >= standby_every {
+                        p.standby_ticks = 0;
+                        p.probe_due = true;
+                    }
+                } else {
+                    p.probe_due = true;
+                }
+            }
+            if p.receive_off_at.is_some_and(|t| now >= t) {
+                p.receive_off_at = None;
+                if p.standby {
+                    if let Some(e) = &mut self.endpoint {
+                        e.set_path_receiving(PathId(i as u8), false);
+                    }
+                }
             }
             // A path never heard from counts as silent.
-            let silent = p.silent(now, self.cfg.dead_after) != Some(false);
+            let silent =
+                p.silent(now, self.cfg.dead_after, self.cfg.backup_probe_interval) != Some(false);
             // One way only: the peer's packets come in, but this end's probes have gone
             // unanswered for longer than any RTT the path has shown (a route that sends this
             // end's datagrams elsewhere, an upstream that died). Everything sent on it would
@@ -2035,6 +2175,7 @@ impl Session {
                 }
             }
         }
+        self.update_standby(now);
         self.update_qos_rate(now);
         self.update_release_rate();
         if let Some(prev) = &self.previous {
@@ -2085,10 +2226,15 @@ impl Session {
                 PathStatus {
                     state: match (p.disabled, p.up, p.deaf) {
                         (true, _, _) => "disabled",
+                        (false, true, _) if p.standby => "standby",
                         (false, true, _) => "up",
                         (false, false, true) => "one-way",
                         (false, false, false) => "down",
                     },
+                    backup: self
+                        .params
+                        .as_ref()
+                        .is_some_and(|b| i < 64 && b.backup_paths & (1u64 << i) != 0),
                     rtt_ms: p.srtt.map(|d| d.as_secs_f64() * 1e3),
                     loss_pct: p.loss * 100.0,
                     tx_bps: p.tx_bps,

@@ -31,6 +31,7 @@ fn params(paths: usize, mode: ResequenceMode) -> BondParams {
         adaptive: false,
         compress_headers: false,
         policies: Vec::new(),
+        backup_paths: 0,
     }
 }
 
@@ -438,6 +439,146 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
             net.server.status()
         );
     }
+}
+
+/// Path 0 (5 ms) carries the traffic, path 1 (25 ms) is a backup: established, both ways.
+fn backup_net(scheduler: SchedulerKind) -> Net {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    let mut p = params(2, ResequenceMode::Sequence);
+    p.scheduler = scheduler;
+    p.backup_paths = 0b10;
+    // No resends inside the tunnel: what the switch back loses would stay lost.
+    p.retransmit = false;
+    net.client = session(client_config(p), 3);
+    net.established();
+    net
+}
+
+/// The datagrams each path carried, client and server, as of now.
+fn tx_packets(net: &Net) -> [[u64; 2]; 2] {
+    let of = |s: &Session| {
+        let st = s.status();
+        [st.paths[0].tx_packets, st.paths[1].tx_packets]
+    };
+    [of(&net.client), of(&net.server)]
+}
+
+#[test]
+fn a_backup_path_carries_only_slow_probes_until_the_other_paths_die() {
+    for scheduler in [SchedulerKind::Srr, SchedulerKind::Pet] {
+        a_backup_path_carries_only_slow_probes_until_the_other_paths_die_with(scheduler);
+    }
+}
+
+fn a_backup_path_carries_only_slow_probes_until_the_other_paths_die_with(scheduler: SchedulerKind) {
+    let mut net = backup_net(scheduler);
+    let mut next = 0u32;
+    // One 1000-byte packet a millisecond each way, for `ms` milliseconds.
+    let run = |net: &mut Net, next: &mut u32, ms: u64, at: &mut Vec<(u32, Instant)>| {
+        for _ in 0..ms {
+            net.client.send(net.now, &packet(*next, 1000));
+            net.server.send(net.now, &packet(*next, 1000));
+            at.push((*next, net.now));
+            *next += 1;
+            net.step(Duration::from_millis(1));
+        }
+    };
+    let mut sent_at = Vec::new();
+    run(&mut net, &mut next, 1000, &mut sent_at);
+    for s in [&net.client, &net.server] {
+        let st = s.status();
+        assert_eq!(st.paths[0].state, "up");
+        assert_eq!(st.paths[1].state, "standby", "{st:?}");
+        assert!(st.paths[1].backup && !st.paths[0].backup);
+    }
+    // Standby: 5 s of traffic, and path 1 carries only its probes, one a second each way,
+    // and their answers.
+    let before = tx_packets(&net);
+    let mut steady = Vec::new();
+    run(&mut net, &mut next, 5000, &mut steady);
+    let after = tx_packets(&net);
+    for end in 0..2 {
+        let backup = after[end][1] - before[end][1];
+        let primary = after[end][0] - before[end][0];
+        assert!(
+            backup <= 12,
+            "end {end}: {backup} datagrams on the backup in 5 s"
+        );
+        assert!(primary >= 5000, "end {end}: {primary} on the primary");
+    }
+    net.step(Duration::from_millis(50));
+    // Nothing waits for the backup's delay: what the client sent is delivered in path 0's
+    // 5 ms (and what its turn costs), not held for the 25 ms path.
+    let ids = packet_ids(&net.to_server);
+    let delivered_at: std::collections::HashMap<u32, Instant> = ids
+        .iter()
+        .copied()
+        .zip(net.to_server_at.iter().copied())
+        .collect();
+    let slowest = steady
+        .iter()
+        .filter_map(|(id, t)| delivered_at.get(id).map(|d| *d - *t))
+        .max()
+        .unwrap();
+    assert!(slowest < Duration::from_millis(15), "held {slowest:?}");
+    assert_eq!(ids.len(), next as usize, "nothing lost in standby");
+
+    // Path 0 dies: the backup takes over within path 0's dead-path time.
+    net.dead[0] = true;
+    let died = net.now;
+    let delivered = net.to_server.len();
+    let mut failover = Vec::new();
+    run(&mut net, &mut next, 2000, &mut failover);
+    let resumed = net.to_server_at[delivered..]
+        .iter()
+        .find(|&&t| t > died + Duration::from_millis(100))
+        .copied()
+        .expect("delivery resumed on the backup");
+    assert!(
+        resumed - died < Duration::from_millis(1000),
+        "delivery resumed after {:?}",
+        resumed - died
+    );
+    for s in [&net.client, &net.server] {
+        let st = s.status();
+        assert_eq!(st.paths[0].state, "down", "{st:?}");
+        assert_eq!(st.paths[1].state, "up", "{st:?}");
+    }
+    // Both ways: of the 2 s sent while path 0 was dead, what went out once the backup was
+    // in use arrived (the first 400-600 ms died with path 0).
+    for delivered in [&net.to_server, &net.to_client] {
+        let got: std::collections::HashSet<u32> = packet_ids(delivered).into_iter().collect();
+        let n = failover.iter().filter(|(id, _)| got.contains(id)).count();
+        assert!(n >= 1300, "{n} of 2000 delivered across the failover");
+    }
+
+    // Path 0 is back: the backup goes to standby again, and nothing sent from a little
+    // after that on is lost while the ends switch (each at its own moment).
+    net.dead[0] = false;
+    let back = net.now;
+    let mut switch = Vec::new();
+    run(&mut net, &mut next, 3000, &mut switch);
+    net.step(Duration::from_millis(100));
+    for s in [&net.client, &net.server] {
+        let st = s.status();
+        assert_eq!(st.paths[0].state, "up", "{st:?}");
+        assert_eq!(st.paths[1].state, "standby", "{st:?}");
+    }
+    let ids = packet_ids(&net.to_server);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "in order");
+    let got: std::collections::HashSet<u32> = ids.into_iter().collect();
+    let lost: Vec<u32> = switch
+        .iter()
+        .filter(|(id, t)| *t > back && !got.contains(id))
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(lost.is_empty(), "lost at the switch back: {lost:?}");
+    let got: std::collections::HashSet<u32> = packet_ids(&net.to_client).into_iter().collect();
+    let lost = switch
+        .iter()
+        .filter(|(id, t)| *t > back && !got.contains(id))
+        .count();
+    assert_eq!(lost, 0, "the client lost {lost} at the switch back");
 }
 
 #[test]

@@ -358,7 +358,10 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
                 Some((Some(a), None)) => a.to_owned(),
                 _ => "-".to_owned(),
             },
-            p["state"].as_str().unwrap_or("?").to_owned(),
+            match (p["state"].as_str(), p["backup"].as_bool()) {
+                (Some("up"), Some(true)) => "up (backup)".to_owned(),
+                (state, _) => state.unwrap_or("?").to_owned(),
+            },
             format!("{:.2}", p["tx_bps"].as_f64().unwrap_or(0.0) / 1e6),
             format!("{:.2}", p["rx_bps"].as_f64().unwrap_or(0.0) / 1e6),
             p["rtt_ms"]

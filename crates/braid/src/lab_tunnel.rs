@@ -115,6 +115,9 @@ impl TunnelLauncher for DaemonLauncher {
                 let rate = p.forward.as_ref().map_or(1000.0, |f| f.rate_mbit);
                 client.push_str(&format!("rate_mbit = {rate}\n"));
             }
+            if p.backup {
+                client.push_str("backup = true\n");
+            }
         }
         // The client's path policies (it sends them in the handshake).
         if !scenario.policy.is_empty() {

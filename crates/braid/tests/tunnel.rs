@@ -46,6 +46,8 @@ struct Bed {
     client_clock_floor: Option<u64>,
     /// The client's handshake clock floor file, once `up` made the client's key.
     client_clock: PathBuf,
+    /// The client's `[interface] routes`, as TOML (without `tcp`).
+    client_routes: Option<String>,
 }
 
 impl Bed {
@@ -76,6 +78,7 @@ impl Bed {
             remote1_host: None,
             client_clock_floor: None,
             client_clock: PathBuf::new(),
+            client_routes: None,
         };
         let (c, s) = (bed.ns("c"), bed.ns("s"));
         sh(&["ip", "netns", "add", &c]);
@@ -166,7 +169,13 @@ impl Bed {
             remote1 = self.remote1_host.as_deref().unwrap_or("10.61.1.2"),
             v6c = if self.tcp || self.v6 { ", \"fd77::2/64\"" } else { "" },
             // A network beyond the server (namespace "d" of the acceleration test).
-            routes = if self.tcp { "routes = [\"198.51.100.0/24\"]\n" } else { "" },
+            routes = if self.tcp {
+                "routes = [\"198.51.100.0/24\"]\n".to_owned()
+            } else {
+                self.client_routes
+                    .as_ref()
+                    .map_or(String::new(), |r| format!("routes = {r}\n"))
+            },
             dir = self.dir.display(),
             offload = self.offload
         );
@@ -1017,17 +1026,14 @@ fn forged_and_replayed_packets_are_rejected() {
     assert_eq!(st["peers"][0]["session"]["handshakes"], 1, "{st}");
 }
 
-#[test]
-fn a_path_killed_mid_transfer_does_not_stall_it() {
-    need_root!();
-    let mut bed = Bed::new(3);
-    bed.up(None);
+/// `len` bytes from the client to the server's tunnel address, the client's link of path
+/// `path` (1 or 2) set down once a quarter of them has arrived, whatever the speed; the
+/// receiver's longest read gap.
+fn transfer_killing(bed: &Bed, path: u8, len: u64) -> Duration {
     let ns = bed.ns("c");
-    let dev = format!("c{}2", bed.tag);
-    let len = 40u64 << 20;
+    let dev = format!("c{}{path}", bed.tag);
     let progress = Arc::new(AtomicU64::new(0));
     let p2 = progress.clone();
-    // Kill path two once a quarter of the transfer has arrived, whatever the speed.
     let killer = std::thread::spawn(move || {
         while p2.load(Ordering::Relaxed) < len / 4 {
             std::thread::sleep(Duration::from_millis(5));
@@ -1035,21 +1041,151 @@ fn a_path_killed_mid_transfer_does_not_stall_it() {
         sh(&["ip", "-n", &ns, "link", "set", &dev, "down"]);
         p2.load(Ordering::Relaxed)
     });
-    let gap = transfer_watched(
-        bed.ns("c"),
-        bed.ns("s"),
-        "10.77.0.1:5004".parse().unwrap(),
-        len,
-        progress,
-    );
+    let to = "10.77.0.1:5004".parse().unwrap();
+    let gap = transfer_watched(bed.ns("c"), bed.ns("s"), to, len, progress);
     let killed_at = killer.join().unwrap();
     assert!(killed_at < len, "the path died after the transfer ended");
+    gap
+}
+
+#[test]
+fn a_path_killed_mid_transfer_does_not_stall_it() {
+    need_root!();
+    let mut bed = Bed::new(3);
+    bed.up(None);
+    let gap = transfer_killing(&bed, 2, 40 << 20);
     let st = bed.status("c").unwrap();
     assert_eq!(
         st["peers"][0]["session"]["paths"][1]["state"], "down",
         "{st}"
     );
     eprintln!("longest read gap with a path killed: {gap:?}");
+}
+
+/// Waits up to `within` for `side`'s path `i` to be in `state`; the status last seen.
+fn wait_state(bed: &Bed, side: &str, i: usize, state: &str, within: Duration) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let st = bed.status(side).unwrap_or_default();
+        if st["peers"][0]["session"]["paths"][i]["state"] == state || Instant::now() > deadline {
+            return st;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `braid up -c FILE` in namespace `ns`, expected to fail: its stderr.
+fn up_fails(ns: &str, file: &Path) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, BRAID, "up", "-c"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_second_daemon_that_cannot_start_leaves_the_first_ones_routes_alone() {
+    need_root!();
+    let mut bed = Bed::new(22);
+    bed.client_routes = Some("[\"198.18.0.0/16\"]".into());
+    bed.up(None);
+    let routes = |bed: &Bed| {
+        let out = Command::new("ip")
+            .args(["-n", &bed.ns("c"), "route", "show", "198.18.0.0/16"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(routes(&bed).contains("dev braid0"), "{}", routes(&bed));
+    let config = std::fs::read_to_string(bed.dir.join("c.toml")).unwrap();
+    let other = config.replace("name = \"braid0\"", "name = \"braid5\"");
+    // The same control socket: refused before anything changes.
+    let same_socket = bed.dir.join("c-same-socket.toml");
+    std::fs::write(&same_socket, &other).unwrap();
+    let err = up_fails(&bed.ns("c"), &same_socket);
+    assert!(err.contains("another braid answers on it"), "{err}");
+    assert!(routes(&bed).contains("dev braid0"), "{}", routes(&bed));
+    // Its own control socket, the same route: refused, the route left where it is.
+    let own_socket = bed.dir.join("c-own-socket.toml");
+    std::fs::write(&own_socket, other.replace("c.sock", "c5.sock")).unwrap();
+    let err = up_fails(&bed.ns("c"), &own_socket);
+    assert!(
+        err.contains("already routes 198.18.0.0/16 through braid0"),
+        "{err}"
+    );
+    assert!(routes(&bed).contains("dev braid0"), "{}", routes(&bed));
+    assert!(
+        !bed.dir.join("c5.sock").exists(),
+        "its control socket is removed"
+    );
+    // The first still carries traffic.
+    transfer(
+        bed.ns("c"),
+        bed.ns("s"),
+        "10.77.0.1:5004".parse().unwrap(),
+        1 << 20,
+    );
+}
+
+#[test]
+fn a_backup_path_waits_in_standby_and_takes_over_when_the_other_dies() {
+    need_root!();
+    let mut bed = Bed::new(21);
+    bed.extra_paths = "backup = true\n".into();
+    bed.up(None);
+    for side in ["c", "s"] {
+        let st = wait_state(&bed, side, 1, "standby", Duration::from_secs(5));
+        let path = &st["peers"][0]["session"]["paths"][1];
+        assert_eq!(path["state"], "standby", "{side}: {st}");
+        assert_eq!(path["backup"], true, "{side}: {st}");
+    }
+    // In standby, a transfer leaves the backup alone but for its probes.
+    let tx_two = |bed: &Bed| {
+        bed.status("c").unwrap()["peers"][0]["session"]["paths"][1]["tx_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = tx_two(&bed);
+    let to = "10.77.0.1:5004".parse().unwrap();
+    transfer(bed.ns("c"), bed.ns("s"), to, 8 << 20);
+    let spent = tx_two(&bed) - before;
+    assert!(spent < 8 << 10, "{spent} bytes on the backup in standby");
+
+    // Path one dies mid-transfer: the backup carries the rest.
+    let gap = transfer_killing(&bed, 1, 16 << 20);
+    for side in ["c", "s"] {
+        let st = bed.status(side).unwrap();
+        let paths = &st["peers"][0]["session"]["paths"];
+        assert_eq!(paths[0]["state"], "down", "{side}: {st}");
+        assert_eq!(paths[1]["state"], "up", "{side}: {st}");
+    }
+    eprintln!("longest read gap as the backup took over: {gap:?}");
+
+    // Path one back: the backup returns to standby, and the log says each step.
+    sh(&[
+        "ip",
+        "-n",
+        &bed.ns("c"),
+        "link",
+        "set",
+        &format!("c{}1", bed.tag),
+        "up",
+    ]);
+    for side in ["c", "s"] {
+        let st = wait_state(&bed, side, 1, "standby", Duration::from_secs(10));
+        assert_eq!(
+            st["peers"][0]["session"]["paths"][1]["state"], "standby",
+            "{side}: {st}"
+        );
+    }
+    let logs = bed.logs();
+    assert!(
+        logs.contains("path `two` in use: a backup path, and no other path is up"),
+        "{logs}"
+    );
+    assert!(logs.contains("path `two` standby"), "{logs}");
 }
 
 #[test]
@@ -1287,7 +1423,12 @@ impl Proxy {
         };
         std::fs::write(self.dir.join("s.toml"), server).unwrap();
         std::fs::write(self.dir.join("a.toml"), client(&ak, "a", &[81, 82])).unwrap();
-        std::fs::write(self.dir.join("b.toml"), client(&bk, "b", &[83])).unwrap();
+        // Client b routes a prefix into the tunnel (it must survive a new handed address).
+        let b = client(&bk, "b", &[83]).replace(
+            "name = \"braid0\"\n",
+            "name = \"braid0\"\nroutes = [\"198.18.0.0/16\"]\n",
+        );
+        std::fs::write(self.dir.join("b.toml"), b).unwrap();
         for side in ["s", "a", "b"] {
             let child = start_daemon(&self.ns(side), &self.dir, side);
             self.children.push(child);
@@ -1414,6 +1555,46 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(told(), "{}", p.logs());
+
+    // The server restarts handing beta another address: beta takes it, and keeps its routes
+    // (taking the old address off the device took them along).
+    // SAFETY: kill with SIGTERM on our own child's pid (the server, started first).
+    unsafe {
+        libc::kill(p.children[0].id() as i32, libc::SIGTERM);
+    }
+    let _ = p.children[0].wait();
+    let server = std::fs::read_to_string(p.dir.join("s.toml")).unwrap();
+    std::fs::write(
+        p.dir.join("s.toml"),
+        server.replace("address = [\"10.77.0.3\"]", "address = [\"10.77.0.4\"]"),
+    )
+    .unwrap();
+    p.children[0] = start_daemon(&s, &p.dir, "s");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let moved = || {
+        p.status("b").is_some_and(|st| {
+            st["addresses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == "10.77.0.4/24")
+        })
+    };
+    while Instant::now() < deadline && !moved() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(moved(), "{}", p.logs());
+    let out = Command::new("ip")
+        .args(["-n", &b, "route", "show", "198.18.0.0/16"])
+        .output()
+        .unwrap();
+    let routes = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        routes.contains("dev braid0"),
+        "route gone: {routes:?}; {}",
+        p.logs()
+    );
+    transfer(b, s, "10.77.0.1:5106".parse().unwrap(), 1 << 20);
 }
 
 #[test]
