@@ -179,6 +179,10 @@ pub struct Status {
     pub peers: Vec<PeerStatus>,
     /// Server with `[[client]]` tables: TUN packets to an address no client owns (dropped).
     pub unrouted_packets: u64,
+    /// Server with `[[client]]` tables: link-scoped TUN packets (IPv6 link-local or
+    /// link-local multicast, IPv4 169.254/16 or 224.0.0.0/24: the kernel's router
+    /// solicitations and MLD reports), which no client is for (dropped, not `unrouted`).
+    pub link_local_packets: u64,
     /// This end's own path datagrams that came back in through the TUN device (dropped): the
     /// route to a path's remote goes through the tunnel itself (a routing loop; the log says
     /// which path and what to do).
@@ -265,6 +269,10 @@ pub struct PeerStatus {
     /// Server, `[[client]]`: packets from this client with a source address that is not its
     /// own (dropped: a client cannot pose as another).
     pub spoofed_packets: u64,
+    /// Server, `[[client]]`: link-scoped packets from this client (its kernel's IPv6 router
+    /// solicitations and MLD reports; see [`Status::link_local_packets`]), dropped: a link of
+    /// several clients cannot carry them, and they are no spoofing.
+    pub link_local_packets: u64,
     /// pTCP connections held for this peer (TCP acceleration).
     pub ptcp_connections: usize,
     /// pTCP segments for a connection not held (and no SYN this end accepts), dropped.
@@ -322,6 +330,8 @@ struct Peer {
     /// learned from authenticated packets.
     addrs: Vec<Option<SocketAddr>>,
     spoofed: u64,
+    /// Link-scoped packets from this client, dropped ([`PeerStatus::link_local_packets`]).
+    link_local: u64,
     /// Client: the handed addresses already put on the TUN.
     applied: Vec<(IpAddr, u8)>,
     /// Client: after a failure to put a handed address on the TUN, when to try again.
@@ -448,6 +458,8 @@ struct Daemon {
     unaddressed: u64,
     looped: u64,
     unrouted: u64,
+    /// Link-scoped TUN packets no client is for ([`Status::link_local_packets`]).
+    link_local: u64,
     unclaimed: u64,
     too_big: TooBigCounters,
     /// The `too_big` answers' limit: [`TOO_BIG_ANSWERS_PER_S`], as much in a burst.
@@ -456,6 +468,8 @@ struct Daemon {
     warnings: Warnings,
     /// Client: the session's cookie replies when the last "no handshake" warning was said.
     warned_cookie_replies: u64,
+    /// Client: since when no path of an established session has heard the server.
+    dark_since: Option<Instant>,
     /// Server: checks every initiation's MACs before any Diffie-Hellman work, and under load
     /// answers with cookies (`braid_session::cookie`).
     guard: Option<CookieGuard>,
@@ -815,6 +829,28 @@ fn udp_ends(packet: &[u8]) -> Option<(u16, SocketAddr)> {
 }
 
 /// The destination (`source = false`) or source address of an IPv4 or IPv6 packet.
+/// Whether an IP packet is link-scoped: from or to an IPv6 link-local address (or from `::`),
+/// to IPv6 multicast of link scope or less, from IPv4's 169.254/16 or to 224.0.0.0/24. The
+/// kernel sends such packets (router solicitations, MLD and IGMP reports) into any interface;
+/// a server's tunnel of several clients is no link they could mean.
+fn link_scoped(packet: &[u8]) -> bool {
+    let (src, dst) = (packet_address(packet, true), packet_address(packet, false));
+    let v6_local = |a: Option<IpAddr>| match a {
+        Some(IpAddr::V6(a)) => (a.segments()[0] & 0xffc0) == 0xfe80,
+        _ => false,
+    };
+    let unspecified = matches!(src, Some(IpAddr::V6(a)) if a.is_unspecified());
+    let multicast = match dst {
+        Some(IpAddr::V6(a)) => {
+            a.segments()[0] & 0xff00 == 0xff00 && (a.segments()[0] & 0x000f) <= 2
+        }
+        Some(IpAddr::V4(a)) => a.octets()[..3] == [224, 0, 0],
+        None => false,
+    };
+    let v4_local = matches!(src, Some(IpAddr::V4(a)) if a.is_link_local());
+    v6_local(src) || v6_local(dst) || unspecified || multicast || v4_local
+}
+
 fn packet_address(packet: &[u8], source: bool) -> Option<IpAddr> {
     match packet.first()? >> 4 {
         4 => {
@@ -955,6 +991,7 @@ impl Daemon {
                 session: Session::new(scfg, Instant::ZERO, seed, wall),
                 addrs: addrs.clone(),
                 spoofed: 0,
+                link_local: 0,
                 applied: Vec::new(),
                 retry_addresses_at: Instant::ZERO,
                 logged: Logged::default(),
@@ -1059,6 +1096,7 @@ impl Daemon {
             unaddressed: 0,
             looped: 0,
             unrouted: 0,
+            link_local: 0,
             too_big: TooBigCounters::default(),
             too_big_answers: braid_session::cookie::Bucket::full(
                 Instant::ZERO,
@@ -1068,6 +1106,7 @@ impl Daemon {
             unclaimed: 0,
             warnings: Warnings::default(),
             warned_cookie_replies: 0,
+            dark_since: None,
             guard,
             tun_readable: true,
             rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
@@ -1143,6 +1182,7 @@ impl Daemon {
                 self.reopen(now);
                 self.retry_looped(now);
                 self.log_transitions(now);
+                self.warn_server_silent(now);
                 for p in &mut self.peers {
                     p.ptcp.refresh_rate_caps(&p.session);
                 }
@@ -1200,6 +1240,43 @@ impl Daemon {
         });
     }
 
+    /// Client: says, once a minute while it lasts (from 5 s on), that an established session
+    /// hears nothing on any path: the server stopped, or every path's way to it broke. The
+    /// session keeps its keys and handshakes again every second; the paths' own lines said
+    /// when they went down, this says what it means. Paths the user took down do not count.
+    fn warn_server_silent(&mut self, now: Instant) {
+        let Some(peer) = self
+            .peers
+            .first()
+            .filter(|_| self.cfg.role == Role::Initiator)
+        else {
+            return;
+        };
+        let s = &peer.session;
+        let n = s.paths();
+        let held: Vec<usize> = (0..n).filter(|&i| self.held_out(i)).collect();
+        let dark = s.is_established()
+            && held.len() < n
+            && (0..n).all(|i| {
+                let p = PathId(i as u8);
+                !s.path_is_up(p) && !s.path_is_one_way(p)
+            });
+        if !dark {
+            self.dark_since = None;
+            return;
+        }
+        let since = *self.dark_since.get_or_insert(now);
+        let secs = now.saturating_duration_since(since).as_secs();
+        if secs < 5 {
+            return;
+        }
+        self.warnings.say(now, "server_silent", || {
+            format!(
+                "nothing heard from the server on any path for {secs} s: check that `braid up` still runs there and that the paths still reach it (this end keeps trying, a handshake a second; traffic for the tunnel is dropped meanwhile)"
+            )
+        });
+    }
+
     /// Say in the log, once a second at most, what changed in the sessions: a handshake
     /// completed, a peer restarted, a path came up or went down by its probes. Paths the user
     /// took down (`braid path down`), whose socket was lost or that loop back into the tunnel
@@ -1215,14 +1292,21 @@ impl Daemon {
             let who = || peer_label(role, &p.cfg);
             let n = s.paths();
             let newly = s.is_established() && !p.logged.established;
+            let up_now = (0..n).filter(|&k| s.path_is_up(PathId(k as u8))).count();
             if newly {
                 let paths = if n == 1 { "path" } else { "paths" };
-                eprintln!("braid: session with {} established ({n} {paths})", who());
+                eprintln!(
+                    "braid: session with {} established ({n} {paths}, {up_now} up)",
+                    who()
+                );
             }
             p.logged.established = s.is_established();
             let restarted = s.peer_restarts() > p.logged.restarts;
             if restarted {
-                eprintln!("braid: {} restarted: the bond started afresh", who());
+                eprintln!(
+                    "braid: {} restarted: the bond started afresh ({up_now} of {n} paths up)",
+                    who()
+                );
             }
             p.logged.restarts = s.peer_restarts();
             p.logged.up.resize(n, false);
@@ -1640,6 +1724,7 @@ impl Daemon {
                         Some(i) => {
                             let _ = self.peers[i].session.send(now, p);
                         }
+                        None if link_scoped(p) => self.link_local += 1,
                         None => self.unrouted += 1,
                     }
                     self.tun.advance();
@@ -1663,7 +1748,11 @@ impl Daemon {
                     continue;
                 }
                 let Some(i) = self.route(p) else {
-                    self.unrouted += 1;
+                    if link_scoped(p) {
+                        self.link_local += 1;
+                    } else {
+                        self.unrouted += 1;
+                    }
                     self.tun.advance();
                     continue;
                 };
@@ -2004,6 +2093,11 @@ impl Daemon {
                 let own = self.peers[k].cfg.catch_all
                     || packet_address(&p, true).is_some_and(|src| self.may_send_from(k, src));
                 let peer = &mut self.peers[k];
+                if !own && link_scoped(&p) {
+                    peer.link_local += 1;
+                    peer.session.recycle(p);
+                    continue;
+                }
                 if !own {
                     peer.spoofed += 1;
                     peer.session.recycle(p);
@@ -2566,12 +2660,14 @@ impl Daemon {
                             .collect(),
                         session: p.session.status(),
                         spoofed_packets: p.spoofed,
+                        link_local_packets: p.link_local,
                         ptcp_connections: p.ptcp.len(),
                         ptcp_unknown_conn: p.ptcp.unknown_conn(),
                     }
                 })
                 .collect(),
             unrouted_packets: self.unrouted,
+            link_local_packets: self.link_local,
             looped_packets: self.looped,
             unclaimed_datagrams: self.unclaimed,
             too_big: self.too_big.clone(),
@@ -2641,6 +2737,39 @@ mod tests {
             arrival_instant(Instant::from_nanos(1_000), wall, Some(wall - ms(3))),
             Instant::ZERO
         );
+    }
+
+    #[test]
+    fn the_kernels_link_local_chatter_is_told_apart_from_spoofing() {
+        let v6 = |src: &str, dst: &str| {
+            let mut p = vec![0u8; 40];
+            p[0] = 0x60;
+            let (s, d): (std::net::Ipv6Addr, std::net::Ipv6Addr) =
+                (src.parse().unwrap(), dst.parse().unwrap());
+            p[8..24].copy_from_slice(&s.octets());
+            p[24..40].copy_from_slice(&d.octets());
+            p
+        };
+        let v4 = |src: [u8; 4], dst: [u8; 4]| {
+            let mut p = vec![0u8; 20];
+            p[0] = 0x45;
+            p[12..16].copy_from_slice(&src);
+            p[16..20].copy_from_slice(&dst);
+            p
+        };
+        // A router solicitation, an MLD report before an address, IGMP, a link-local source.
+        assert!(link_scoped(&v6("fe80::1", "ff02::2")));
+        assert!(link_scoped(&v6("::", "ff02::16")));
+        assert!(link_scoped(&v4([10, 77, 0, 2], [224, 0, 0, 22])));
+        assert!(link_scoped(&v4([169, 254, 3, 4], [10, 77, 0, 1])));
+        assert!(link_scoped(&v6("febf::1", "fd77::1")));
+        // What a client may really spoof, and site-wide multicast, are not.
+        assert!(!link_scoped(&v6("fd77::9", "fd77::1")));
+        assert!(!link_scoped(&v6("fd77::2", "ff05::2")));
+        assert!(!link_scoped(&v6("fec0::1", "fd77::1")));
+        assert!(!link_scoped(&v4([10, 77, 0, 9], [10, 77, 0, 1])));
+        assert!(!link_scoped(&v4([10, 77, 0, 2], [224, 0, 1, 1])));
+        assert!(!link_scoped(&[0x45]));
     }
 
     #[test]

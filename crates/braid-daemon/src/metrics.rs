@@ -136,7 +136,7 @@ pub fn render(st: &Status) -> String {
             }
             reg.register(name, help, fam);
         };
-    let peer_gauges: [PeerGauge; 14] = [
+    let peer_gauges: [PeerGauge; 15] = [
         ("established", "1 once keys are established", |p| {
             f64::from(u8::from(p.session.established))
         }),
@@ -185,6 +185,11 @@ pub fn render(st: &Status) -> String {
             |p| p.spoofed_packets as f64,
         ),
         (
+            "link_local_packets",
+            "Link-scoped packets from a client (its kernel's IPv6 router solicitations, MLD reports), not forwarded",
+            |p| p.link_local_packets as f64,
+        ),
+        (
             "compressed_packets",
             "Packets sent with their TCP/IP headers compressed (compress_headers)",
             |p| p.session.compression.map_or(0.0, |c| c.compressed as f64),
@@ -213,6 +218,12 @@ pub fn render(st: &Status) -> String {
         "unrouted_packets",
         "TUN packets to an address no client owns (dropped)",
         st.unrouted_packets as f64,
+    );
+    scalar(
+        &mut reg,
+        "tun_link_local_packets",
+        "Link-scoped packets of this host's kernel read from the TUN device, which no client is for (not forwarded)",
+        st.link_local_packets as f64,
     );
     scalar(
         &mut reg,

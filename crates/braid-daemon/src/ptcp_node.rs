@@ -404,6 +404,7 @@ impl PtcpNode {
             paths,
             session,
             spoofed_packets: 0,
+            link_local_packets: 0,
             ptcp_connections: self.table.conn_ids().len(),
             ptcp_unknown_conn: self.table.unknown_conn(),
         };

@@ -285,6 +285,17 @@ pub fn status(args: &StatusArgs) -> Result<()> {
             v["unrouted_packets"], v["unclaimed_datagrams"]
         );
     }
+    let link_local = v["link_local_packets"].as_u64().unwrap_or(0)
+        + v["peers"].as_array().map_or(0, |ps| {
+            ps.iter()
+                .map(|p| p["link_local_packets"].as_u64().unwrap_or(0))
+                .sum()
+        });
+    if link_local > 0 {
+        println!(
+            "link-local packets not forwarded: {link_local} (the hosts' IPv6 router solicitations and MLD reports: normal)"
+        );
+    }
     Ok(())
 }
 
@@ -318,12 +329,17 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
         .as_u64()
         .filter(|&n| n > 0)
         .map_or(String::new(), |n| format!("  peer restarts {n}"));
+    // Keys alone do not carry traffic: say when no path hears the peer.
+    let any_up = s["paths"].as_array().is_some_and(|ps| {
+        ps.iter()
+            .any(|p| matches!(p["state"].as_str(), Some("up" | "one-way" | "standby")))
+    });
     println!(
         "{who}{}  handshakes {}{restarts}{cookies}",
-        if s["established"].as_bool() == Some(true) {
-            "established"
-        } else {
-            "handshaking"
+        match (s["established"].as_bool() == Some(true), any_up) {
+            (true, true) => "established",
+            (true, false) => "established, but no path hears the peer",
+            (false, _) => "handshaking",
         },
         s["handshakes"],
     );

@@ -1458,6 +1458,20 @@ impl Proxy {
     fn logs(&self) -> String {
         logs(&self.dir, &["s", "a", "b"])
     }
+
+    /// Waits up to `within` for `side`'s log to say `text`; fails the test if it does not.
+    fn wait_log(&self, side: &str, text: &str, within: Duration) {
+        let says = || {
+            std::fs::read_to_string(self.dir.join(format!("{side}.log")))
+                .unwrap_or_default()
+                .contains(text)
+        };
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline && !says() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(says(), "no {text:?}: {}", self.logs());
+    }
 }
 
 impl Drop for Proxy {
@@ -1563,6 +1577,17 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
         libc::kill(p.children[0].id() as i32, libc::SIGTERM);
     }
     let _ = p.children[0].wait();
+    // While it is away, the clients say so (from 5 s on).
+    p.wait_log(
+        "b",
+        "nothing heard from the server on any path for",
+        Duration::from_secs(10),
+    );
+    let st = p.status("b").unwrap();
+    assert_eq!(
+        st["peers"][0]["session"]["paths"][0]["state"], "down",
+        "{st}"
+    );
     let server = std::fs::read_to_string(p.dir.join("s.toml")).unwrap();
     std::fs::write(
         p.dir.join("s.toml"),
@@ -1570,20 +1595,11 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     )
     .unwrap();
     p.children[0] = start_daemon(&s, &p.dir, "s");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let moved = || {
-        p.status("b").is_some_and(|st| {
-            st["addresses"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|a| a == "10.77.0.4/24")
-        })
-    };
-    while Instant::now() < deadline && !moved() {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(moved(), "{}", p.logs());
+    p.wait_log(
+        "b",
+        "the server handed this end 10.77.0.4/24",
+        Duration::from_secs(10),
+    );
     let out = Command::new("ip")
         .args(["-n", &b, "route", "show", "198.18.0.0/16"])
         .output()
@@ -1593,6 +1609,12 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
         routes.contains("dev braid0"),
         "route gone: {routes:?}; {}",
         p.logs()
+    );
+    // The log says so within its second.
+    p.wait_log(
+        "b",
+        "the server restarted: the bond started afresh (1 of 1 paths up)",
+        Duration::from_secs(3),
     );
     transfer(b, s, "10.77.0.1:5106".parse().unwrap(), 1 << 20);
 }
