@@ -347,6 +347,8 @@ struct Peer {
 struct Logged {
     established: bool,
     restarts: u64,
+    /// [`Session::peer_instance_returns`] as last seen.
+    returns: u64,
     /// Per path: up (its probes answered).
     up: Vec<bool>,
     /// Per path: a backup in standby.
@@ -1286,7 +1288,7 @@ impl Daemon {
         let role = self.cfg.role;
         // A client's paths the daemon holds out have their own lines.
         let held: Vec<bool> = (0..self.sockets.len()).map(|i| self.held_out(i)).collect();
-        for p in &mut self.peers {
+        for (k, p) in self.peers.iter_mut().enumerate() {
             let s = &p.session;
             // A client's one peer is "the server"; a server names its client.
             let who = || peer_label(role, &p.cfg);
@@ -1302,7 +1304,31 @@ impl Daemon {
             }
             p.logged.established = s.is_established();
             let restarted = s.peer_restarts() > p.logged.restarts;
-            if restarted {
+            let returns = s.peer_instance_returns();
+            let shared = returns > std::mem::replace(&mut p.logged.returns, returns);
+            if shared {
+                // Not restarts: two peers with one key take the session from each other.
+                let addrs: Vec<String> = p
+                    .addrs
+                    .iter()
+                    .flatten()
+                    .map(|a| a.ip().to_string())
+                    .collect();
+                let label = who();
+                let from = if addrs.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (the latest from {})", addrs.join(", "))
+                };
+                self.warnings.say_for(now, "shared_key", k, || match role {
+                    Role::Responder => format!(
+                        "{label}: two clients run with its key, each handshake taking the session from the other{from}: give each client its own key pair (`braid genkey`) and [[client]] table, or stop the second"
+                    ),
+                    Role::Initiator => format!(
+                        "two servers answer with {label}'s key, taking the session from each other: stop the second"
+                    ),
+                });
+            } else if restarted {
                 eprintln!(
                     "braid: {} restarted: the bond started afresh ({up_now} of {n} paths up)",
                     who()

@@ -562,6 +562,10 @@ pub struct Session {
     instance: u64,
     /// The peer's instance, from its last accepted handshake message.
     peer_instance: Option<u64>,
+    /// The peer's instance before `peer_instance`.
+    earlier_instance: Option<u64>,
+    /// Handshakes from the instance before the last one ([`Session::peer_instance_returns`]).
+    instance_returns: u64,
     /// Times the peer turned out to have restarted, and the endpoint started afresh.
     peer_restarts: u64,
     control: VecDeque<(usize, Vec<u8>)>,
@@ -628,6 +632,8 @@ impl Session {
             last_init_timestamp: 0,
             instance: 0,
             peer_instance: None,
+            earlier_instance: None,
+            instance_returns: 0,
             peer_restarts: 0,
             control: VecDeque::new(),
             next_tick: now,
@@ -769,6 +775,14 @@ impl Session {
     /// instance of a peer this session knew (the peer restarted).
     fn note_peer_instance(&mut self, instance: u64) -> bool {
         let restarted = self.peer_instance.is_some_and(|i| i != instance);
+        if restarted {
+            // Back to the instance before the last: no restart brings an old one back, so
+            // two peers run with the same key and take the session from each other.
+            if self.earlier_instance == Some(instance) {
+                self.instance_returns += 1;
+            }
+            self.earlier_instance = self.peer_instance;
+        }
         self.peer_instance = Some(instance);
         if restarted {
             self.peer_restarts += 1;
@@ -1732,6 +1746,13 @@ impl Session {
         if changed {
             self.update_retransmit_grace();
         }
+    }
+
+    /// Handshakes from the peer's instance before the last one: no restart brings back an
+    /// instance, so two peers hold the same key (two clients started with one config, a
+    /// copied key file) and each handshake takes the session from the other.
+    pub fn peer_instance_returns(&self) -> u64 {
+        self.instance_returns
     }
 
     /// Handshakes from a new instance of the peer (it restarted) since this session began.

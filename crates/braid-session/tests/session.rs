@@ -782,6 +782,30 @@ fn restart_client(net: &mut Net, paths: usize) {
     assert_eq!(net.server.status().peer_restarts, before + 1);
 }
 
+#[test]
+fn two_clients_with_one_key_are_told_from_a_restart() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.established();
+    // A second client with the same key (a copied config) takes the session: to the server,
+    // a restart.
+    let first = Session::new(
+        client_config(params(2, ResequenceMode::Sequence)),
+        net.now,
+        [7; 32],
+        1_700_000_000_000_000_000 + net.now.as_nanos(),
+    );
+    let first = std::mem::replace(&mut net.client, first);
+    net.step(Duration::from_millis(200));
+    assert_eq!(net.server.status().peer_restarts, 1);
+    assert_eq!(net.server.peer_instance_returns(), 0);
+    // The first, still running, finds its paths dark and handshakes again: an instance that
+    // was replaced comes back, which no restart does.
+    net.client = first;
+    net.step(Duration::from_millis(3000));
+    assert!(net.server.status().peer_restarts >= 2);
+    assert!(net.server.peer_instance_returns() >= 1);
+}
+
 /// `n` packets each way, all delivered.
 fn send_both_ways(net: &mut Net, n: u32) {
     let (up, down) = (net.to_server.len(), net.to_client.len());
