@@ -340,9 +340,30 @@ struct RawClient {
     name: Option<String>,
     public_key: String,
     #[serde(default, deserialize_with = "from_str_vec")]
-    address: Vec<IpAddr>,
+    address: Vec<BareAddr>,
     #[serde(default, deserialize_with = "from_str_vec")]
     routes: Vec<Cidr>,
+}
+
+/// A `[[client]]` address: an address without a prefix length (the prefix is that of the
+/// server's `interface.address` holding it).
+#[derive(Debug, Clone, Copy)]
+struct BareAddr(IpAddr);
+
+impl FromStr for BareAddr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some((a, _)) = s.split_once('/') {
+            return Err(format!(
+                "`{s}`: a [[client]] address takes no prefix length (it gets that of the server's interface.address holding it): write \"{}\"",
+                a.trim()
+            ));
+        }
+        s.trim()
+            .parse()
+            .map(BareAddr)
+            .map_err(|_| format!("`{s}` is not an IP address, e.g. \"10.77.0.2\" or \"fd77::2\""))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -528,7 +549,7 @@ fn parse_hint(message: &str) -> &'static str {
     if last.starts_with("invalid type: map, expected a sequence") {
         "\n(a table that may appear several times takes double brackets: [[path]], [[client]], [[policy]], [[qos.class]])"
     } else if last.starts_with("invalid type: string") && last.ends_with("expected a sequence") {
-        "\n(a list: put the value in brackets, e.g. address = [\"10.77.0.2/30\"])"
+        "\n(a list: put the value in brackets, e.g. routes = [\"192.168.50.0/24\"])"
     } else if last.starts_with("invalid type: string")
         && (last.ends_with("expected f64")
             || last.contains("expected u")
@@ -1261,7 +1282,7 @@ fn peers(raw: &Raw, private_key: &PrivateKey) -> Result<Vec<PeerConfig>, String>
                     ));
                 }
                 let mut addresses = Vec::new();
-                for &a in &c.address {
+                for a in c.address.iter().map(|b| b.0) {
                     let Some(net) = raw.interface.address.iter().find(|n| n.contains(a)) else {
                         return Err(format!(
                             "[[client]] {name}: address {a} is outside the server's interface.address prefixes: pick an address inside one of them (e.g. 10.77.0.2 for 10.77.0.1/24), so the client reaches the server through the tunnel"
@@ -1785,6 +1806,10 @@ address = ["10.77.0.3"]
             (
                 proxy(&format!("[[client]]\npublic_key = \"{SERVER_PUB}\"\naddress = [\"10.77.0.1\"]\n")),
                 "the server's own tunnel address",
+            ),
+            (
+                proxy(&format!("[[client]]\npublic_key = \"{SERVER_PUB}\"\naddress = [\"10.77.0.3/24\"]\n")),
+                "takes no prefix length (it gets that of the server's interface.address holding it): write \"10.77.0.3\"",
             ),
             (
                 proxy(&format!("[[client]]\npublic_key = \"{SERVER_PUB}\"\naddress = [\"10.77.0.0\"]\n")),

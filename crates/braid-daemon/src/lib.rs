@@ -1634,6 +1634,29 @@ impl Daemon {
             if handed == p.applied || now < p.retry_addresses_at {
                 continue;
             }
+            // An address of its own in a family the server hands one of: the kernel may send
+            // from it, and the server drops what does not come from what it handed.
+            let own: Vec<String> = self
+                .cfg
+                .addresses
+                .iter()
+                .filter(|c| {
+                    handed.iter().any(|(h, _)| h.is_ipv4() == c.addr.is_ipv4())
+                        && !handed.iter().any(|(h, _)| *h == c.addr)
+                })
+                .map(ToString::to_string)
+                .collect();
+            if !own.is_empty() {
+                let handed_text: Vec<String> =
+                    handed.iter().map(|(a, l)| format!("{a}/{l}")).collect();
+                self.warnings.say(now, "own_address", || {
+                    format!(
+                        "[interface] address {} is not what the server hands this client ({}): the server drops packets from it as spoofed; remove it from [interface] address and let the server hand the address",
+                        own.join(", "),
+                        handed_text.join(", ")
+                    )
+                });
+            }
             // What the server no longer hands goes; what failed is tried again in a second.
             for (a, prefix) in p.applied.iter().filter(|x| !handed.contains(x)) {
                 let spec = format!("{a}/{prefix}");
@@ -2126,7 +2149,18 @@ impl Daemon {
                 }
                 if !own {
                     peer.spoofed += 1;
+                    let src = packet_address(&p, true);
                     peer.session.recycle(p);
+                    let peer = &self.peers[k];
+                    let (name, handed) = (&peer.cfg.name, &peer.cfg.addresses);
+                    self.warnings.say_for(now, "spoofed", k, || {
+                        let handed: Vec<String> = handed.iter().map(ToString::to_string).collect();
+                        format!(
+                            "client '{name}' sends from {}, not an address of its own (dropped, counted as spoofed_packets): its tunnel address must be one this server hands it ({}), and a LAN behind it must be in its [[client]] routes",
+                            src.map_or("an unreadable source".into(), |a| a.to_string()),
+                            handed.join(", ")
+                        )
+                    });
                     continue;
                 }
                 if self.tun.queue_full() {

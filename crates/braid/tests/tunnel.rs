@@ -1540,6 +1540,11 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     assert_eq!(peers.len(), 2, "{st}");
     assert_eq!(peers[0]["name"], "alpha");
     assert!(peers[0]["spoofed_packets"].as_u64().unwrap() >= 20, "{st}");
+    p.wait_log(
+        "s",
+        "client 'alpha' sends from 10.77.0.3, not an address of its own",
+        Duration::from_secs(1),
+    );
     assert_eq!(peers[1]["spoofed_packets"], 0, "{st}");
     for peer in peers {
         assert_eq!(peer["session"]["established"], true, "{st}");
