@@ -97,13 +97,15 @@ fn answer(
         ["status"] => snapshot.lock().map(|g| g.clone()).unwrap_or_default(),
         ["path", verb @ ("up" | "down"), name] => {
             let Some(index) = paths.iter().position(|p| p == name) else {
-                return json(
-                    "error",
-                    &format!(
-                        "no path is named `{name}` here (the paths are: {}; a server has none to take down)",
-                        if paths.is_empty() { "none".to_owned() } else { paths.join(", ") }
-                    ),
-                );
+                let why = if paths.is_empty() {
+                    "this is a server: its paths are its clients' (path0, path1... in `braid status`), and a client takes its own down with `braid path down NAME` there".to_owned()
+                } else {
+                    format!(
+                        "no path is named `{name}` here (the paths are: {})",
+                        paths.join(", ")
+                    )
+                };
+                return json("error", &why);
             };
             let enabled = *verb == "up";
             match commands.try_send(Command::Path { index, enabled }) {

@@ -2120,8 +2120,18 @@ impl Daemon {
                                 peer.addrs.resize(p + 1, None);
                             }
                             // Authenticated: learn (or follow) the client's address for this
-                            // path.
-                            peer.addrs[p] = Some(m.addr);
+                            // path; a move is said within the peer's path-line budget.
+                            let old = peer.addrs[p].replace(m.addr);
+                            if let Some(old) = old.filter(|o| *o != m.addr) {
+                                peer.logged.lines += 1;
+                                if peer.logged.lines <= PATH_LINES_PER_MINUTE {
+                                    eprintln!(
+                                        "braid: path{p} of {} moved from {old} to {}: following it",
+                                        peer_label(Role::Responder, &peer.cfg),
+                                        m.addr
+                                    );
+                                }
+                            }
                         }
                     }
                 }

@@ -39,15 +39,14 @@ pub struct StatusArgs {
 pub fn up(args: &UpArgs) -> Result<()> {
     let cfg = Config::load(&args.config)?;
     if args.check {
+        let what = if cfg.role == braid_session::Role::Initiator {
+            format!("client role, {} path(s)", cfg.paths.len())
+        } else {
+            format!("server role, {} client(s)", cfg.peers.len())
+        };
         println!(
-            "{}: ok ({} role, {} path(s), interface {} mtu {})",
+            "{}: ok ({what}, interface {} mtu {})",
             args.config.display(),
-            if cfg.role == braid_session::Role::Initiator {
-                "client"
-            } else {
-                "server"
-            },
-            cfg.paths.len(),
             cfg.ifname,
             cfg.mtu
                 .map_or("from the handshake".to_owned(), |m| m.to_string())

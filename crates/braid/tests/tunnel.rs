@@ -1298,6 +1298,14 @@ fn a_path_that_moves_to_a_new_address_keeps_the_transfer_going_with_pet() {
     std::thread::sleep(Duration::from_millis(200));
     let after = peer(&bed);
     assert_ne!(before, after, "the server follows the path's new address");
+    let log = std::fs::read_to_string(bed.dir.join("s.log")).unwrap();
+    assert!(
+        log.contains(&format!(
+            "path1 of the client moved from {} to ",
+            before.as_str().unwrap_or("?")
+        )),
+        "{log}"
+    );
     let st = bed.status("c").unwrap();
     let s = &st["peers"][0]["session"];
     assert_eq!(s["handshakes"], 1, "no new session: {st}");
