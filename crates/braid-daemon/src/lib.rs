@@ -472,6 +472,9 @@ struct Daemon {
     warned_cookie_replies: u64,
     /// Client: since when no path of an established session has heard the server.
     dark_since: Option<Instant>,
+    /// Client: the configured routes could not be put back after the handed addresses
+    /// changed; tried again at this time.
+    routes_retry_at: Option<Instant>,
     /// Server: checks every initiation's MACs before any Diffie-Hellman work, and under load
     /// answers with cookies (`braid_session::cookie`).
     guard: Option<CookieGuard>,
@@ -1109,6 +1112,7 @@ impl Daemon {
             warnings: Warnings::default(),
             warned_cookie_replies: 0,
             dark_since: None,
+            routes_retry_at: None,
             guard,
             tun_readable: true,
             rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
@@ -1363,8 +1367,13 @@ impl Daemon {
                 // A backup going to standby or back into use while up; its going down or
                 // up is said as any path's.
                 let switched = up && p.logged.up[i] && standby != p.logged.standby[i];
+                // A backup that is down going in or out of standby: nothing to say.
+                let quiet = !up && !p.logged.up[i];
                 p.logged.up[i] = up;
                 p.logged.standby[i] = standby;
+                if quiet {
+                    continue;
+                }
                 if role == Role::Initiator && held.get(i) == Some(&true) {
                     continue;
                 }
@@ -1387,7 +1396,13 @@ impl Daemon {
                     Role::Initiator => String::new(),
                     Role::Responder => format!(" of {}", who()),
                 };
-                let up_now = (0..n).filter(|&k| s.path_is_up(PathId(k as u8))).count();
+                // In use: up and not a backup in standby.
+                let up_now = (0..n)
+                    .filter(|&k| {
+                        let k = PathId(k as u8);
+                        s.path_is_up(k) && !s.path_is_standby(k)
+                    })
+                    .count();
                 let state = if switched && standby {
                     "standby: a backup path, it carries nothing while another path is up".to_owned()
                 } else if switched {
@@ -1401,7 +1416,7 @@ impl Daemon {
                 } else {
                     "down: nothing heard on it".to_owned()
                 };
-                eprintln!("braid: path `{name}`{whose} {state} ({up_now} of {n} up)");
+                eprintln!("braid: path `{name}`{whose} {state} ({up_now} of {n} in use)");
             }
         }
     }
@@ -1657,14 +1672,10 @@ impl Daemon {
                     )
                 });
             }
-            // What the server no longer hands goes; what failed is tried again in a second.
-            for (a, prefix) in p.applied.iter().filter(|x| !handed.contains(x)) {
-                let spec = format!("{a}/{prefix}");
-                if ip("del", &spec) {
-                    eprintln!("braid: the server no longer hands {spec}: removed from {ifname}");
-                }
-            }
-            p.applied.retain(|x| handed.contains(x));
+            // The new addresses first, then what the server no longer hands goes: the device
+            // is never without an address of the family (the kernel would flush the routes
+            // through it, and traffic for them would leave by the uplink meanwhile). What
+            // failed is tried again in a second.
             for &(a, prefix) in &handed {
                 if p.applied.contains(&(a, prefix)) {
                     continue;
@@ -1673,6 +1684,7 @@ impl Daemon {
                 if ip("replace", &spec) {
                     eprintln!("braid: the server handed this end {spec}: on {ifname}");
                     p.applied.push((a, prefix));
+                    changed = true;
                 } else {
                     eprintln!(
                         "braid: cannot put the handed address {spec} on {ifname}; trying again"
@@ -1680,17 +1692,32 @@ impl Daemon {
                     p.retry_addresses_at = now + braid_proto::time::Duration::from_secs(1);
                 }
             }
+            for (a, prefix) in p.applied.iter().filter(|x| !handed.contains(x)) {
+                let spec = format!("{a}/{prefix}");
+                if ip("del", &spec) {
+                    eprintln!("braid: the server no longer hands {spec}: removed from {ifname}");
+                    changed = true;
+                }
+            }
+            p.applied.retain(|x| handed.contains(x));
             if p.applied.len() == handed.len() {
                 // Same set, the server's order.
                 p.applied = handed;
             }
-            changed = true;
         }
-        // An address taken off the device takes the routes through it along (all of them,
-        // when it was the family's last): put the configured ones back.
-        if changed {
-            if let Err(e) = net::install_routes(&ifname, &self.cfg.routes) {
-                eprintln!("braid: after the handed addresses changed, {e}");
+        // An address taken off the device may have taken routes through it along: put the
+        // configured ones back, and try again each second while that fails.
+        if changed || self.routes_retry_at.is_some_and(|t| now >= t) {
+            match net::install_routes(&ifname, &self.cfg.routes) {
+                Ok(()) => self.routes_retry_at = None,
+                Err(e) => {
+                    self.routes_retry_at = Some(now + braid_proto::time::Duration::from_secs(1));
+                    self.warnings.say(now, "routes_again", || {
+                        format!(
+                            "after the handed addresses changed, {e}; trying again every second"
+                        )
+                    });
+                }
             }
         }
     }

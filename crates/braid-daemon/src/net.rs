@@ -172,22 +172,61 @@ impl Tun {
     }
 }
 
-/// The devices through which the main table routes exactly `prefix` now (`ip route show
-/// exact`); none if `ip` cannot tell.
-fn route_devices(prefix: &str) -> Vec<String> {
-    let family = if prefix.contains(':') { "-6" } else { "-4" };
+/// Who holds a route of exactly `prefix` in the main table now (`ip route show exact`) at
+/// the metric `ip route replace` without one would replace (IPv4 0, IPv6 1024; a route of
+/// another metric lives beside braid's): its device, or its type for a route without one
+/// (`blackhole`, `unreachable`...). None if `ip` cannot tell.
+fn route_holders(prefix: &str) -> Vec<String> {
+    let v6 = prefix.contains(':');
     let Ok(out) = Command::new("ip")
-        .args([family, "route", "show", "exact", prefix])
+        .args([
+            if v6 { "-6" } else { "-4" },
+            "route",
+            "show",
+            "exact",
+            prefix,
+        ])
         .output()
     else {
         return Vec::new();
     };
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let mut words = l.split_whitespace();
-            words.find(|&w| w == "dev")?;
-            words.next().map(str::to_owned)
+    if !out.status.success() {
+        return Vec::new();
+    }
+    route_holders_in(&String::from_utf8_lossy(&out.stdout), v6)
+}
+
+/// [`route_holders`] from `ip route show`'s text: a route is a line that does not start
+/// with white space, and the `nexthop` lines indented under it.
+fn route_holders_in(text: &str, v6: bool) -> Vec<String> {
+    let default_metric = if v6 { "1024" } else { "0" };
+    let mut routes: Vec<String> = Vec::new();
+    for line in text.lines() {
+        match routes.last_mut() {
+            Some(r) if line.starts_with(char::is_whitespace) => {
+                r.push(' ');
+                r.push_str(line.trim());
+            }
+            _ if !line.trim().is_empty() => routes.push(line.trim().to_owned()),
+            _ => {}
+        }
+    }
+    routes
+        .iter()
+        .filter_map(|r| {
+            let words: Vec<&str> = r.split_whitespace().collect();
+            let after = |key: &str| {
+                words
+                    .iter()
+                    .position(|w| *w == key)
+                    .and_then(|i| words.get(i + 1).copied())
+            };
+            let metric = after("metric").unwrap_or(default_metric);
+            (metric == default_metric).then(|| {
+                after("dev")
+                    .unwrap_or(words.first().copied().unwrap_or("?"))
+                    .to_owned()
+            })
         })
         .collect()
 }
@@ -202,7 +241,7 @@ pub(crate) fn install_routes<'a>(
 ) -> Result<(), DaemonError> {
     for r in routes {
         let prefix = r.to_string();
-        if let Some(other) = route_devices(&prefix).into_iter().find(|d| d != name) {
+        if let Some(other) = route_holders(&prefix).into_iter().find(|d| d != name) {
             let everything = if r.prefix == 0 {
                 if r.addr.is_ipv4() {
                     "; to send everything through braid, route 0.0.0.0/1 and 128.0.0.0/1 instead, which win over the default route without replacing it"
@@ -215,7 +254,7 @@ pub(crate) fn install_routes<'a>(
             return Err(DaemonError::Ip {
                 what: format!("route {r} via {name}"),
                 detail: format!(
-                    "the host already routes {r} through {other}, which braid would take over (and the host would lose when braid exits): if another braid or a VPN uses it, stop that one or take {r} out of this config's routes; if it is stale, remove it (`ip route del {r} dev {other}`){everything}"
+                    "the host already routes {r} through {other}, which braid would take over (and the host would lose when braid exits): if another braid or a VPN uses it, stop that one or take {r} out of this config's routes; if it is stale, remove it (`ip route del {r}`){everything}"
                 ),
             });
         }
@@ -276,6 +315,12 @@ pub fn open_tun(cfg: &Config, mtu: u16) -> Result<Tun, DaemonError> {
     dev.set_nonblocking(true).map_err(tun_err)?;
     let offload = dev.tcp_gso();
     let name = &cfg.ifname;
+    // A handed address replaced by another of the same prefix: the new one, added first as a
+    // secondary, becomes the primary when the old goes, instead of going with it.
+    let _ = std::fs::write(
+        format!("/proc/sys/net/ipv4/conf/{name}/promote_secondaries"),
+        "1",
+    );
     for a in &cfg.addresses {
         ip(
             &["addr", "add", &a.to_string(), "dev", name],
@@ -622,6 +667,23 @@ pub fn is_local_address(ip: IpAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_route_is_held_by_its_device_or_its_type_at_the_metric_braid_would_replace() {
+        let v4 = "0.0.0.0/1 dev braid0 scope link \nblackhole 10.9.0.0/16 \n";
+        assert_eq!(route_holders_in(v4, false), ["braid0", "blackhole"]);
+        // A DHCP default route at metric 100 lives beside braid's, at metric 0.
+        let dhcp = "default via 10.0.0.1 dev eth0 proto dhcp src 10.0.0.5 metric 100 \n";
+        assert!(route_holders_in(dhcp, false).is_empty());
+        let static_default = "default via 10.0.0.1 dev eth0 \n";
+        assert_eq!(route_holders_in(static_default, false), ["eth0"]);
+        let multipath = "default proto static \n\tnexthop via 10.0.0.1 dev eth0 weight 1 \n\tnexthop via 10.1.0.1 dev eth1 weight 1 \n";
+        assert_eq!(route_holders_in(multipath, false), ["eth0"]);
+        // IPv6: braid's routes are at 1024; a kernel prefix route at 256 is another metric.
+        let v6 = "fd00::/64 dev eth0 proto kernel metric 256 pref medium\nfd01::/64 dev wg0 metric 1024 pref medium\n";
+        assert_eq!(route_holders_in(v6, true), ["wg0"]);
+        assert!(route_holders_in("", true).is_empty());
+    }
 
     #[test]
     fn loopback_is_local_and_a_documentation_address_is_not() {

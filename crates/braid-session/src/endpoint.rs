@@ -424,6 +424,15 @@ impl Endpoint {
             };
             return emit(repr, buf);
         }
+        self.poll_transmit_queued(now, path, buf)
+    }
+
+    /// What waits in `path`'s own queue (data, markers, padding), but none of the feedback,
+    /// SIG-ACKs and header-compression messages [`poll_transmit`](Self::poll_transmit) puts
+    /// first: for a path out of use (a backup in standby draining what it was given, a path
+    /// gone down), where they would cost a metered link or be lost.
+    pub fn poll_transmit_queued(&mut self, now: Instant, path: PathId, buf: &mut Vec<u8>) -> bool {
+        buf.clear();
         let Some(t) = self.striper.poll_transmit(now, path) else {
             return false;
         };
@@ -710,7 +719,12 @@ impl Endpoint {
             || !self.sig_acks.is_empty()
             || self.decompressor.as_ref().is_some_and(|d| d.has_ack())
             || self.compressor.as_ref().is_some_and(|c| c.has_install())
-            || self.striper.has_transmit(path)
+            || self.has_queued(path)
+    }
+
+    /// Whether [`poll_transmit_queued`](Self::poll_transmit_queued) would produce a packet.
+    pub fn has_queued(&self, path: PathId) -> bool {
+        self.striper.has_transmit(path)
     }
 
     /// When the endpoint needs to be polled even without input.

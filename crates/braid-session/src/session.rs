@@ -474,6 +474,11 @@ struct PathState {
     receive_off_at: Option<Instant>,
     /// Probe ticks a path in standby has let pass since its last probe.
     standby_ticks: u32,
+    /// Since when the path is up (its last coming up); `None` while down.
+    up_since: Option<Instant>,
+    /// Out of standby and not heard since: its last packet may be a slow probe interval
+    /// old, so it keeps standby's allowance of silence until the next one.
+    waking: bool,
 }
 
 impl PathState {
@@ -488,7 +493,7 @@ impl PathState {
     /// A path in standby, probed every `backup_probe` only, is allowed two of its probe
     /// intervals more.
     fn silent(&self, now: Instant, dead_after: Duration, backup_probe: Duration) -> Option<bool> {
-        let standby = if self.standby {
+        let standby = if self.standby || self.waking {
             backup_probe * 2
         } else {
             Duration::ZERO
@@ -536,6 +541,10 @@ impl MinRtt {
 const ONE_WAY_SLACK: Duration = Duration::from_secs(2);
 /// The fewest probes unanswered before a path counts as one-way.
 const ONE_WAY_PROBES: u32 = 4;
+
+/// How long a path that is not a backup must be up before the backup paths go (back) to
+/// standby ([`Session::update_standby`]).
+const STANDBY_HOLD: Duration = Duration::from_secs(1);
 
 /// Added to `dead_after` for a path whose RTT has not been measured yet.
 const UNMEASURED_RTT_SLACK: Duration = Duration::from_secs(1);
@@ -857,10 +866,12 @@ impl Session {
         payload.extend(self.instance.to_be_bytes());
         payload.extend(self.params.as_ref().map(|p| p.encode()).unwrap_or_default());
         let path = self.next_handshake_path % self.paths.len();
-        // Prefer a path that is up; never one that is disabled.
+        // Prefer a path in use, then one that is up (a backup in standby), then any; never one
+        // that is disabled.
         let order = || (0..self.paths.len()).map(|k| (path + k) % self.paths.len());
         let Some(path) = order()
-            .find(|&p| self.paths[p].up && !self.paths[p].disabled)
+            .find(|&p| self.paths[p].in_use() && !self.paths[p].disabled)
+            .or_else(|| order().find(|&p| self.paths[p].up && !self.paths[p].disabled))
             .or_else(|| order().find(|&p| !self.paths[p].disabled))
         else {
             return;
@@ -1185,11 +1196,13 @@ impl Session {
             return;
         };
         p.last_rx = Some(now);
+        p.waking = false;
         p.rx_packets += 1;
         p.rx_bytes += bytes as u64;
         p.tick_rx_bytes += bytes as u64;
         if !p.up && !p.disabled && !p.deaf {
             p.up = true;
+            p.up_since = Some(now);
             // Probes unanswered while the path was down do not count against it now.
             p.unanswered_since = None;
             p.unanswered = 0;
@@ -1265,7 +1278,7 @@ impl Session {
         let (Some(p), Some(e), true) = (&self.params, &mut self.endpoint, pct > 0) else {
             return;
         };
-        if !self.paths.iter().any(|st| st.up) {
+        if !self.paths.iter().any(PathState::in_use) {
             // Nothing arrives: keep the rate until a path is back.
             return;
         }
@@ -1275,7 +1288,7 @@ impl Session {
             .paths
             .iter()
             .zip(&p.rates_bps)
-            .filter(|(st, _)| st.up)
+            .filter(|(st, _)| st.in_use())
             .map(|(st, &configured)| st.peer_rate_bps.unwrap_or(configured))
             .sum();
         let base = (self.rx_peak_bps as u64).max(said);
@@ -1538,7 +1551,9 @@ impl Session {
     ) -> Option<usize> {
         self.last_now = now;
         let i = path.index();
-        let sealed = if i < self.paths.len() {
+        // Not on a backup in standby: its micro-flow finds the path dead (the segment counts
+        // as unsent) and pTCP stripes over the paths in use.
+        let sealed = if self.paths.get(i).is_some_and(|p| !p.standby) {
             self.seal_repr(i, Repr::Ptcp { conn, segment }, out)
         } else {
             None
@@ -1626,8 +1641,8 @@ impl Session {
         self.ptcp
     }
 
-    /// Whether `path` is up: in the rotation, its probes answered (`false` before the
-    /// handshake, and for a path that is not the session's).
+    /// Whether `path` is up: its probes answered, in the rotation unless it is a backup in
+    /// standby (`false` before the handshake, and for a path that is not the session's).
     pub fn path_is_up(&self, path: PathId) -> bool {
         self.paths.get(path.index()).is_some_and(|p| p.up)
     }
@@ -1710,11 +1725,15 @@ impl Session {
             return;
         }
         let is_backup = |i: usize| i < 64 && backups & (1u64 << i) != 0;
-        let other_up = self
-            .paths
-            .iter()
-            .enumerate()
-            .any(|(i, p)| !is_backup(i) && p.up);
+        // Up for STANDBY_HOLD at least: a flapping or lossy line whose odd packet gets through
+        // does not take the traffic off the backup each time (up from the bond's start counts
+        // as settled).
+        let other_up = self.paths.iter().enumerate().any(|(i, p)| {
+            !is_backup(i)
+                && p.up
+                && p.up_since
+                    .is_none_or(|t| now.saturating_duration_since(t) >= STANDBY_HOLD)
+        });
         let probe = self.cfg.probe_interval;
         let mut changed = false;
         for (i, p) in self.paths.iter_mut().enumerate() {
@@ -1734,6 +1753,7 @@ impl Session {
             } else {
                 p.receive_off_at = None;
                 p.probe_due = true;
+                p.waking = true;
                 if let Some(e) = &mut self.endpoint {
                     if p.up {
                         e.set_path_active(path, true);
@@ -1902,8 +1922,7 @@ impl Session {
             // once rather than after its own wait for answers.
             let st = &self.paths[i];
             let unheard = !st.disabled
-                && st.silent(now, self.cfg.dead_after, self.cfg.backup_probe_interval)
-                    == Some(true);
+                && st.silent(now, self.cfg.dead_after, self.standby_probe_interval()) == Some(true);
             let probe = Probe {
                 path,
                 id,
@@ -1937,10 +1956,16 @@ impl Session {
             return self.seal_ptcp(now, path, o.conn, &o.segment, out);
         }
         let mut v = std::mem::take(&mut self.tx_plain);
-        let got = self
-            .endpoint
-            .as_mut()
-            .is_some_and(|e| e.poll_transmit(now, path, &mut v));
+        // The endpoint's feedback goes on a path in use: not onto a backup in standby (a
+        // metered link) nor one gone down, where it would be lost.
+        let in_use = self.paths[i].in_use();
+        let got = self.endpoint.as_mut().is_some_and(|e| {
+            if in_use {
+                e.poll_transmit(now, path, &mut v)
+            } else {
+                e.poll_transmit_queued(now, path, &mut v)
+            }
+        });
         let sealed = if got {
             self.seal_recorded(i, &v, out)
         } else {
@@ -2090,7 +2115,13 @@ impl Session {
                     .paths
                     .get(i)
                     .is_some_and(|p| !p.acks.is_empty() || p.probe_due)
-                || self.endpoint.as_ref().is_some_and(|e| e.has_transmit(path)))
+                || self.endpoint.as_ref().is_some_and(|e| {
+                    if self.paths.get(i).is_some_and(PathState::in_use) {
+                        e.has_transmit(path)
+                    } else {
+                        e.has_queued(path)
+                    }
+                }))
     }
 
     /// The next IP packet for the application, in order. Hand the buffer back with
@@ -2135,6 +2166,7 @@ impl Session {
         let interval = self.cfg.probe_interval.as_secs_f64().max(1e-6);
         let established = self.current.is_some();
         let standby_every = self.standby_probe_ticks();
+        let standby_probe = self.standby_probe_interval();
         for (i, p) in self.paths.iter_mut().enumerate() {
             p.tx_bps = 0.7 * p.tx_bps + 0.3 * (p.tick_tx_bytes as f64 * 8.0 / interval);
             p.rx_bps = 0.7 * p.rx_bps + 0.3 * (p.tick_rx_bytes as f64 * 8.0 / interval);
@@ -2161,8 +2193,7 @@ impl Session {
                 }
             }
             // A path never heard from counts as silent.
-            let silent =
-                p.silent(now, self.cfg.dead_after, self.cfg.backup_probe_interval) != Some(false);
+            let silent = p.silent(now, self.cfg.dead_after, standby_probe) != Some(false);
             // One way only: the peer's packets come in, but this end's probes have gone
             // unanswered for longer than any RTT the path has shown (a route that sends this
             // end's datagrams elsewhere, an upstream that died). Everything sent on it would

@@ -1180,6 +1180,11 @@ fn a_backup_path_waits_in_standby_and_takes_over_when_the_other_dies() {
             "{side}: {st}"
         );
     }
+    // The log says each step (within its second).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline && !bed.logs().contains("path `two` standby") {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let logs = bed.logs();
     assert!(
         logs.contains("path `two` in use: a backup path, and no other path is up"),
