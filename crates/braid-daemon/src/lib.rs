@@ -2286,7 +2286,17 @@ impl Daemon {
             Err(None) => self.unaddressed += count as u64,
             Err(Some(e)) => {
                 self.send_errors += count as u64;
-                if self.cfg.role == Role::Initiator && net::is_absent(&e) {
+                // The interface or the local address is gone. A socket bound to an address
+                // taken off the host fails with "network unreachable" or "invalid argument"
+                // rather than "address not available": look for the address itself.
+                let local_gone = || {
+                    self.cfg
+                        .paths
+                        .get(sock_index)
+                        .and_then(|p| p.local)
+                        .is_some_and(|a| !net::is_local_address(a))
+                };
+                if self.cfg.role == Role::Initiator && (net::is_absent(&e) || local_gone()) {
                     self.lose_socket(sock_index, &e);
                 }
             }

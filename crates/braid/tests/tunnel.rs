@@ -1730,6 +1730,27 @@ fn paths_come_and_go_at_run_time() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no path is named `wifi`"));
+    // Path two's local address taken off the host while traffic flows: its socket goes and
+    // the path waits for the address (sends fail with "network unreachable", not "address
+    // not available"); back when the address is.
+    let (c, dev2) = (bed.ns("c"), format!("c{}2", bed.tag));
+    sh(&["ip", "-n", &c, "addr", "del", "10.62.2.1/24", "dev", &dev2]);
+    let to = "10.77.0.1:5007".parse().unwrap();
+    transfer(bed.ns("c"), bed.ns("s"), to, 1 << 20);
+    let (two, why) = state(&bed, 1);
+    assert_eq!(two, "disabled", "{why}: {}", bed.logs());
+    assert!(why.as_str().is_some_and(|w| w.contains("socket")), "{why}");
+    sh(&["ip", "-n", &c, "addr", "add", "10.62.2.1/24", "dev", &dev2]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while state(&bed, 1).0 != "up" {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}: {}",
+            state(&bed, 1),
+            bed.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// A flood of handshake initiations that know the server's public key (a good `mac1`, so only
