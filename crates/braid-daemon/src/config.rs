@@ -1281,8 +1281,13 @@ fn peers(raw: &Raw, private_key: &PrivateKey) -> Result<Vec<PeerConfig>, String>
                         braid_session::session::MAX_HANDED_ADDRESSES
                     ));
                 }
-                let mut addresses = Vec::new();
+                let mut addresses: Vec<Cidr> = Vec::new();
                 for a in c.address.iter().map(|b| b.0) {
+                    if addresses.iter().any(|x| x.addr == a) {
+                        return Err(format!(
+                            "[[client]] {name}: address {a} is listed twice: list each once"
+                        ));
+                    }
                     let Some(net) = raw.interface.address.iter().find(|n| n.contains(a)) else {
                         return Err(format!(
                             "[[client]] {name}: address {a} is outside the server's interface.address prefixes: pick an address inside one of them (e.g. 10.77.0.2 for 10.77.0.1/24), so the client reaches the server through the tunnel"

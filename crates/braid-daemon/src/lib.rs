@@ -472,9 +472,9 @@ struct Daemon {
     warned_cookie_replies: u64,
     /// Client: since when no path of an established session has heard the server.
     dark_since: Option<Instant>,
-    /// Client: the configured routes could not be put back after the handed addresses
-    /// changed; tried again at this time.
-    routes_retry_at: Option<Instant>,
+    /// Client: the configured routes could not all be put back after the handed addresses
+    /// changed; tried again at this time, the wait doubling up to a minute.
+    routes_retry: Option<(Instant, braid_proto::time::Duration)>,
     /// Server: checks every initiation's MACs before any Diffie-Hellman work, and under load
     /// answers with cookies (`braid_session::cookie`).
     guard: Option<CookieGuard>,
@@ -555,7 +555,7 @@ fn warn_drop(w: &mut Warnings, now: Instant, why: braid_session::DropReason, fro
         ),
         R::StaleInitiation => (
             "stale_initiation",
-            "is not newer than the last one accepted: a replay, or the client's clock went back and it has no handshake clock floor (its state_dir; security.md)",
+            "is not newer than the last one accepted: a replay, the client's clock went back and it has no handshake clock floor (its state_dir; security.md), or two clients run with one key",
         ),
         R::BadParams => (
             "bad_params",
@@ -809,6 +809,13 @@ fn peer_label(role: Role, cfg: &PeerConfig) -> String {
     }
 }
 
+/// The line that says a peer's path lines stop for the rest of the minute.
+fn paths_keep_changing(who: &str) -> String {
+    format!(
+        "braid: paths of {who} keep changing: not logged for the rest of this minute (braid status shows them)"
+    )
+}
+
 /// How long a client keeps a path out of use after its datagrams came back in through the TUN
 /// device (a routing loop), before it tries the path again.
 const LOOP_RETRY: braid_proto::time::Duration = braid_proto::time::Duration::from_secs(5);
@@ -833,7 +840,6 @@ fn udp_ends(packet: &[u8]) -> Option<(u16, SocketAddr)> {
     Some((port(0)?, SocketAddr::new(dst, port(2)?)))
 }
 
-/// The destination (`source = false`) or source address of an IPv4 or IPv6 packet.
 /// Whether an IP packet is link-scoped: from or to an IPv6 link-local address (or from `::`),
 /// to IPv6 multicast of link scope or less, from IPv4's 169.254/16 or to 224.0.0.0/24. The
 /// kernel sends such packets (router solicitations, MLD and IGMP reports) into any interface;
@@ -856,6 +862,7 @@ fn link_scoped(packet: &[u8]) -> bool {
     v6_local(src) || v6_local(dst) || unspecified || multicast || v4_local
 }
 
+/// The destination (`source = false`) or source address of an IPv4 or IPv6 packet.
 fn packet_address(packet: &[u8], source: bool) -> Option<IpAddr> {
     match packet.first()? >> 4 {
         4 => {
@@ -1112,7 +1119,7 @@ impl Daemon {
             warnings: Warnings::default(),
             warned_cookie_replies: 0,
             dark_since: None,
-            routes_retry_at: None,
+            routes_retry: None,
             guard,
             tun_readable: true,
             rx: vec![0u8; RX_BUFFERS * RX_BUFFER_BYTES],
@@ -1298,13 +1305,9 @@ impl Daemon {
             let who = || peer_label(role, &p.cfg);
             let n = s.paths();
             let newly = s.is_established() && !p.logged.established;
-            let up_now = (0..n).filter(|&k| s.path_is_up(PathId(k as u8))).count();
             if newly {
                 let paths = if n == 1 { "path" } else { "paths" };
-                eprintln!(
-                    "braid: session with {} established ({n} {paths}, {up_now} up)",
-                    who()
-                );
+                eprintln!("braid: session with {} established ({n} {paths})", who());
             }
             p.logged.established = s.is_established();
             let restarted = s.peer_restarts() > p.logged.restarts;
@@ -1329,19 +1332,20 @@ impl Daemon {
                         "{label}: two clients run with its key, each handshake taking the session from the other{from}: give each client its own key pair (`braid genkey`) and [[client]] table, or stop the second"
                     ),
                     Role::Initiator => format!(
-                        "two servers answer with {label}'s key, taking the session from each other: stop the second"
+                        "two servers run with the key this client knows as {label}'s, taking the session from each other: stop the second"
                     ),
                 });
             } else if restarted {
-                eprintln!(
-                    "braid: {} restarted: the bond started afresh ({up_now} of {n} paths up)",
-                    who()
-                );
+                eprintln!("braid: {} restarted: the bond started afresh", who());
             }
             p.logged.restarts = s.peer_restarts();
             p.logged.up.resize(n, false);
             p.logged.standby.resize(n, false);
-            if !s.is_established() || newly || restarted {
+            // A client's paths keep their state across the server's restart, and those that
+            // went down while it was away come back: said as any change. A server starts a
+            // restarted client's bond with only the handshake's path.
+            let afresh = restarted && role == Role::Responder;
+            if !s.is_established() || newly || afresh {
                 // As a bond starts, paths come up one by one as their first packets arrive:
                 // from then on, say only what changes.
                 for (i, up) in p.logged.up.iter_mut().enumerate() {
@@ -1380,10 +1384,7 @@ impl Daemon {
                 p.logged.lines += 1;
                 if p.logged.lines > PATH_LINES_PER_MINUTE {
                     if p.logged.lines == PATH_LINES_PER_MINUTE + 1 {
-                        eprintln!(
-                            "braid: paths of {} keep changing: not logged for the rest of this minute (braid status shows them)",
-                            who()
-                        );
+                        eprintln!("{}", paths_keep_changing(&who()));
                     }
                     continue;
                 }
@@ -1656,8 +1657,11 @@ impl Daemon {
                 .addresses
                 .iter()
                 .filter(|c| {
-                    handed.iter().any(|(h, _)| h.is_ipv4() == c.addr.is_ipv4())
-                        && !handed.iter().any(|(h, _)| *h == c.addr)
+                    // Inside a handed prefix but not handed (another prefix may be one the
+                    // server routes to this client).
+                    handed.iter().any(|&(h, l)| {
+                        config::Cidr { addr: h, prefix: l }.contains(c.addr) && h != c.addr
+                    }) && !handed.iter().any(|(h, _)| *h == c.addr)
                 })
                 .map(ToString::to_string)
                 .collect();
@@ -1676,6 +1680,8 @@ impl Daemon {
             // is never without an address of the family (the kernel would flush the routes
             // through it, and traffic for them would leave by the uplink meanwhile). What
             // failed is tried again in a second.
+            let mut failed_v4 = false;
+            let mut failed_v6 = false;
             for &(a, prefix) in &handed {
                 if p.applied.contains(&(a, prefix)) {
                     continue;
@@ -1689,17 +1695,37 @@ impl Daemon {
                     eprintln!(
                         "braid: cannot put the handed address {spec} on {ifname}; trying again"
                     );
+                    *if a.is_ipv4() {
+                        &mut failed_v4
+                    } else {
+                        &mut failed_v6
+                    } = true;
                     p.retry_addresses_at = now + braid_proto::time::Duration::from_secs(1);
                 }
             }
-            for (a, prefix) in p.applied.iter().filter(|x| !handed.contains(x)) {
+            // Not while the new address of the family failed to go on: the old one keeps the
+            // device's routes.
+            let mut gone = Vec::new();
+            for &(a, prefix) in p.applied.iter().filter(|x| !handed.contains(x)) {
+                if (a.is_ipv4() && failed_v4) || (a.is_ipv6() && failed_v6) {
+                    continue;
+                }
                 let spec = format!("{a}/{prefix}");
                 if ip("del", &spec) {
                     eprintln!("braid: the server no longer hands {spec}: removed from {ifname}");
-                    changed = true;
+                }
+                gone.push((a, prefix));
+                changed = true;
+            }
+            p.applied.retain(|x| !gone.contains(x));
+            if !gone.is_empty() {
+                // A secondary of the same prefix goes with the primary where the kernel does
+                // not promote it (promote_secondaries could not be set): put the handed ones
+                // back (`ip addr replace` leaves one that is there alone).
+                for (a, prefix) in &p.applied {
+                    ip("replace", &format!("{a}/{prefix}"));
                 }
             }
-            p.applied.retain(|x| handed.contains(x));
             if p.applied.len() == handed.len() {
                 // Same set, the server's order.
                 p.applied = handed;
@@ -1707,15 +1733,19 @@ impl Daemon {
         }
         // An address taken off the device may have taken routes through it along: put the
         // configured ones back, and try again each second while that fails.
-        if changed || self.routes_retry_at.is_some_and(|t| now >= t) {
+        if changed || self.routes_retry.is_some_and(|(t, _)| now >= t) {
             match net::install_routes(&ifname, &self.cfg.routes) {
-                Ok(()) => self.routes_retry_at = None,
+                Ok(()) => self.routes_retry = None,
                 Err(e) => {
-                    self.routes_retry_at = Some(now + braid_proto::time::Duration::from_secs(1));
+                    // Again after 1 s, then 2, 4... up to a minute.
+                    let wait = self
+                        .routes_retry
+                        .map_or(braid_proto::time::Duration::from_secs(1), |(_, w)| {
+                            (w * 2).min(braid_proto::time::Duration::from_secs(60))
+                        });
+                    self.routes_retry = Some((now + wait, wait));
                     self.warnings.say(now, "routes_again", || {
-                        format!(
-                            "after the handed addresses changed, {e}; trying again every second"
-                        )
+                        format!("after the handed addresses changed, {e}; trying again")
                     });
                 }
             }
@@ -2115,9 +2145,17 @@ impl Daemon {
                         }
                     };
                     let peer = &mut self.peers[c];
+                    let restarts = peer.session.peer_restarts();
                     let handled = peer
                         .session
                         .handle_datagram_at(now, arrival, arrived_on, datagram);
+                    if self.cfg.role == Role::Responder && peer.session.peer_restarts() > restarts {
+                        // A new instance of the client: the addresses its predecessor's paths
+                        // came from are no longer its (new ports): learnt anew, not "moved".
+                        // (A client's are its paths' `remote`s, which a server's restart
+                        // leaves as they are.)
+                        peer.addrs.iter_mut().for_each(|a| *a = None);
+                    }
                     // A handshake may bring new bond parameters (the client's largest packet).
                     if handled.is_ok()
                         && matches!(
@@ -2150,13 +2188,15 @@ impl Daemon {
                             // path; a move is said within the peer's path-line budget.
                             let old = peer.addrs[p].replace(m.addr);
                             if let Some(old) = old.filter(|o| *o != m.addr) {
+                                let who = peer_label(Role::Responder, &peer.cfg);
                                 peer.logged.lines += 1;
                                 if peer.logged.lines <= PATH_LINES_PER_MINUTE {
                                     eprintln!(
-                                        "braid: path{p} of {} moved from {old} to {}: following it",
-                                        peer_label(Role::Responder, &peer.cfg),
+                                        "braid: path{p} of {who} moved from {old} to {}: following it",
                                         m.addr
                                     );
+                                } else if peer.logged.lines == PATH_LINES_PER_MINUTE + 1 {
+                                    eprintln!("{}", paths_keep_changing(&who));
                                 }
                             }
                         }
@@ -2189,11 +2229,12 @@ impl Daemon {
                     let src = packet_address(&p, true);
                     peer.session.recycle(p);
                     let peer = &self.peers[k];
-                    let (name, handed) = (&peer.cfg.name, &peer.cfg.addresses);
+                    let (who, handed) =
+                        (peer_label(Role::Responder, &peer.cfg), &peer.cfg.addresses);
                     self.warnings.say_for(now, "spoofed", k, || {
                         let handed: Vec<String> = handed.iter().map(ToString::to_string).collect();
                         format!(
-                            "client '{name}' sends from {}, not an address of its own (dropped, counted as spoofed_packets): its tunnel address must be one this server hands it ({}), and a LAN behind it must be in its [[client]] routes",
+                            "{who} sends from {}, not an address of its own (dropped, counted as spoofed_packets): its tunnel address must be one this server hands it ({}), and a LAN behind it must be in its [[client]] routes",
                             src.map_or("an unreadable source".into(), |a| a.to_string()),
                             handed.join(", ")
                         )

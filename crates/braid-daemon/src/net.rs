@@ -172,11 +172,12 @@ impl Tun {
     }
 }
 
-/// Who holds a route of exactly `prefix` in the main table now (`ip route show exact`) at
-/// the metric `ip route replace` without one would replace (IPv4 0, IPv6 1024; a route of
-/// another metric lives beside braid's): its device, or its type for a route without one
-/// (`blackhole`, `unreachable`...). None if `ip` cannot tell.
-fn route_holders(prefix: &str) -> Vec<String> {
+/// Who holds a route of exactly `prefix` in the main table now (`ip route show exact`) at a
+/// metric that `ip route replace` without one (IPv4 0, IPv6 1024) would replace (the same)
+/// or that would win over braid's (a lower one): its device, or its type for a route without
+/// one (`blackhole`, `unreachable`...), and its metric. A route of a higher metric lives
+/// beside braid's and loses to it. None if `ip` cannot tell.
+fn route_holders(prefix: &str) -> Vec<(String, u32)> {
     let v6 = prefix.contains(':');
     let Ok(out) = Command::new("ip")
         .args([
@@ -196,10 +197,19 @@ fn route_holders(prefix: &str) -> Vec<String> {
     route_holders_in(&String::from_utf8_lossy(&out.stdout), v6)
 }
 
+/// The metric `ip route replace` gives a route without one.
+fn braid_metric(v6: bool) -> u32 {
+    if v6 {
+        1024
+    } else {
+        0
+    }
+}
+
 /// [`route_holders`] from `ip route show`'s text: a route is a line that does not start
 /// with white space, and the `nexthop` lines indented under it.
-fn route_holders_in(text: &str, v6: bool) -> Vec<String> {
-    let default_metric = if v6 { "1024" } else { "0" };
+fn route_holders_in(text: &str, v6: bool) -> Vec<(String, u32)> {
+    let ours = braid_metric(v6);
     let mut routes: Vec<String> = Vec::new();
     for line in text.lines() {
         match routes.last_mut() {
@@ -221,49 +231,57 @@ fn route_holders_in(text: &str, v6: bool) -> Vec<String> {
                     .position(|w| *w == key)
                     .and_then(|i| words.get(i + 1).copied())
             };
-            let metric = after("metric").unwrap_or(default_metric);
-            (metric == default_metric).then(|| {
-                after("dev")
-                    .unwrap_or(words.first().copied().unwrap_or("?"))
-                    .to_owned()
-            })
+            let metric = after("metric").and_then(|m| m.parse().ok()).unwrap_or(ours);
+            let holder = after("dev").unwrap_or(words.first().copied().unwrap_or("?"));
+            (metric <= ours).then(|| (holder.to_owned(), metric))
         })
         .collect()
 }
 
 /// Route `routes` into the device `name` (`ip route replace`). A route of the same prefix
-/// through another device is not taken over: it belongs to another braid, a VPN or the
-/// host's own uplink, and the host would lose it when braid exits (the kernel drops a
-/// device's routes with it).
+/// through another device is not taken over (it belongs to another braid, a VPN or the
+/// host's own uplink, and the host would lose it when braid exits: the kernel drops a
+/// device's routes with it), nor one that would win over braid's (a lower metric). Every
+/// route that can be is installed; the error names those that cannot.
 pub(crate) fn install_routes<'a>(
     name: &str,
     routes: impl IntoIterator<Item = &'a crate::config::Cidr>,
 ) -> Result<(), DaemonError> {
+    let mut problems = Vec::new();
     for r in routes {
         let prefix = r.to_string();
-        if let Some(other) = route_holders(&prefix).into_iter().find(|d| d != name) {
-            let everything = if r.prefix == 0 {
-                if r.addr.is_ipv4() {
-                    "; to send everything through braid, route 0.0.0.0/1 and 128.0.0.0/1 instead, which win over the default route without replacing it"
-                } else {
-                    "; to send everything through braid, route ::/1 and 8000::/1 instead, which win over the default route without replacing it"
-                }
-            } else {
-                ""
+        let v6 = !r.addr.is_ipv4();
+        if let Some((other, metric)) = route_holders(&prefix).into_iter().find(|(d, _)| d != name) {
+            let everything = match (r.prefix, v6) {
+                (0, false) => "; to send everything through braid, route 0.0.0.0/1 and 128.0.0.0/1 instead, which win over the default route without replacing it",
+                (0, true) => "; to send everything through braid, route ::/1 and 8000::/1 instead, which win over the default route without replacing it",
+                _ => "",
             };
-            return Err(DaemonError::Ip {
-                what: format!("route {r} via {name}"),
-                detail: format!(
-                    "the host already routes {r} through {other}, which braid would take over (and the host would lose when braid exits): if another braid or a VPN uses it, stop that one or take {r} out of this config's routes; if it is stale, remove it (`ip route del {r}`){everything}"
-                ),
-            });
+            let what = if metric == braid_metric(v6) {
+                "which braid would take over (and the host would lose when braid exits)"
+            } else {
+                "at a lower metric than braid's, so it would win and nothing would enter the tunnel"
+            };
+            problems.push(format!(
+                "the host already routes {r} through {other} (metric {metric}), {what}: if another braid or a VPN uses it, stop that one or take {r} out of this config's routes; if it is stale, remove it (`ip route del {r}`){everything}"
+            ));
+            continue;
         }
-        ip(
+        if let Err(e) = ip(
             &["route", "replace", &prefix, "dev", name],
             format!("route {r} via {name}"),
-        )?;
+        ) {
+            problems.push(e.to_string());
+        }
     }
-    Ok(())
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(DaemonError::Ip {
+            what: format!("routes via {name}"),
+            detail: problems.join("; and "),
+        })
+    }
 }
 
 /// Create the TUN device with its MTU, addresses and routes, up and non-blocking. With
@@ -670,19 +688,26 @@ mod tests {
 
     #[test]
     fn a_route_is_held_by_its_device_or_its_type_at_the_metric_braid_would_replace() {
+        let held = |text: &str, v6: bool| -> Vec<String> {
+            route_holders_in(text, v6)
+                .into_iter()
+                .map(|(d, m)| format!("{d} {m}"))
+                .collect()
+        };
         let v4 = "0.0.0.0/1 dev braid0 scope link \nblackhole 10.9.0.0/16 \n";
-        assert_eq!(route_holders_in(v4, false), ["braid0", "blackhole"]);
-        // A DHCP default route at metric 100 lives beside braid's, at metric 0.
+        assert_eq!(held(v4, false), ["braid0 0", "blackhole 0"]);
+        // A DHCP default route at metric 100 lives beside braid's, which wins at metric 0.
         let dhcp = "default via 10.0.0.1 dev eth0 proto dhcp src 10.0.0.5 metric 100 \n";
-        assert!(route_holders_in(dhcp, false).is_empty());
+        assert!(held(dhcp, false).is_empty());
         let static_default = "default via 10.0.0.1 dev eth0 \n";
-        assert_eq!(route_holders_in(static_default, false), ["eth0"]);
+        assert_eq!(held(static_default, false), ["eth0 0"]);
         let multipath = "default proto static \n\tnexthop via 10.0.0.1 dev eth0 weight 1 \n\tnexthop via 10.1.0.1 dev eth1 weight 1 \n";
-        assert_eq!(route_holders_in(multipath, false), ["eth0"]);
-        // IPv6: braid's routes are at 1024; a kernel prefix route at 256 is another metric.
-        let v6 = "fd00::/64 dev eth0 proto kernel metric 256 pref medium\nfd01::/64 dev wg0 metric 1024 pref medium\n";
-        assert_eq!(route_holders_in(v6, true), ["wg0"]);
-        assert!(route_holders_in("", true).is_empty());
+        assert_eq!(held(multipath, false), ["eth0 0"]);
+        // IPv6: braid's routes are at 1024, so a router advertisement's default at 100 or a
+        // kernel prefix route at 256 would win over it; one at 2048 would not.
+        let v6 = "default via fe80::1 dev eth0 proto ra metric 100 pref medium\nfd00::/64 dev eth1 proto kernel metric 256 pref medium\nfd01::/64 dev wg0 metric 2048 pref medium\n";
+        assert_eq!(held(v6, true), ["eth0 100", "eth1 256"]);
+        assert!(held("", true).is_empty());
     }
 
     #[test]

@@ -546,6 +546,10 @@ const ONE_WAY_PROBES: u32 = 4;
 /// standby ([`Session::update_standby`]).
 const STANDBY_HOLD: Duration = Duration::from_secs(1);
 
+/// The peer's earlier instances a session remembers, to tell peers that share a key from
+/// restarts ([`Session::peer_instance_returns`]).
+const EARLIER_INSTANCES: usize = 4;
+
 /// Added to `dead_after` for a path whose RTT has not been measured yet.
 const UNMEASURED_RTT_SLACK: Duration = Duration::from_secs(1);
 
@@ -571,8 +575,9 @@ pub struct Session {
     instance: u64,
     /// The peer's instance, from its last accepted handshake message.
     peer_instance: Option<u64>,
-    /// The peer's instance before `peer_instance`.
-    earlier_instance: Option<u64>,
+    /// The peer's instances before `peer_instance`, the latest last (at most
+    /// [`EARLIER_INSTANCES`]).
+    earlier_instances: VecDeque<u64>,
     /// Handshakes from the instance before the last one ([`Session::peer_instance_returns`]).
     instance_returns: u64,
     /// Times the peer turned out to have restarted, and the endpoint started afresh.
@@ -641,7 +646,7 @@ impl Session {
             last_init_timestamp: 0,
             instance: 0,
             peer_instance: None,
-            earlier_instance: None,
+            earlier_instances: VecDeque::new(),
             instance_returns: 0,
             peer_restarts: 0,
             control: VecDeque::new(),
@@ -785,12 +790,18 @@ impl Session {
     fn note_peer_instance(&mut self, instance: u64) -> bool {
         let restarted = self.peer_instance.is_some_and(|i| i != instance);
         if restarted {
-            // Back to the instance before the last: no restart brings an old one back, so
-            // two peers run with the same key and take the session from each other.
-            if self.earlier_instance == Some(instance) {
+            // Back to an instance it had before: no restart brings an old one back, so two
+            // (or more) peers run with the same key and take the session from each other.
+            if self.earlier_instances.contains(&instance) {
                 self.instance_returns += 1;
+                self.earlier_instances.retain(|&i| i != instance);
             }
-            self.earlier_instance = self.peer_instance;
+            if let Some(last) = self.peer_instance {
+                if self.earlier_instances.len() == EARLIER_INSTANCES {
+                    self.earlier_instances.pop_front();
+                }
+                self.earlier_instances.push_back(last);
+            }
         }
         self.peer_instance = Some(instance);
         if restarted {

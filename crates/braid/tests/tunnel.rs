@@ -1555,7 +1555,7 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     assert!(peers[0]["spoofed_packets"].as_u64().unwrap() >= 20, "{st}");
     p.wait_log(
         "s",
-        "client 'alpha' sends from 10.77.0.3, not an address of its own",
+        "client `alpha` sends from 10.77.0.3, not an address of its own",
         Duration::from_secs(1),
     );
     assert_eq!(peers[1]["spoofed_packets"], 0, "{st}");
@@ -1589,7 +1589,7 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     assert!(told(), "{}", p.logs());
 
     // The server restarts handing beta another address: beta takes it, and keeps its routes
-    // (taking the old address off the device took them along).
+    // (the new address goes on before the old comes off, or the routes would go with it).
     // SAFETY: kill with SIGTERM on our own child's pid (the server, started first).
     unsafe {
         libc::kill(p.children[0].id() as i32, libc::SIGTERM);
@@ -1615,7 +1615,7 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     p.children[0] = start_daemon(&s, &p.dir, "s");
     p.wait_log(
         "b",
-        "the server handed this end 10.77.0.4/24",
+        "the server no longer hands 10.77.0.3/24",
         Duration::from_secs(10),
     );
     let out = Command::new("ip")
@@ -1628,12 +1628,13 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
         "route gone: {routes:?}; {}",
         p.logs()
     );
-    // The log says so within its second.
+    // The log says so within its second, and that the path which went down is up again.
     p.wait_log(
         "b",
-        "the server restarted: the bond started afresh (1 of 1 paths up)",
+        "the server restarted: the bond started afresh",
         Duration::from_secs(3),
     );
+    p.wait_log("b", "path `path0` up", Duration::from_secs(3));
     transfer(b, s, "10.77.0.1:5106".parse().unwrap(), 1 << 20);
 }
 
