@@ -826,6 +826,27 @@ fn two_clients_with_one_key_are_told_from_a_restart() {
     assert!(net.server.peer_instance_returns() >= 1);
 }
 
+#[test]
+fn restarts_and_rekeys_are_no_shared_key() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.established();
+    // Two restarts in a row (new instances each time), then rekeys.
+    for seed in [7u8, 8] {
+        net.client = Session::new(
+            client_config(params(2, ResequenceMode::Sequence)),
+            net.now,
+            [seed; 32],
+            1_700_000_000_000_000_000 + net.now.as_nanos(),
+        );
+        net.step(Duration::from_millis(500));
+    }
+    net.step(Duration::from_secs(250));
+    let st = net.server.status();
+    assert_eq!(st.peer_restarts, 2, "{st:?}");
+    assert!(net.client.status().handshakes >= 3, "rekeyed");
+    assert_eq!(net.server.peer_instance_returns(), 0);
+}
+
 /// `n` packets each way, all delivered.
 fn send_both_ways(net: &mut Net, n: u32) {
     let (up, down) = (net.to_server.len(), net.to_client.len());
