@@ -540,11 +540,14 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
         "via",
         "198.51.100.1",
     ]);
-    for (ns, listen, client_ip) in [
+    for (k, (ns, listen, client_ip)) in [
         ("s", "10.77.0.1:5300", "10.77.0.2"),
         ("s", "[fd77::1]:5301", "fd77::2"),
         ("d", "198.51.100.2:5302", "10.77.0.2"),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let listen: SocketAddr = listen.parse().unwrap();
         let l = in_ns(&bed.ns(ns), move || {
             std::net::TcpListener::bind(listen).unwrap()
@@ -559,8 +562,22 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
             a.write_all(&b).unwrap();
             peer
         });
+        // From a port no connection of this test used before (below the kernel's ephemeral
+        // range): the server connects onward from the client's port unless a connection of the
+        // same ports lingers there (TIME_WAIT of an earlier one), when it takes another, which
+        // this check would take for a fault.
+        let port = 20_000 + (std::process::id() % 1000) as u16 * 10 + k as u16;
         let echoed = in_ns(&bed.ns("c"), move || {
-            let mut c = TcpStream::connect_timeout(&listen, Duration::from_secs(5)).unwrap();
+            let domain = socket2::Domain::for_address(listen);
+            let s = socket2::Socket::new(domain, socket2::Type::STREAM, None).unwrap();
+            let from: SocketAddr = match listen {
+                SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], port)),
+                SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], port)),
+            };
+            s.bind(&from.into()).unwrap();
+            s.connect_timeout(&listen.into(), Duration::from_secs(5))
+                .unwrap();
+            let mut c = TcpStream::from(s);
             c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             c.write_all(b"hello").unwrap();
             let mut b = [0u8; 5];
