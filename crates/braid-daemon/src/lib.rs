@@ -1242,15 +1242,45 @@ impl Daemon {
         // Cookie replies since the last warning: the server is there, but under a flood.
         let cookies = self.peers[0].session.status().cookie_replies;
         let new_cookies = cookies > std::mem::replace(&mut self.warned_cookie_replies, cookies);
+        // Otherwise ask the kernel what becomes of a datagram to each path's server address
+        // (at most four paths, 200 ms each, once a minute): "port unreachable" names the fault.
+        let found = if new_cookies {
+            Vec::new()
+        } else {
+            self.diagnose_paths()
+        };
         let why = if new_cookies {
             "the server is under a handshake flood and answers with cookies; retrying with them"
+                .to_owned()
+        } else if !found.is_empty() {
+            found.join("; ")
         } else {
-            "no answer from the server: check that `braid up` runs there (braid v5: an older release does not answer this one), that the paths' `remote` address and port reach it (a firewall must let UDP through), and that the keys match: this config's `peer_public_key` must be the server's public key, and the server's `peer_public_key` (or a [[client]]'s `public_key`) this client's"
+            "no answer from the server: check that `braid up` runs there (braid v5: an older release does not answer this one), that the paths' `remote` address and port reach it (a firewall must let UDP through), and that the keys match: this config's `peer_public_key` must be the server's public key, and the server's `peer_public_key` (or a [[client]]'s `public_key`) this client's".to_owned()
         };
         let secs = since_start.as_secs();
         self.warnings.say(now, "no_handshake", || {
             format!("no handshake with the server after {secs} s: {why}")
         });
+    }
+
+    /// Client: what the kernel hears of a datagram to each path's server address
+    /// ([`net::diagnose_path`]), for the paths in use (at most four, 200 ms each: it blocks).
+    /// Before a handshake, when a path sends only a handshake a second, so the server host's
+    /// allowance of ICMP errors (one a second, bursts of six) has room for the answer.
+    fn diagnose_paths(&self) -> Vec<String> {
+        self.cfg
+            .paths
+            .iter()
+            .zip(&self.peers[0].addrs)
+            .enumerate()
+            .filter(|(i, _)| !self.held_out(*i))
+            .filter_map(|(_, (p, a))| Some((p, (*a)?)))
+            .take(4)
+            .filter_map(|(p, a)| {
+                let wait = std::time::Duration::from_millis(200);
+                net::diagnose_path(p, a, wait).map(|d| format!("path `{}`: {d}", p.name))
+            })
+            .collect()
     }
 
     /// Client: says, once a minute while it lasts (from 5 s on), that an established session
@@ -1283,6 +1313,9 @@ impl Daemon {
         if secs < 5 {
             return;
         }
+        // No diagnosis here ([`Daemon::diagnose_paths`]): the paths' probes, ten a second,
+        // use up the kernel's allowance of ICMP errors toward this host, so its datagram
+        // would get no answer whatever the fault.
         self.warnings.say(now, "server_silent", || {
             format!(
                 "nothing heard from the server on any path for {secs} s: check that `braid up` still runs there and that the paths still reach it (this end keeps trying, a handshake a second; traffic for the tunnel is dropped meanwhile)"

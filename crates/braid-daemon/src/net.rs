@@ -8,6 +8,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::Command;
+use std::time::Duration;
 
 /// Run `ip ARGS`, turning a failure into a message that quotes the command.
 pub(crate) fn ip(args: &[&str], what: String) -> Result<(), DaemonError> {
@@ -470,6 +471,11 @@ pub(crate) fn unspecified(v6: bool) -> IpAddr {
 /// A client path's socket, bound to its local address and/or interface; on failure the OS
 /// error and what was being opened.
 pub fn open_path_socket(p: &PathConfig) -> Result<UdpSocket, (io::Error, String)> {
+    Ok(UdpSocket::from_std(bound_path_socket(p)?.into()))
+}
+
+/// A UDP socket bound as path `p`'s are: its interface, its local address, any port.
+fn bound_path_socket(p: &PathConfig) -> Result<Socket, (io::Error, String)> {
     let what = format!("path `{}`", p.name);
     let with = |what: String| move |e: io::Error| (e, what.clone());
     let v6 = p.remote.is_ipv6();
@@ -480,7 +486,40 @@ pub fn open_path_socket(p: &PathConfig) -> Result<UdpSocket, (io::Error, String)
     }
     let local = SocketAddr::new(p.local.unwrap_or(unspecified(v6)), 0);
     s.bind(&local.into()).map_err(with(what))?;
-    Ok(UdpSocket::from_std(s.into()))
+    Ok(s)
+}
+
+/// Client whose handshakes go unanswered: what becomes of a datagram to path `p`'s server
+/// address `remote`, as far as the kernel hears. A fresh socket bound as the path's and
+/// connected (so that ICMP errors reach it) sends one byte, which a server would drop as
+/// malformed, and waits up to `wait` for an error: "port unreachable" (nothing listens on that
+/// port there) or "host/network unreachable" from a router, or the send itself failing. `None`
+/// if nothing comes back, as from a server that runs (and drops it) or a firewall that drops
+/// it silently. Blocks for up to `wait`.
+pub fn diagnose_path(p: &PathConfig, remote: SocketAddr, wait: Duration) -> Option<String> {
+    let s = bound_path_socket(p).ok()?;
+    s.set_nonblocking(false).ok()?;
+    s.set_read_timeout(Some(wait)).ok()?;
+    s.connect(&remote.into()).ok()?;
+    if let Err(e) = s.send(&[0]) {
+        return Some(format!("sending to {remote} fails: {e}"));
+    }
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 64];
+    match s.recv(&mut buf) {
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Some(format!(
+            "{remote} answers \"port unreachable\": nothing listens on port {} there; check the path's `remote` against the server's `listen`",
+            remote.port()
+        )),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN)
+            ) =>
+        {
+            Some(format!("{remote} is unreachable, a router says ({e})"))
+        }
+        _ => None,
+    }
 }
 
 /// Client: one socket per path, bound to its local address and/or interface, sending to the

@@ -1901,14 +1901,16 @@ fn a_misconfigured_client_and_the_server_say_what_is_wrong() {
     let (stranger_key, _) = key();
     let (_, not_the_server) = key();
     let server = bed.server_public.clone();
-    for (n, private, server_key) in [
-        (1, stranger_key.clone(), not_the_server),
-        (2, stranger_key, server),
+    // A wrong server key, a key the server does not know, and a wrong port.
+    for (n, private, server_key, port) in [
+        (1, stranger_key.clone(), not_the_server, 7000),
+        (2, stranger_key.clone(), server.clone(), 7000),
+        (3, stranger_key, server, 7009),
     ] {
         let config = format!(
             "role = \"client\"\nprivate_key = \"{private}\"\npeer_public_key = \"{server_key}\"\nstate_dir = \"{dir}\"\n\
              [interface]\nname = \"braid{n}\"\naddress = [\"10.7{n}.9.2/30\"]\n[control]\nsocket = \"{dir}/x{n}.sock\"\n\
-             [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:7000\"\nrate_mbit = 10\n",
+             [[path]]\nname = \"one\"\nlocal = \"10.61.1.1\"\nremote = \"10.61.1.2:{port}\"\nrate_mbit = 10\n",
             dir = bed.dir.display()
         );
         std::fs::write(bed.dir.join(format!("x{n}.toml")), config).unwrap();
@@ -1922,15 +1924,20 @@ fn a_misconfigured_client_and_the_server_say_what_is_wrong() {
             .contains(what)
     };
     while Instant::now() < deadline
-        && !(said("x1", "no handshake with the server after 5 s")
-            && said("x2", "no handshake with the server after 5 s"))
+        && !["x1", "x2", "x3"]
+            .iter()
+            .all(|x| said(x, "no handshake with the server after 5 s"))
     {
         std::thread::sleep(Duration::from_millis(200));
     }
-    let logs = logs(&bed.dir, &["s", "x1", "x2"]);
+    let logs = logs(&bed.dir, &["s", "x1", "x2", "x3"]);
     for (side, what) in [
         ("x1", "check that `braid up` runs there"),
         ("x2", "check that `braid up` runs there"),
+        (
+            "x3",
+            "path `one`: 10.61.1.2:7009 answers \"port unreachable\": nothing listens on port 7009 there",
+        ),
         ("s", "is not meant for this server's key"),
         ("s", "is from a key that is not `peer_public_key`"),
     ] {
