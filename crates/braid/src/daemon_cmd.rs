@@ -328,15 +328,20 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
         .as_u64()
         .filter(|&n| n > 0)
         .map_or(String::new(), |n| format!("  peer restarts {n}"));
-    // Keys alone do not carry traffic: say when no path hears the peer.
-    let any_up = s["paths"].as_array().is_some_and(|ps| {
-        ps.iter()
-            .any(|p| matches!(p["state"].as_str(), Some("up" | "one-way" | "standby")))
-    });
+    // Keys alone do not carry traffic: say when no path hears the peer, or none is in use.
+    let states: Vec<&str> = s["paths"]
+        .as_array()
+        .map(|ps| ps.iter().filter_map(|p| p["state"].as_str()).collect())
+        .unwrap_or_default();
+    let any_up = states
+        .iter()
+        .any(|st| matches!(*st, "up" | "one-way" | "standby"));
+    let all_disabled = !states.is_empty() && states.iter().all(|st| *st == "disabled");
     println!(
         "{who}{}  handshakes {}{restarts}{cookies}",
         match (s["established"].as_bool() == Some(true), any_up) {
             (true, true) => "established",
+            (true, false) if all_disabled => "established, but every path is out of use",
             (true, false) => "established, but no path hears the peer",
             (false, _) => "handshaking",
         },
