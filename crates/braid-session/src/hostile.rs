@@ -63,14 +63,17 @@ pub struct Shape {
     pub qos: bool,
     /// Which end lies: the client (the proxy's case) or the server.
     pub liar_is_client: bool,
+    /// Path 2 is a backup (`BondParams::backup_paths`; with sequence numbers only).
+    pub backup: bool,
 }
 
 impl Shape {
     /// A shape from raw choices, moved to what the bond's parameters allow: EDPF is not
     /// causal (sequence numbers or none), PET's SIG-ACKs and adaptive SRR need sequence
     /// numbers.
-    pub fn new(scheduler: SchedulerKind, resequence: ResequenceMode, flags: [bool; 6]) -> Shape {
-        let [retransmit, equalize_delay, adaptive, qos, liar_is_client, compress_headers] = flags;
+    pub fn new(scheduler: SchedulerKind, resequence: ResequenceMode, flags: [bool; 7]) -> Shape {
+        let [retransmit, equalize_delay, adaptive, qos, liar_is_client, compress_headers, backup] =
+            flags;
         let adaptive = adaptive && scheduler == SchedulerKind::Srr;
         let resequence = match (scheduler, resequence) {
             (SchedulerKind::Pet, _) => ResequenceMode::Sequence,
@@ -87,6 +90,7 @@ impl Shape {
             qos,
             liar_is_client,
             compress_headers,
+            backup: backup && resequence == ResequenceMode::Sequence,
         }
     }
 
@@ -107,7 +111,15 @@ impl Shape {
         Shape::new(
             scheduler,
             resequence,
-            [flag(0), flag(1), flag(2), flag(3), flag(4), flag(5)],
+            [
+                flag(0),
+                flag(1),
+                flag(2),
+                flag(3),
+                flag(4),
+                flag(5),
+                flag(6),
+            ],
         )
     }
 
@@ -130,7 +142,7 @@ impl Shape {
             adaptive: self.adaptive,
             compress_headers: self.compress_headers,
             policies: Vec::new(),
-            backup_paths: 0,
+            backup_paths: if self.backup { 0b100 } else { 0 },
         }
     }
 }

@@ -254,7 +254,7 @@ fn shape() -> impl Strategy<Value = Shape> {
             Just(ResequenceMode::Logical),
             Just(ResequenceMode::None),
         ],
-        any::<[bool; 6]>(),
+        any::<[bool; 7]>(),
     )
         .prop_map(|(scheduler, resequence, flags)| Shape::new(scheduler, resequence, flags))
 }
@@ -474,9 +474,21 @@ fn wild_params(shape: &Shape) -> impl Strategy<Value = braid_session::BondParams
         prop_oneof![Just(0u32), 1u32..200_000, Just(MAX_QUEUE_LIMIT_BYTES)],
         0u8..=16,
         prop::collection::vec((1u64.., 1u64..8, 0u8..3, any::<bool>()), 0..3),
+        0u64..7,
     )
         .prop_map(
-            move |(rates, max_packet, seed, markers, hold, credit, queue, backup, policies)| {
+            move |(
+                rates,
+                max_packet,
+                seed,
+                markers,
+                hold,
+                credit,
+                queue,
+                backup,
+                policies,
+                backups,
+            )| {
                 let mut p = base.clone();
                 p.rates_bps = rates;
                 p.max_packet = max_packet;
@@ -505,6 +517,8 @@ fn wild_params(shape: &Shape) -> impl Strategy<Value = braid_session::BondParams
                         duplicate: duplicate && striping == 0,
                     })
                     .collect();
+                // Any backup paths but all three (with sequence numbers only).
+                p.backup_paths = if sequence { backups } else { 0 };
                 p
             },
         )
