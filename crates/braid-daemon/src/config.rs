@@ -1220,7 +1220,7 @@ fn backup_paths(paths: &[PathConfig], resequence: ResequenceMode) -> Result<u64,
     }
     if resequence != ResequenceMode::Sequence {
         return Err(
-            "[[path]] backup = true needs [bond] resequence = \"sequence\" (the default): a receiver that simulates the sender's rotation cannot follow paths that leave it and come back on their own".into(),
+            "[[path]] backup = true needs [bond] resequence = \"sequence\" (the default): a backup leaves the bond and comes back at each end on its own, and only sequence numbers keep the order across that".into(),
         );
     }
     if mask.count_ones() as usize == paths.len() {

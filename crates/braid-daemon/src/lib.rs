@@ -1194,7 +1194,6 @@ impl Daemon {
                 self.next_reopen = now + braid_proto::time::Duration::from_secs(1);
                 self.reopen(now);
                 self.retry_looped(now);
-                self.log_transitions(now);
                 self.warn_server_silent(now);
                 for p in &mut self.peers {
                     p.ptcp.refresh_rate_caps(&p.session);
@@ -1221,6 +1220,9 @@ impl Daemon {
             self.flush();
             if now >= self.next_publish {
                 self.next_publish = now + braid_proto::time::Duration::from_millis(100);
+                // Path changes are said within 100 ms (a look at every peer: a proxy may have
+                // thousands, so not at every turn).
+                self.log_transitions(now);
                 self.publish();
             }
             self.loop_timing.turned(woke, self.now());
@@ -1323,7 +1325,7 @@ impl Daemon {
         });
     }
 
-    /// Say in the log, once a second at most, what changed in the sessions: a handshake
+    /// Say in the log, every 100 ms at most, what changed in the sessions: a handshake
     /// completed, a peer restarted, a path came up or went down by its probes. Paths the user
     /// took down (`braid path down`), whose socket was lost or that loop back into the tunnel
     /// have their own lines. At most [`PATH_LINES_PER_MINUTE`] path lines a minute for each

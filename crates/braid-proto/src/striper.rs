@@ -711,6 +711,14 @@ impl<P> Striper<P> {
         }
     }
 
+    /// Drop the padding that waits in `path`'s queue (a path leaving the rotation whose data
+    /// still goes: padding would only measure a path no longer used).
+    pub fn drop_padding(&mut self, path: PathId) {
+        if let Some(tx) = self.paths.get_mut(path.index()) {
+            tx.queue.retain(|m| !matches!(m, Outgoing::Padding { .. }));
+        }
+    }
+
     /// Drop what waits in `path`'s queue (a dead path); returns the data packets dropped.
     pub fn clear_queue(&mut self, path: PathId) -> usize {
         let Some(tx) = self.paths.get_mut(path.index()) else {

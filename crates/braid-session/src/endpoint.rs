@@ -659,10 +659,14 @@ impl Endpoint {
         }
     }
 
-    /// Take `path` out of the sending half, or put it back, without dropping what waits in
-    /// its queue: a backup path going to standby, whose queued packets are good to send.
+    /// Take `path` out of the sending half, or put it back, without dropping the data that
+    /// waits in its queue: a backup path going to standby, whose queued packets are good to
+    /// send (its padding goes).
     pub fn set_path_sending_held(&mut self, path: PathId, active: bool) {
         self.striper.set_path_active(path, active);
+        if !active {
+            self.striper.drop_padding(path);
+        }
     }
 
     /// Take `path` out of the receiving half only (the peer no longer sends on it: a backup

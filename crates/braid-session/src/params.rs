@@ -224,7 +224,7 @@ impl BondParams {
         }
         if self.backup_paths != 0 && self.resequence != ResequenceMode::Sequence {
             return Err(ConfigError::Invalid(
-                "backup paths need resequence = \"sequence\" (a receiver simulating the sender's rotation cannot follow paths that leave it and come back on their own)",
+                "backup paths need resequence = \"sequence\" (paths leave the bond and come back at each end on its own, and only sequence numbers keep the order across that)",
             ));
         }
         if !self.policies.is_empty() && self.resequence != ResequenceMode::Sequence {

@@ -227,8 +227,9 @@ fn drop_index(r: DropReason) -> usize {
 pub struct PathStatus {
     /// `up`, `down` (nothing heard on it), `one-way` (the peer's packets come in, this end's
     /// probes go unanswered, or the peer's probes say it hears nothing: out of the sending
-    /// half), `standby` (a backup path, up, carrying nothing while another path is up) or
-    /// `disabled` (taken out by the driver).
+    /// half), `standby` (a backup path, up, carrying nothing while another path is up),
+    /// `settling` (a path back while the backups carry the traffic, not up for a second yet:
+    /// nothing of this end's goes on it) or `disabled` (taken out by the driver).
     pub state: &'static str,
     /// A backup path (`BondParams::backup_paths`).
     pub backup: bool,
@@ -474,17 +475,23 @@ struct PathState {
     receive_off_at: Option<Instant>,
     /// Probe ticks a path in standby has let pass since its last probe.
     standby_ticks: u32,
-    /// Since when the path is up (its last coming up); `None` while down.
+    /// Since when the path is up (its last coming up); `None` while down, or up since the
+    /// bond began.
     up_since: Option<Instant>,
-    /// Out of standby and not heard since: its last packet may be a slow probe interval
-    /// old, so it keeps standby's allowance of silence until the next one.
-    waking: bool,
+    /// A path that is not a backup, back up while the backups carry the traffic, and not up
+    /// for `STANDBY_HOLD` yet: out of the sending half ([`Session::update_standby`]).
+    probation: bool,
+    /// Out of standby at this time and not heard since: its last packet may be a slow probe
+    /// interval old, so it is not silent before its wake-up probe could be answered
+    /// ([`PathState::silent`]).
+    woke_at: Option<Instant>,
 }
 
 impl PathState {
-    /// Whether the path carries traffic: up and not a backup in standby.
+    /// Whether the path carries traffic: up, not a backup in standby, not a line on
+    /// probation.
     fn in_use(&self) -> bool {
-        self.up && !self.standby
+        self.up && !self.standby && !self.probation
     }
 
     /// Whether nothing authenticated has arrived on the path for `dead_after` plus its base
@@ -492,15 +499,23 @@ impl PathState {
     /// back, or a 300 ms path would flap at every start); `None` if nothing ever has.
     /// A path in standby, probed every `backup_probe` only, is allowed two of its probe
     /// intervals more.
+    ///
+    /// One just woken from standby (`woke_at`) may have last been heard a slow probe interval
+    /// ago: it is silent only once the probe sent as it woke has had two round trips (and
+    /// 200 ms) to be answered as well.
     fn silent(&self, now: Instant, dead_after: Duration, backup_probe: Duration) -> Option<bool> {
-        let standby = if self.standby || self.waking {
+        let standby = if self.standby {
             backup_probe * 2
         } else {
             Duration::ZERO
         };
         let allowed = dead_after + standby + self.min_rtt.get().unwrap_or(UNMEASURED_RTT_SLACK);
+        let woken_wait = self.srtt.unwrap_or(UNMEASURED_RTT_SLACK) * 2 + WAKE_SLACK;
+        let waited = self
+            .woke_at
+            .is_none_or(|w| now.saturating_duration_since(w) > woken_wait);
         self.last_rx
-            .map(|t| now.saturating_duration_since(t) > allowed)
+            .map(|t| now.saturating_duration_since(t) > allowed && waited)
     }
 }
 
@@ -549,6 +564,10 @@ const STANDBY_HOLD: Duration = Duration::from_secs(1);
 /// The peer's earlier instances a session remembers, to tell peers that share a key from
 /// restarts ([`Session::peer_instance_returns`]).
 const EARLIER_INSTANCES: usize = 4;
+
+/// What a backup path woken from standby is allowed beyond two round trips for its wake-up
+/// probe's answer ([`PathState::silent`]).
+const WAKE_SLACK: Duration = Duration::from_millis(200);
 
 /// Added to `dead_after` for a path whose RTT has not been measured yet.
 const UNMEASURED_RTT_SLACK: Duration = Duration::from_secs(1);
@@ -746,9 +765,6 @@ impl Session {
                         }
                     })
                     .collect();
-                // PET measures every path with padding for a second from now, so that the
-                // first data finds estimates rather than the start-up round robin.
-                e.note_traffic(now);
                 self.endpoint = Some(e);
                 // Resends of the old bond's packets would reach a receiver that never knew them.
                 self.resend.clear();
@@ -778,6 +794,12 @@ impl Session {
                 self.params = Some(p);
                 self.update_standby(now);
                 self.update_qos_rate(now);
+                // PET measures every path in use with padding for a second from now, so that
+                // the first data finds estimates rather than the start-up round robin (not a
+                // backup in standby: its padding would be queued already).
+                if let Some(e) = &mut self.endpoint {
+                    e.note_traffic(now);
+                }
             }
             Err(_) => {
                 self.dropped[drop_index(DropReason::BadParams)] += 1;
@@ -877,12 +899,12 @@ impl Session {
         payload.extend(self.instance.to_be_bytes());
         payload.extend(self.params.as_ref().map(|p| p.encode()).unwrap_or_default());
         let path = self.next_handshake_path % self.paths.len();
-        // Prefer a path in use, then one that is up (a backup in standby), then any; never one
-        // that is disabled.
+        // Prefer a path that is up (a backup in standby included: a client started while its
+        // line is dead, which counts as up until it has been silent for a while, gets its
+        // retries through the backup), then any; never one that is disabled.
         let order = || (0..self.paths.len()).map(|k| (path + k) % self.paths.len());
         let Some(path) = order()
-            .find(|&p| self.paths[p].in_use() && !self.paths[p].disabled)
-            .or_else(|| order().find(|&p| self.paths[p].up && !self.paths[p].disabled))
+            .find(|&p| self.paths[p].up && !self.paths[p].disabled)
             .or_else(|| order().find(|&p| !self.paths[p].disabled))
         else {
             return;
@@ -1207,7 +1229,7 @@ impl Session {
             return;
         };
         p.last_rx = Some(now);
-        p.waking = false;
+        p.woke_at = None;
         p.rx_packets += 1;
         p.rx_bytes += bytes as u64;
         p.tick_rx_bytes += bytes as u64;
@@ -1739,14 +1761,37 @@ impl Session {
         // Up for STANDBY_HOLD at least: a flapping or lossy line whose odd packet gets through
         // does not take the traffic off the backup each time (up from the bond's start counts
         // as settled).
-        let other_up = self.paths.iter().enumerate().any(|(i, p)| {
-            !is_backup(i)
-                && p.up
-                && p.up_since
-                    .is_none_or(|t| now.saturating_duration_since(t) >= STANDBY_HOLD)
-        });
-        let probe = self.cfg.probe_interval;
+        let settled = |p: &PathState| {
+            p.up && p
+                .up_since
+                .is_none_or(|t| now.saturating_duration_since(t) >= STANDBY_HOLD)
+        };
+        let other_up = self
+            .paths
+            .iter()
+            .enumerate()
+            .any(|(i, p)| !is_backup(i) && settled(p));
+        // While the backups carry the traffic, a line that came back sends nothing until it
+        // is settled: a flapping line would lose its share each time it died again.
+        let backups_in_use = !other_up
+            && self
+                .paths
+                .iter()
+                .enumerate()
+                .any(|(i, p)| is_backup(i) && p.up);
         let mut changed = false;
+        for (i, p) in self.paths.iter_mut().enumerate() {
+            let hold = !is_backup(i) && backups_in_use && p.up && !settled(p);
+            if is_backup(i) || p.probation == hold {
+                continue;
+            }
+            changed = true;
+            p.probation = hold;
+            if let (Some(e), true) = (&mut self.endpoint, p.up) {
+                e.set_path_sending_held(PathId(i as u8), !hold);
+            }
+        }
+        let probe = self.cfg.probe_interval;
         for (i, p) in self.paths.iter_mut().enumerate() {
             if !is_backup(i) || p.standby == other_up {
                 continue;
@@ -1764,7 +1809,7 @@ impl Session {
             } else {
                 p.receive_off_at = None;
                 p.probe_due = true;
-                p.waking = true;
+                p.woke_at = Some(now);
                 if let Some(e) = &mut self.endpoint {
                     if p.up {
                         e.set_path_active(path, true);
@@ -2290,6 +2335,7 @@ impl Session {
                     state: match (p.disabled, p.up, p.deaf) {
                         (true, _, _) => "disabled",
                         (false, true, _) if p.standby => "standby",
+                        (false, true, _) if p.probation => "settling",
                         (false, true, _) => "up",
                         (false, false, true) => "one-way",
                         (false, false, false) => "down",

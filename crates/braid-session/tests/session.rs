@@ -501,6 +501,8 @@ fn a_backup_path_carries_only_slow_probes_until_the_other_paths_die_with(
         assert_eq!(st.paths[0].state, "up");
         assert_eq!(st.paths[1].state, "standby", "{st:?}");
         assert!(st.paths[1].backup && !st.paths[0].backup);
+        // From the start: probes and their answers only (no data, no PET padding).
+        assert!(st.paths[1].tx_bytes < 1000, "{scheduler:?}: {st:?}");
     }
     // Standby: 5 s of traffic, and path 1 carries only its probes, one a second each way,
     // and their answers.
@@ -570,11 +572,12 @@ fn a_backup_path_carries_only_slow_probes_until_the_other_paths_die_with(
     let back = net.now;
     let mut switch = Vec::new();
     // Not at its first packet: path 0 must stay up for a second first (a flapping line does
-    // not take the traffic off the backup each time it is heard).
+    // not take the traffic off the backup each time it is heard), and carries nothing of
+    // either end's meanwhile.
     run(&mut net, &mut next, 600, &mut switch);
     for s in [&net.client, &net.server] {
         let st = s.status();
-        assert_eq!(st.paths[0].state, "up", "{st:?}");
+        assert_eq!(st.paths[0].state, "settling", "{st:?}");
         assert_eq!(st.paths[1].state, "up", "{st:?}");
     }
     run(&mut net, &mut next, 2400, &mut switch);
@@ -599,6 +602,58 @@ fn a_backup_path_carries_only_slow_probes_until_the_other_paths_die_with(
         .filter(|(id, t)| *t > back && !got.contains(id))
         .count();
     assert_eq!(lost, 0, "the client lost {lost} at the switch back");
+}
+
+#[test]
+fn a_client_started_while_its_line_is_dead_comes_up_on_the_backup() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    let mut p = params(2, ResequenceMode::Sequence);
+    p.backup_paths = 0b10;
+    net.client = session(client_config(p), 3);
+    net.dead[0] = true;
+    // The first handshake goes on the line and is lost; a retry a second later takes the
+    // backup, and once the line has been silent long enough the backup carries the traffic.
+    net.step(Duration::from_secs(4));
+    assert!(net.client.is_established() && net.server.is_established());
+    send_both_ways(&mut net, 20);
+    let st = net.client.status();
+    assert_eq!(st.paths[0].state, "down", "{st:?}");
+    assert_eq!(st.paths[1].state, "up", "{st:?}");
+}
+
+#[test]
+fn a_flapping_line_loses_nothing_while_the_backup_carries_the_traffic() {
+    let mut net = backup_net(SchedulerKind::Srr, 25);
+    let mut sent = Vec::new();
+    // Path 0 dies, then flaps: back 600 ms, dead 600 ms, five times.
+    let mut flaps = Vec::new();
+    for ms in 0..9000u64 {
+        let next = ms as u32;
+        match ms {
+            1000 => net.dead[0] = true,
+            m if (2000..8000).contains(&m) && (m - 2000) % 1200 == 0 => {
+                net.dead[0] = false;
+                flaps.push(net.now);
+            }
+            m if (2600..8000).contains(&m) && (m - 2600) % 1200 == 0 => net.dead[0] = true,
+            _ => {}
+        }
+        net.client.send(net.now, &packet(next, 1000));
+        sent.push((next, net.now));
+        net.step(Duration::from_millis(1));
+    }
+    net.step(Duration::from_millis(200));
+    let got: std::collections::HashSet<u32> = packet_ids(&net.to_server).into_iter().collect();
+    // What died with path 0 at 1 s is lost (its dead-path time); nothing after that: while
+    // it flaps, it never carries anything, as it is never up for a second.
+    let lost_late = sent
+        .iter()
+        .filter(|(id, t)| *t > Instant::from_nanos(2_000_000_000) && !got.contains(id))
+        .count();
+    assert_eq!(lost_late, 0, "lost while the line flapped");
+    let st = net.client.status();
+    assert_eq!(st.paths[1].state, "up", "{st:?}");
+    assert!(st.paths[0].down_events >= 5, "it flapped: {st:?}");
 }
 
 #[test]

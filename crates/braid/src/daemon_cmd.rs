@@ -335,7 +335,7 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
         .unwrap_or_default();
     let any_up = states
         .iter()
-        .any(|st| matches!(*st, "up" | "one-way" | "standby"));
+        .any(|st| matches!(*st, "up" | "one-way" | "standby" | "settling"));
     let all_disabled = !states.is_empty() && states.iter().all(|st| *st == "disabled");
     println!(
         "{who}{}  handshakes {}{restarts}{cookies}",
