@@ -953,7 +953,7 @@ impl Config {
                 }
                 let tun_mtu = mtu.unwrap_or(derived);
                 mtu = Some(tun_mtu);
-                let params = BondParams {
+                let mut params = BondParams {
                     scheduler: b.scheduler,
                     rates_bps: paths.iter().map(|p| p.rate_bps).collect(),
                     max_packet: u32::from(tun_mtu),
@@ -987,7 +987,17 @@ impl Config {
                     compress_headers: b.compress_headers,
                     policies: policies(&raw.policies, &paths, b.resequence).map_err(&invalid)?,
                     backup_paths: backup_paths(&paths, b.resequence).map_err(&invalid)?,
+                    path_names: Vec::new(),
                 };
+                // The paths' names go to the server for its status and logs, when they are
+                // short printable ASCII and the handshake has the room.
+                let names: Vec<String> = paths.iter().map(|p| p.name.clone()).collect();
+                if names.iter().all(|n| braid_session::params::path_name_ok(n)) {
+                    params.path_names = names;
+                    if params.encode().len() > braid_session::params::NAMES_BUDGET {
+                        params.path_names.clear();
+                    }
+                }
                 params
                     .validate()
                     .map_err(|e| invalid(format!("[bond]: {e}")))?;

@@ -809,6 +809,16 @@ fn peer_label(role: Role, cfg: &PeerConfig) -> String {
     }
 }
 
+/// Path `i`'s name: a client's from its config (`names`), a server's from the client's
+/// handshake (`BondParams::path_names`), else `path<i>`.
+fn path_name(role: Role, names: &[String], session: &Session, i: usize) -> String {
+    match role {
+        Role::Initiator => names.get(i).cloned(),
+        Role::Responder => session.params().and_then(|p| p.path_names.get(i)).cloned(),
+    }
+    .unwrap_or_else(|| format!("path{i}"))
+}
+
 /// The line that says a peer's path lines stop for the rest of the minute.
 fn paths_keep_changing(who: &str) -> String {
     format!(
@@ -1423,11 +1433,7 @@ impl Daemon {
                     }
                     continue;
                 }
-                let name = match role {
-                    Role::Initiator => self.names.get(i).cloned(),
-                    Role::Responder => None,
-                }
-                .unwrap_or_else(|| format!("path{i}"));
+                let name = path_name(role, &self.names, s, i);
                 let whose = match role {
                     Role::Initiator => String::new(),
                     Role::Responder => format!(" of {}", who()),
@@ -2224,10 +2230,11 @@ impl Daemon {
                             let old = peer.addrs[p].replace(m.addr);
                             if let Some(old) = old.filter(|o| *o != m.addr) {
                                 let who = peer_label(Role::Responder, &peer.cfg);
+                                let name = path_name(Role::Responder, &[], &peer.session, p);
                                 peer.logged.lines += 1;
                                 if peer.logged.lines <= PATH_LINES_PER_MINUTE {
                                     eprintln!(
-                                        "braid: path{p} of {who} moved from {old} to {}: following it",
+                                        "braid: path `{name}` of {who} moved from {old} to {}: following it",
                                         m.addr
                                     );
                                 } else if peer.logged.lines == PATH_LINES_PER_MINUTE + 1 {
@@ -2824,10 +2831,7 @@ impl Daemon {
                         paths: (0..n)
                             .map(|i| {
                                 PathInfo::new(
-                                    self.names
-                                        .get(i)
-                                        .cloned()
-                                        .unwrap_or_else(|| format!("path{i}")),
+                                    path_name(self.cfg.role, &self.names, &p.session, i),
                                     p.addrs.get(i).copied().flatten(),
                                     self.cfg.paths.get(i),
                                     self.admin_down.get(i) == Some(&true),

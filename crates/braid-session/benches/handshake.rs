@@ -37,6 +37,7 @@ fn params() -> BondParams {
         compress_headers: false,
         policies: Vec::new(),
         backup_paths: 0,
+        path_names: Vec::new(),
     }
 }
 

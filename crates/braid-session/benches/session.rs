@@ -48,6 +48,7 @@ fn session(cr: &mut Criterion) {
         compress_headers: false,
         policies: Vec::new(),
         backup_paths: 0,
+        path_names: Vec::new(),
     };
     let ck = PrivateKey::from_random([1; 32]);
     let sk = PrivateKey::from_random([2; 32]);

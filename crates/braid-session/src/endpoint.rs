@@ -800,6 +800,7 @@ mod tests {
             compress_headers: false,
             policies: Vec::new(),
             backup_paths: 0,
+            path_names: Vec::new(),
         };
         Endpoint::new(&EndpointConfig {
             striper: p.striper_config(),

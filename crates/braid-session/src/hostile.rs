@@ -143,6 +143,7 @@ impl Shape {
             compress_headers: self.compress_headers,
             policies: Vec::new(),
             backup_paths: if self.backup { 0b100 } else { 0 },
+            path_names: Vec::new(),
         }
     }
 }

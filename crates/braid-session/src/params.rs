@@ -55,6 +55,24 @@ pub struct BondParams {
     /// backup path carries nothing while another path is up, only its probes, at a slower
     /// pace (`crate::session`, "Backup paths"). Mode `sequence` only; never every path.
     pub backup_paths: u64,
+    /// The client's names of its paths (`[[path]] name`), for the server's status, metrics
+    /// and logs; empty: none (the server says `path0`, `path1`...). At most
+    /// [`MAX_PATH_NAME_LEN`] bytes each, printable ASCII without spaces.
+    pub path_names: Vec<String>,
+}
+
+/// The most bytes the bond's parameters take with the path names: the initiation has room
+/// for about 900 (its 1024-byte message holds the keys, the tags, the timestamp and the
+/// instance too); a client whose names would not fit sends none.
+pub const NAMES_BUDGET: usize = 880;
+
+/// The longest path name the handshake carries.
+pub const MAX_PATH_NAME_LEN: usize = 32;
+
+/// Whether `name` may travel as a path name: 1 to [`MAX_PATH_NAME_LEN`] bytes of printable
+/// ASCII without spaces (it ends up in the server's logs and metrics labels).
+pub fn path_name_ok(name: &str) -> bool {
+    (1..=MAX_PATH_NAME_LEN).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// Which paths a class of packets may use, and how it is striped (`[[policy]]` in the
@@ -128,6 +146,9 @@ const FLAG_ADAPTIVE: u8 = 0x04;
 const FLAG_COMPRESS: u8 = 0x08;
 /// Flag bit: `backup_paths` follows the rates (8 bytes).
 const FLAG_BACKUP: u8 = 0x10;
+/// Flag bit: `path_names` follow (after the backup mask, if any): a length byte and the name
+/// for each path.
+const FLAG_NAMES: u8 = 0x20;
 
 impl BondParams {
     /// The scheduler config.
@@ -237,6 +258,14 @@ impl BondParams {
         } else {
             (1u64 << self.rates_bps.len()) - 1
         };
+        if !self.path_names.is_empty()
+            && (self.path_names.len() != self.rates_bps.len()
+                || !self.path_names.iter().all(|n| path_name_ok(n)))
+        {
+            return Err(ConfigError::Invalid(
+                "path names: one per path, 1 to 32 printable ASCII characters without spaces",
+            ));
+        }
         if self.backup_paths & !all != 0 || (self.backup_paths != 0 && self.backup_paths == all) {
             return Err(ConfigError::Invalid(
                 "backup paths: a path the bond does not have, or every path a backup (one path at least must carry the traffic)",
@@ -301,6 +330,9 @@ impl BondParams {
         if self.backup_paths != 0 {
             flags |= FLAG_BACKUP;
         }
+        if !self.path_names.is_empty() {
+            flags |= FLAG_NAMES;
+        }
         v.push(flags);
         v.push(self.backup_rtt_multiple);
         for r in &self.rates_bps {
@@ -308,6 +340,10 @@ impl BondParams {
         }
         if self.backup_paths != 0 {
             v.extend(self.backup_paths.to_be_bytes());
+        }
+        for n in &self.path_names {
+            v.push(n.len().min(usize::from(u8::MAX)) as u8);
+            v.extend(n.bytes().take(usize::from(u8::MAX)));
         }
         // Policies after the rates; none: nothing at all.
         if !self.policies.is_empty() {
@@ -373,7 +409,13 @@ impl BondParams {
             _ => return Err(m()),
         };
         let flags = fixed[36];
-        if flags & !(FLAG_EQUALIZE | FLAG_RETRANSMIT | FLAG_ADAPTIVE | FLAG_COMPRESS | FLAG_BACKUP)
+        if flags
+            & !(FLAG_EQUALIZE
+                | FLAG_RETRANSMIT
+                | FLAG_ADAPTIVE
+                | FLAG_COMPRESS
+                | FLAG_BACKUP
+                | FLAG_NAMES)
             != 0
         {
             return Err(m());
@@ -396,6 +438,19 @@ impl BondParams {
                 return Err(m());
             }
             rates_end += 8;
+        }
+        let mut path_names = Vec::new();
+        if flags & FLAG_NAMES != 0 {
+            for _ in 0..n {
+                let len = usize::from(*b.get(rates_end).ok_or_else(m)?);
+                let name = b.get(rates_end + 1..rates_end + 1 + len).ok_or_else(m)?;
+                let name = std::str::from_utf8(name).map_err(|_| m())?;
+                if !path_name_ok(name) {
+                    return Err(m());
+                }
+                path_names.push(name.to_owned());
+                rates_end += 1 + len;
+            }
         }
         let mut policies = Vec::new();
         if let Some((&k, rest)) = b[rates_end..].split_first() {
@@ -440,6 +495,7 @@ impl BondParams {
             compress_headers: flags & FLAG_COMPRESS != 0,
             policies,
             backup_paths,
+            path_names,
         };
         p.validate()?;
         Ok(p)
@@ -466,6 +522,7 @@ pub(crate) fn example(paths: usize) -> BondParams {
         compress_headers: false,
         policies: Vec::new(),
         backup_paths: 0,
+        path_names: Vec::new(),
     }
 }
 
@@ -478,6 +535,44 @@ mod tests {
     fn round_trip() {
         let p = example(3);
         assert_eq!(BondParams::decode(&p.encode()), Ok(p));
+    }
+
+    #[test]
+    fn backup_paths_and_path_names_round_trip_and_are_checked() {
+        let mut p = example(3);
+        p.resequence = ResequenceMode::Sequence;
+        p.backup_paths = 0b100;
+        p.path_names = vec!["dsl".into(), "cable".into(), "lte-1".into()];
+        assert_eq!(BondParams::decode(&p.encode()), Ok(p.clone()));
+        // Names without a backup mask, and the other way round.
+        let mut q = p.clone();
+        q.backup_paths = 0;
+        assert_eq!(BondParams::decode(&q.encode()), Ok(q.clone()));
+        q.path_names.clear();
+        q.backup_paths = 0b011;
+        assert_eq!(BondParams::decode(&q.encode()), Ok(q.clone()));
+        // Names a server would print are checked: no spaces, no control bytes, no more than
+        // 32 bytes, one per path.
+        for bad in ["a b", "a\nb", "", &"x".repeat(33)] {
+            let mut q = p.clone();
+            q.path_names[1] = bad.to_owned();
+            assert!(q.validate().is_err(), "{bad:?}");
+            assert!(BondParams::decode(&q.encode()).is_err(), "{bad:?}");
+        }
+        let mut q = p.clone();
+        q.path_names.pop();
+        assert!(q.validate().is_err());
+        // Every path a backup, or one the bond does not have.
+        let mut q = p.clone();
+        q.backup_paths = 0b111;
+        assert!(q.validate().is_err());
+        q.backup_paths = 0b1000;
+        assert!(q.validate().is_err());
+        // Cut short anywhere: malformed, never a panic.
+        let bytes = p.encode();
+        for end in 0..bytes.len() {
+            assert!(BondParams::decode(&bytes[..end]).is_err(), "{end}");
+        }
     }
 
     #[test]

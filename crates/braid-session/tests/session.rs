@@ -32,6 +32,7 @@ fn params(paths: usize, mode: ResequenceMode) -> BondParams {
         compress_headers: false,
         policies: Vec::new(),
         backup_paths: 0,
+        path_names: Vec::new(),
     }
 }
 

@@ -1157,6 +1157,8 @@ fn a_backup_path_waits_in_standby_and_takes_over_when_the_other_dies() {
         let path = &st["peers"][0]["session"]["paths"][1];
         assert_eq!(path["state"], "standby", "{side}: {st}");
         assert_eq!(path["backup"], true, "{side}: {st}");
+        // The server knows the client's names for its paths from the handshake.
+        assert_eq!(st["peers"][0]["paths"][1]["name"], "two", "{side}: {st}");
     }
     // In standby, a transfer leaves the backup alone but for its probes.
     let tx_two = |bed: &Bed| {
@@ -1323,7 +1325,7 @@ fn a_path_that_moves_to_a_new_address_keeps_the_transfer_going_with_pet() {
     let log = std::fs::read_to_string(bed.dir.join("s.log")).unwrap();
     assert!(
         log.contains(&format!(
-            "path1 of the client moved from {} to ",
+            "path `two` of the client moved from {} to ",
             before.as_str().unwrap_or("?")
         )),
         "{log}"
