@@ -910,9 +910,9 @@ impl Config {
                         }
                     }
                     let name = p.name.clone().unwrap_or_else(|| format!("path{i}"));
-                    if name.is_empty() || name.chars().any(char::is_whitespace) {
+                    if !braid_session::params::path_name_ok(&name) {
                         return Err(invalid(format!(
-                            "path {i}: name `{name}`: give a name without spaces (`braid path up|down NAME` and the metrics use it)"
+                            "path {i}: name `{name}`: give 1 to 32 letters, digits, '.', '_', ':' or '-' (`braid path up|down NAME`, the metrics and the server's log use it)"
                         )));
                     }
                     if paths.iter().any(|x: &PathConfig| x.name == name) {
@@ -989,10 +989,15 @@ impl Config {
                     backup_paths: backup_paths(&paths, b.resequence).map_err(&invalid)?,
                     path_names: Vec::new(),
                 };
-                // The paths' names go to the server for its status and logs, when they are
-                // short printable ASCII and the handshake has the room.
+                // The paths' names go to the server for its status and logs, when one is not
+                // the default `path<i>` (a server of an earlier release refuses the block) and
+                // the handshake has the room.
                 let names: Vec<String> = paths.iter().map(|p| p.name.clone()).collect();
-                if names.iter().all(|n| braid_session::params::path_name_ok(n)) {
+                let named = names
+                    .iter()
+                    .enumerate()
+                    .any(|(i, n)| *n != format!("path{i}"));
+                if named {
                     params.path_names = names;
                     if params.encode().len() > braid_session::params::NAMES_BUDGET {
                         params.path_names.clear();
@@ -1279,9 +1284,9 @@ fn peers(raw: &Raw, private_key: &PrivateKey) -> Result<Vec<PeerConfig>, String>
             let mut out: Vec<PeerConfig> = Vec::new();
             for (i, c) in raw.clients.iter().enumerate() {
                 let name = c.name.clone().unwrap_or_else(|| format!("client{i}"));
-                if name.is_empty() || name.chars().any(char::is_whitespace) {
+                if !braid_session::params::path_name_ok(&name) {
                     return Err(format!(
-                        "[[client]] name `{name}`: give a name without spaces (it names the client in status and metrics)"
+                        "[[client]] name `{name}`: give 1 to 32 letters, digits, '.', '_', ':' or '-' (it names the client in status, the log and the metrics)"
                     ));
                 }
                 let public_key = key(&format!("[[client]] {name}: public_key"), &c.public_key)?;
@@ -2013,7 +2018,10 @@ duplicate = true
         assert!(err.contains("server's own address"), "{err}");
         let err = parse(&two("\"10.77.0.3/32\"")).unwrap_err();
         assert!(err.contains("holds b's address"), "{err}");
-        let err = parse(&client("").replace("name = \"dsl\"", "name = \"my dsl\"")).unwrap_err();
-        assert!(err.contains("without spaces"), "{err}");
+        for bad in ["my dsl", "dsl\\\"", "a,b"] {
+            let err = parse(&client("").replace("name = \"dsl\"", &format!("name = \"{bad}\"")))
+                .unwrap_err();
+            assert!(err.contains("letters, digits"), "{bad}: {err}");
+        }
     }
 }

@@ -1451,6 +1451,9 @@ impl Daemon {
                     "in use: a backup path, and no other path is up".to_owned()
                 } else if up && standby {
                     "up, standby (a backup path)".to_owned()
+                } else if up && s.path_is_settling(PathId(i as u8)) {
+                    "up, settling: the backups carry the traffic until it has been up for a second"
+                        .to_owned()
                 } else if up {
                     "up".to_owned()
                 } else if s.path_is_one_way(PathId(i as u8)) {

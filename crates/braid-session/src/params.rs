@@ -56,8 +56,7 @@ pub struct BondParams {
     /// pace (`crate::session`, "Backup paths"). Mode `sequence` only; never every path.
     pub backup_paths: u64,
     /// The client's names of its paths (`[[path]] name`), for the server's status, metrics
-    /// and logs; empty: none (the server says `path0`, `path1`...). At most
-    /// [`MAX_PATH_NAME_LEN`] bytes each, printable ASCII without spaces.
+    /// and logs; empty: none (the server says `path0`, `path1`...). [`path_name_ok`] each.
     pub path_names: Vec<String>,
 }
 
@@ -69,10 +68,14 @@ pub const NAMES_BUDGET: usize = 880;
 /// The longest path name the handshake carries.
 pub const MAX_PATH_NAME_LEN: usize = 32;
 
-/// Whether `name` may travel as a path name: 1 to [`MAX_PATH_NAME_LEN`] bytes of printable
-/// ASCII without spaces (it ends up in the server's logs and metrics labels).
+/// Whether `name` may travel as a path name: 1 to [`MAX_PATH_NAME_LEN`] bytes of ASCII
+/// letters, digits, `.`, `_`, `:` and `-` (it ends up in the server's logs and in Prometheus
+/// label values, which a quote or a backslash would break).
 pub fn path_name_ok(name: &str) -> bool {
-    (1..=MAX_PATH_NAME_LEN).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_graphic())
+    (1..=MAX_PATH_NAME_LEN).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
 /// Which paths a class of packets may use, and how it is striped (`[[policy]]` in the
@@ -263,7 +266,7 @@ impl BondParams {
                 || !self.path_names.iter().all(|n| path_name_ok(n)))
         {
             return Err(ConfigError::Invalid(
-                "path names: one per path, 1 to 32 printable ASCII characters without spaces",
+                "path names: one per path, 1 to 32 ASCII letters, digits, '.', '_', ':' or '-'",
             ));
         }
         if self.backup_paths & !all != 0 || (self.backup_paths != 0 && self.backup_paths == all) {
@@ -553,7 +556,15 @@ mod tests {
         assert_eq!(BondParams::decode(&q.encode()), Ok(q.clone()));
         // Names a server would print are checked: no spaces, no control bytes, no more than
         // 32 bytes, one per path.
-        for bad in ["a b", "a\nb", "", &"x".repeat(33)] {
+        for bad in [
+            "a b",
+            "a\nb",
+            "",
+            &"x".repeat(33),
+            "x\",peer=\"bob",
+            "x\\",
+            "a`b",
+        ] {
             let mut q = p.clone();
             q.path_names[1] = bad.to_owned();
             assert!(q.validate().is_err(), "{bad:?}");

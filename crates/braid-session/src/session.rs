@@ -481,6 +481,9 @@ struct PathState {
     /// A path that is not a backup, back up while the backups carry the traffic, and not up
     /// for `STANDBY_HOLD` yet: out of the sending half ([`Session::update_standby`]).
     probation: bool,
+    /// Up since the bond began, or up for `STANDBY_HOLD` and heard lately then; until it
+    /// goes down ([`Session::update_standby`]).
+    settled: bool,
     /// Out of standby at this time and not heard since: its last packet may be a slow probe
     /// interval old, so it is not silent before its wake-up probe could be answered
     /// ([`PathState::silent`]).
@@ -843,7 +846,10 @@ impl Session {
             return;
         };
         for (i, path) in self.paths.iter().enumerate() {
-            if !path.in_use() {
+            if path.probation && path.up {
+                // Its receiving half stays: the peer may use it.
+                e.set_path_sending_held(PathId(i as u8), false);
+            } else if !path.in_use() {
                 e.set_path_active(PathId(i as u8), false);
             }
         }
@@ -899,13 +905,18 @@ impl Session {
         payload.extend(self.instance.to_be_bytes());
         payload.extend(self.params.as_ref().map(|p| p.encode()).unwrap_or_default());
         let path = self.next_handshake_path % self.paths.len();
-        // Prefer a path that is up (a backup in standby included: a client started while its
-        // line is dead, which counts as up until it has been silent for a while, gets its
-        // retries through the backup), then any; never one that is disabled.
+        // A rekey prefers a path in use (not the metered backup in standby). The first
+        // handshake and retries take any path that is up in turn, a backup in standby
+        // included: a client started while its line is dead, which counts as up until it has
+        // been silent for a while, gets its retry through the backup. Then any path; never
+        // one that is disabled.
+        let rekey = self.pending.is_none() && self.current.is_some();
         let order = || (0..self.paths.len()).map(|k| (path + k) % self.paths.len());
+        let usable = |p: usize| !self.paths[p].disabled;
         let Some(path) = order()
-            .find(|&p| self.paths[p].up && !self.paths[p].disabled)
-            .or_else(|| order().find(|&p| !self.paths[p].disabled))
+            .find(|&p| rekey && self.paths[p].in_use() && usable(p))
+            .or_else(|| order().find(|&p| self.paths[p].up && usable(p)))
+            .or_else(|| order().find(|&p| usable(p)))
         else {
             return;
         };
@@ -1236,6 +1247,7 @@ impl Session {
         if !p.up && !p.disabled && !p.deaf {
             p.up = true;
             p.up_since = Some(now);
+            p.settled = false;
             // Probes unanswered while the path was down do not count against it now.
             p.unanswered_since = None;
             p.unanswered = 0;
@@ -1584,9 +1596,13 @@ impl Session {
     ) -> Option<usize> {
         self.last_now = now;
         let i = path.index();
-        // Not on a backup in standby: its micro-flow finds the path dead (the segment counts
-        // as unsent) and pTCP stripes over the paths in use.
-        let sealed = if self.paths.get(i).is_some_and(|p| !p.standby) {
+        // Not on a backup in standby nor a line settling: its micro-flow finds the path dead
+        // (the segment counts as unsent) and pTCP stripes over the paths in use.
+        let sealed = if self
+            .paths
+            .get(i)
+            .is_some_and(|p| !p.standby && !p.probation)
+        {
             self.seal_repr(i, Repr::Ptcp { conn, segment }, out)
         } else {
             None
@@ -1726,6 +1742,12 @@ impl Session {
         self.paths.get(path.index()).is_some_and(|p| p.deaf)
     }
 
+    /// Whether `path` is settling: back while the backups carry the traffic, carrying
+    /// nothing until it has been up for a second.
+    pub fn path_is_settling(&self, path: PathId) -> bool {
+        self.paths.get(path.index()).is_some_and(|p| p.probation)
+    }
+
     /// Whether `path` is a backup path in standby: up (its probes answered) but carrying
     /// nothing, because another path is up.
     pub fn path_is_standby(&self, path: PathId) -> bool {
@@ -1761,11 +1783,23 @@ impl Session {
         // Up for STANDBY_HOLD at least: a flapping or lossy line whose odd packet gets through
         // does not take the traffic off the backup each time (up from the bond's start counts
         // as settled).
-        let settled = |p: &PathState| {
-            p.up && p
-                .up_since
-                .is_none_or(|t| now.saturating_duration_since(t) >= STANDBY_HOLD)
-        };
+        // One that came back must also have been heard lately as its second ends: a line
+        // that dies again just before counts as down only after `dead_after`. Settled, it
+        // stays so until it goes down (a lossy line's gaps do not wake the backups).
+        let probe = self.cfg.probe_interval;
+        for p in &mut self.paths {
+            if !p.up {
+                p.settled = false;
+            } else if !p.settled {
+                let fresh = probe * 2 + p.srtt.unwrap_or(Duration::ZERO);
+                p.settled = p.up_since.is_none_or(|t| {
+                    now.saturating_duration_since(t) >= STANDBY_HOLD
+                        && p.last_rx
+                            .is_some_and(|r| now.saturating_duration_since(r) <= fresh)
+                });
+            }
+        }
+        let settled = |p: &PathState| p.up && p.settled;
         let other_up = self
             .paths
             .iter()
@@ -1791,7 +1825,6 @@ impl Session {
                 e.set_path_sending_held(PathId(i as u8), !hold);
             }
         }
-        let probe = self.cfg.probe_interval;
         for (i, p) in self.paths.iter_mut().enumerate() {
             if !is_backup(i) || p.standby == other_up {
                 continue;
