@@ -1059,18 +1059,8 @@ impl Daemon {
             .iter()
             .zip(&cfg.paths)
             .map(|(s, p)| {
-                s.is_none().then(|| {
-                    format!(
-                        "waiting for {}",
-                        p.interface.as_ref().map_or_else(
-                            || format!(
-                                "local address {}",
-                                p.local.map_or("?".into(), |a| a.to_string())
-                            ),
-                            |d| format!("interface {d}")
-                        )
-                    )
-                })
+                s.is_none()
+                    .then(|| format!("waiting for {}", net::waiting_for(p)))
             })
             .collect();
         if cfg.role == Role::Initiator {
@@ -1523,6 +1513,24 @@ impl Daemon {
         if self.cfg.role != Role::Initiator {
             return;
         }
+        // A path bound to an interface that lost its address (a modem's lease ran out, a
+        // renewal took the old one off first) would send with another interface's: out of
+        // use until it has one again.
+        for i in 0..self.sockets.len() {
+            let Some(p) = self.cfg.paths.get(i) else {
+                continue;
+            };
+            if let (Some(dev), None, true) = (&p.interface, p.local, self.sockets[i].is_some()) {
+                if net::interface_has_address(dev, p.remote.is_ipv6()) == Some(false) {
+                    let family = if p.remote.is_ipv6() { "IPv6" } else { "IPv4" };
+                    let e = io::Error::new(
+                        io::ErrorKind::AddrNotAvailable,
+                        format!("interface {dev} has no {family} address"),
+                    );
+                    self.lose_socket(i, &e);
+                }
+            }
+        }
         for i in 0..self.sockets.len() {
             if self.sockets[i].is_some() || self.admin_down[i] {
                 continue;
@@ -1544,7 +1552,7 @@ impl Daemon {
             {
                 continue;
             }
-            eprintln!("braid: path `{}` has its socket again", p.name);
+            eprintln!("braid: path `{}` has its socket", p.name);
             self.sockets[i] = Some(s);
             self.refresh_local_ports();
             self.gso[i] = Some(state);
@@ -1560,7 +1568,14 @@ impl Daemon {
             let _ = self.poll.registry().deregister(&mut s);
             self.gso[i] = None;
             self.refresh_local_ports();
-            self.problems[i] = Some(format!("lost its socket ({e}); retrying every second"));
+            let waiting = self
+                .cfg
+                .paths
+                .get(i)
+                .map_or_else(|| "its socket".to_owned(), net::waiting_for);
+            self.problems[i] = Some(format!(
+                "lost its socket ({e}); waiting for {waiting}, tried every second"
+            ));
             eprintln!(
                 "braid: path `{}` lost its socket ({e}): out of use until it can be opened again",
                 self.names[i]

@@ -450,6 +450,17 @@ fn sock_err(what: String) -> impl Fn(io::Error) -> DaemonError {
     }
 }
 
+/// What a client's path without a socket waits for, for the log and `braid status`.
+pub fn waiting_for(p: &PathConfig) -> String {
+    let family = if p.remote.is_ipv6() { "IPv6" } else { "IPv4" };
+    match (&p.interface, p.local) {
+        (Some(d), None) => format!("interface {d} and an {family} address on it"),
+        (Some(d), Some(a)) => format!("interface {d} and local address {a}"),
+        (None, Some(a)) => format!("local address {a}"),
+        (None, None) => "its socket".to_owned(),
+    }
+}
+
 /// Whether `e` says a path's interface or local address is not there (now): the path waits for
 /// it rather than the daemon failing.
 pub fn is_absent(e: &io::Error) -> bool {
@@ -471,6 +482,19 @@ pub(crate) fn unspecified(v6: bool) -> IpAddr {
 /// A client path's socket, bound to its local address and/or interface; on failure the OS
 /// error and what was being opened.
 pub fn open_path_socket(p: &PathConfig) -> Result<UdpSocket, (io::Error, String)> {
+    if let (Some(dev), None) = (&p.interface, p.local) {
+        let v6 = p.remote.is_ipv6();
+        if interface_has_address(dev, v6) == Some(false) {
+            let family = if v6 { "IPv6" } else { "IPv4" };
+            return Err((
+                io::Error::new(
+                    io::ErrorKind::AddrNotAvailable,
+                    format!("interface {dev} has no {family} address yet"),
+                ),
+                format!("path `{}` (interface {dev})", p.name),
+            ));
+        }
+    }
     Ok(UdpSocket::from_std(bound_path_socket(p)?.into()))
 }
 
@@ -543,12 +567,9 @@ pub fn open_sockets(cfg: &Config) -> Result<Sockets, DaemonError> {
                     Ok(s) => sockets.push(Some(s)),
                     Err((e, _)) if is_absent(&e) => {
                         eprintln!(
-                            "braid: path `{}`: {} is not there ({e}): the path waits for it (retried every second)",
+                            "braid: path `{}`: waiting for {} ({e}; retried every second)",
                             p.name,
-                            p.interface.as_ref().map_or_else(
-                                || format!("local address {}", p.local.map_or("?".into(), |a| a.to_string())),
-                                |d| format!("interface {d}")
-                            )
+                            waiting_for(p)
                         );
                         sockets.push(None);
                     }
@@ -680,20 +701,20 @@ pub(crate) fn set_int_option(
     }
 }
 
-/// Whether `ip` is an address of one of this host's interfaces (in this network namespace),
-/// by `getifaddrs`. `false` if they cannot be listed.
-pub fn is_local_address(ip: IpAddr) -> bool {
+/// This host's addresses (in this network namespace), each with its interface's name, by
+/// `getifaddrs`; `None` if they cannot be listed.
+fn interface_addresses() -> Option<Vec<(String, IpAddr)>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return false;
+        return None;
     }
-    let mut found = false;
+    let mut out = Vec::new();
     let mut cur = head;
     while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
         let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() {
+        if !ifa.ifa_addr.is_null() && !ifa.ifa_name.is_null() {
             // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its type.
             let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
             let addr = match family {
@@ -709,16 +730,38 @@ pub fn is_local_address(ip: IpAddr) -> bool {
                 }
                 _ => None,
             };
-            if addr == Some(ip) {
-                found = true;
-                break;
+            if let Some(addr) = addr {
+                // SAFETY: a non-null ifa_name is a NUL-terminated C string of the list.
+                let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+                out.push((name.to_string_lossy().into_owned(), addr));
             }
         }
         cur = ifa.ifa_next;
     }
     // SAFETY: `head` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
-    found
+    Some(out)
+}
+
+/// Whether `ip` is an address of one of this host's interfaces (in this network namespace),
+/// by `getifaddrs`. `false` if they cannot be listed.
+pub fn is_local_address(ip: IpAddr) -> bool {
+    interface_addresses().is_some_and(|all| all.iter().any(|(_, a)| *a == ip))
+}
+
+/// Whether interface `dev` has an address of IPv6 (`v6`) or IPv4 to send from (not a
+/// link-local one): without one, a socket bound to the interface sends with another
+/// interface's address, which the far end takes for the path moving there. `None` if the
+/// addresses cannot be listed.
+pub fn interface_has_address(dev: &str, v6: bool) -> Option<bool> {
+    let all = interface_addresses()?;
+    Some(all.iter().any(|(name, a)| {
+        name == dev
+            && match a {
+                IpAddr::V4(a) => !v6 && !a.is_link_local(),
+                IpAddr::V6(a) => v6 && (a.segments()[0] & 0xffc0) != 0xfe80,
+            }
+    }))
 }
 
 #[cfg(test)]

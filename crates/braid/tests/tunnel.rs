@@ -1771,6 +1771,35 @@ fn paths_come_and_go_at_run_time() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Path three's interface loses its address (a modem's lease ran out): its socket would
+    // send with another interface's address, so it goes and the path waits for one; back
+    // with the address.
+    let dev3 = format!("c{}3", bed.tag);
+    sh(&["ip", "-n", &c, "addr", "flush", "dev", &dev3]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (three, why) = state(&bed, 2);
+        if three == "disabled" {
+            assert!(
+                why.as_str().is_some_and(|w| w.contains("no IPv4 address")),
+                "{why}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{three} {why}: {}", bed.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    sh(&["ip", "-n", &c, "addr", "add", "10.63.3.1/24", "dev", &dev3]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while state(&bed, 2).0 != "up" {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}: {}",
+            state(&bed, 2),
+            bed.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// A flood of handshake initiations that know the server's public key (a good `mac1`, so only
