@@ -106,6 +106,8 @@ pub struct LinkSpec {
     pub loss: LossModel,
     /// Drop-tail queue, KiB.
     pub queue_kb: f64,
+    /// Token bucket, KiB (0: a serialiser; see `DirectionConfig::burst_bytes`).
+    pub burst_kb: f64,
 }
 
 /// A scheduled change, as written in the scenario.
@@ -186,6 +188,7 @@ impl PathSpec {
         let conv = |l: &LinkSpec, forward: bool| DirectionConfig {
             rate_bps: mbit_to_bps(l.rate_mbit),
             queue_bytes: (l.queue_kb * 1024.0).round().max(1.0) as u64,
+            burst_bytes: (l.burst_kb * 1024.0).round() as u64,
             delay: secs(l.delay_ms / 1e3),
             jitter: secs(l.jitter_ms / 1e3),
             loss: l.loss.clone(),
@@ -353,6 +356,7 @@ struct RawLink {
     loss_pct: Option<Spanned<f64>>,
     queue_kb: Option<Spanned<f64>>,
     gilbert_elliott: Option<Spanned<RawGe>>,
+    burst_kb: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]
@@ -364,6 +368,7 @@ struct RawPath {
     loss_pct: Option<Spanned<f64>>,
     queue_kb: Option<Spanned<f64>>,
     gilbert_elliott: Option<Spanned<RawGe>>,
+    burst_kb: Option<Spanned<f64>>,
     schedule: Option<Vec<Spanned<RawEvent>>>,
     reverse: Option<Spanned<RawLink>>,
     #[serde(default)]
@@ -593,6 +598,7 @@ impl Validator<'_> {
             loss_pct: p.loss_pct,
             queue_kb: p.queue_kb,
             gilbert_elliott: p.gilbert_elliott,
+            burst_kb: p.burst_kb,
         };
         if mode == Mode::Direct {
             let shaped = own.rate_mbit.is_some()
@@ -600,6 +606,7 @@ impl Validator<'_> {
                 || own.jitter_ms.is_some()
                 || own.loss_pct.is_some()
                 || own.queue_kb.is_some()
+                || own.burst_kb.is_some()
                 || own.gilbert_elliott.is_some()
                 || p.schedule.is_some()
                 || p.reverse.is_some();
@@ -767,6 +774,16 @@ impl Validator<'_> {
             )?
             .or(base.map(|b| b.queue_kb))
             .unwrap_or(DEFAULT_QUEUE_KB);
+        let burst_kb = self
+            .number(
+                &raw.burst_kb,
+                "burst_kb",
+                ctx,
+                (2.0, 1_048_576.0),
+                "give the token bucket in KiB, from 2 (a full frame) to 1048576, as tbf's burst (e.g. burst_kb = 16); leave it out for a link that serialises every frame at its rate",
+            )?
+            .or(base.map(|b| b.burst_kb))
+            .unwrap_or(0.0);
         let loss_pct = self.number(
             &raw.loss_pct,
             "loss_pct",
@@ -817,6 +834,7 @@ impl Validator<'_> {
             jitter_ms,
             loss,
             queue_kb,
+            burst_kb,
         })
     }
 }
@@ -967,6 +985,22 @@ gilbert_elliott = { p_good_to_bad_pct = 1, p_bad_to_good_pct = 30 }
         assert!(e.message.contains("direction = \"up\""), "{e}");
         let e = error("[[path]]\nrate_mbit = 1\nschedule = [{ at_s = 1, rate_mbit = 2, direction = \"forward\" }]\n");
         assert!(e.message.contains("direction goes with down_s only"), "{e}");
+    }
+
+    #[test]
+    fn a_token_bucket_goes_to_both_directions_unless_the_reverse_says_otherwise() {
+        let s = Scenario::parse(
+            "[[path]]\nrate_mbit = 1\nburst_kb = 16\n[[path]]\nrate_mbit = 1\nburst_kb = 16\n[path.reverse]\nburst_kb = 4\n",
+        )
+        .unwrap();
+        let (f0, r0) = s.paths[0].direction_configs().unwrap();
+        assert_eq!((f0.burst_bytes, r0.burst_bytes), (16_384, 16_384));
+        let (f1, r1) = s.paths[1].direction_configs().unwrap();
+        assert_eq!((f1.burst_bytes, r1.burst_bytes), (16_384, 4_096));
+        let e = error("[[path]]\nrate_mbit = 1\nburst_kb = 1\n");
+        assert!(e.message.contains("burst_kb"), "{e}");
+        let plain = Scenario::parse("[[path]]\nrate_mbit = 1\n").unwrap();
+        assert_eq!(plain.paths[0].direction_configs().unwrap().0.burst_bytes, 0);
     }
 
     #[test]

@@ -61,6 +61,11 @@ pub struct DirectionConfig {
     pub loss: LossModel,
     /// Rate changes and outages, sorted by `at`.
     pub schedule: Vec<ScheduleEntry>,
+    /// 0: a serialiser, every frame taking its time at `rate_bps`. Otherwise a token bucket of
+    /// this many bytes, as Linux's `tbf` (and ISP policers, cellular schedulers): a frame
+    /// leaves at once while the bucket holds its bytes (full at the start, refilled at
+    /// `rate_bps`), so a burst leaves back to back and only the long-run rate is `rate_bps`.
+    pub burst_bytes: u64,
 }
 
 impl DirectionConfig {
@@ -73,6 +78,7 @@ impl DirectionConfig {
             jitter: Duration::ZERO,
             loss: LossModel::None,
             schedule: Vec::new(),
+            burst_bytes: 0,
         }
     }
 
@@ -113,6 +119,9 @@ pub struct LinkModel {
     backlog_bytes: u64,
     /// Gilbert-Elliott state.
     bad_state: bool,
+    /// Token bucket (`burst_bytes` > 0): bytes in it as of `tokens_at`.
+    tokens: f64,
+    tokens_at: Instant,
     /// Start of the schedule; `None` until [`LinkModel::restart_schedule`].
     epoch: Option<Instant>,
     last_now: Instant,
@@ -132,15 +141,17 @@ impl LinkModel {
         }
         config.schedule.sort_by_key(|e| e.at);
         LinkModel {
-            config,
             rng: Xoshiro256PlusPlus::seed_from_u64(seed),
             busy_until: Instant::ZERO,
             last_delivery: Instant::ZERO,
             backlog: VecDeque::new(),
             backlog_bytes: 0,
             bad_state: false,
+            tokens: config.burst_bytes as f64,
+            tokens_at: Instant::ZERO,
             epoch: None,
             last_now: Instant::ZERO,
+            config,
         }
     }
 
@@ -209,7 +220,23 @@ impl LinkModel {
         let Some(rate) = self.rate_at(start) else {
             return Verdict::Down;
         };
-        let end = start + transmission_time(len, rate);
+        let end = if self.config.burst_bytes == 0 {
+            start + transmission_time(len, rate)
+        } else {
+            // Refill since the last departure, up to the bucket; wait for what is missing.
+            let bucket = self.config.burst_bytes as f64;
+            let refill = (start - self.tokens_at).as_secs_f64() * rate as f64 / 8.0;
+            let tokens = (self.tokens + refill).min(bucket);
+            let missing = len as f64 - tokens;
+            let end = if missing > 0.0 {
+                start + Duration::from_secs_f64(missing * 8.0 / rate as f64)
+            } else {
+                start
+            };
+            self.tokens = (tokens - len as f64).max(0.0);
+            self.tokens_at = end;
+            end
+        };
         self.busy_until = end;
         self.backlog.push_back((end, len));
         self.backlog_bytes += len;
@@ -264,6 +291,30 @@ mod tests {
         // An idle link starts at once.
         assert_eq!(deliver(m.on_frame(at_ms(100), 1250)), at_ms(106));
         assert_eq!(m.backlog_bytes(), 1250);
+    }
+
+    #[test]
+    fn a_token_bucket_lets_a_burst_through_at_once_and_then_the_rate() {
+        // 1 Mbit/s, a 16 KiB bucket: ten 1500-byte frames sent at once leave together, the
+        // eleventh waits for the 116 bytes of tokens the bucket lacks (0.928 ms), and after
+        // that one frame leaves every 12 ms.
+        let mut c = DirectionConfig::new(1_000_000, ms(10), 1 << 20);
+        c.burst_bytes = 16 * 1024;
+        let mut m = LinkModel::new(c, 1);
+        let out: Vec<Instant> = (0..14)
+            .map(|_| deliver(m.on_frame(at_ms(0), 1500)))
+            .collect();
+        for t in &out[..10] {
+            assert_eq!(*t, at_ms(10));
+        }
+        assert_eq!((out[10] - at_ms(10)).as_micros(), 928);
+        assert_eq!((out[11] - out[10]).as_micros(), 12_000);
+        assert_eq!((out[13] - out[12]).as_micros(), 12_000);
+        // Idle for a second: the bucket is full again.
+        let later: Vec<Instant> = (0..3)
+            .map(|_| deliver(m.on_frame(at_ms(2000), 1500)))
+            .collect();
+        assert!(later.iter().all(|t| *t == at_ms(2010)), "{later:?}");
     }
 
     #[test]
