@@ -1515,13 +1515,24 @@ impl Daemon {
         }
         // A path bound to an interface that lost its address (a modem's lease ran out, a
         // renewal took the old one off first) would send with another interface's: out of
-        // use until it has one again.
+        // use until it has one again. One listing of the host's addresses for all of them.
+        let bound_only = |i: usize| {
+            self.cfg
+                .paths
+                .get(i)
+                .is_some_and(|p| p.interface.is_some() && p.local.is_none())
+                && self.sockets[i].is_some()
+        };
+        let addresses = (0..self.sockets.len())
+            .any(bound_only)
+            .then(net::interface_addresses)
+            .flatten();
         for i in 0..self.sockets.len() {
-            let Some(p) = self.cfg.paths.get(i) else {
+            let (Some(p), Some(all)) = (self.cfg.paths.get(i), &addresses) else {
                 continue;
             };
             if let (Some(dev), None, true) = (&p.interface, p.local, self.sockets[i].is_some()) {
-                if net::interface_has_address(dev, p.remote.is_ipv6()) == Some(false) {
+                if !net::has_address(all, dev, p.remote.is_ipv6()) {
                     let family = if p.remote.is_ipv6() { "IPv6" } else { "IPv4" };
                     let e = io::Error::new(
                         io::ErrorKind::AddrNotAvailable,
@@ -2288,11 +2299,11 @@ impl Daemon {
                     peer.spoofed += 1;
                     let src = packet_address(&p, true);
                     peer.session.recycle(p);
-                    let peer = &self.peers[k];
-                    let (who, handed) =
-                        (peer_label(Role::Responder, &peer.cfg), &peer.cfg.addresses);
+                    let cfg = &self.peers[k].cfg;
                     self.warnings.say_for(now, "spoofed", k, || {
-                        let handed: Vec<String> = handed.iter().map(ToString::to_string).collect();
+                        let who = peer_label(Role::Responder, cfg);
+                        let handed: Vec<String> =
+                            cfg.addresses.iter().map(ToString::to_string).collect();
                         format!(
                             "{who} sends from {}, not an address of its own (dropped, counted as spoofed_packets): its tunnel address must be one this server hands it ({}), and a LAN behind it must be in its [[client]] routes",
                             src.map_or("an unreadable source".into(), |a| a.to_string()),

@@ -703,7 +703,7 @@ pub(crate) fn set_int_option(
 
 /// This host's addresses (in this network namespace), each with its interface's name, by
 /// `getifaddrs`; `None` if they cannot be listed.
-fn interface_addresses() -> Option<Vec<(String, IpAddr)>> {
+pub(crate) fn interface_addresses() -> Option<Vec<(String, IpAddr)>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
@@ -754,14 +754,18 @@ pub fn is_local_address(ip: IpAddr) -> bool {
 /// interface's address, which the far end takes for the path moving there. `None` if the
 /// addresses cannot be listed.
 pub fn interface_has_address(dev: &str, v6: bool) -> Option<bool> {
-    let all = interface_addresses()?;
-    Some(all.iter().any(|(name, a)| {
+    Some(has_address(&interface_addresses()?, dev, v6))
+}
+
+/// [`interface_has_address`] in a list [`interface_addresses`] made.
+pub(crate) fn has_address(all: &[(String, IpAddr)], dev: &str, v6: bool) -> bool {
+    all.iter().any(|(name, a)| {
         name == dev
             && match a {
                 IpAddr::V4(a) => !v6 && !a.is_link_local(),
                 IpAddr::V6(a) => v6 && (a.segments()[0] & 0xffc0) != 0xfe80,
             }
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -560,6 +560,11 @@ const ONE_WAY_SLACK: Duration = Duration::from_secs(2);
 /// The fewest probes unanswered before a path counts as one-way.
 const ONE_WAY_PROBES: u32 = 4;
 
+/// Whether path `i` is a backup in the mask `backups` (`BondParams::backup_paths`).
+fn is_backup(backups: u64, i: usize) -> bool {
+    i < 64 && backups & (1u64 << i) != 0
+}
+
 /// How long a path that is not a backup must be up before the backup paths go (back) to
 /// standby ([`Session::update_standby`]).
 const STANDBY_HOLD: Duration = Duration::from_secs(1);
@@ -1779,13 +1784,12 @@ impl Session {
         if backups == 0 {
             return;
         }
-        let is_backup = |i: usize| i < 64 && backups & (1u64 << i) != 0;
-        // Up for STANDBY_HOLD at least: a flapping or lossy line whose odd packet gets through
-        // does not take the traffic off the backup each time (up from the bond's start counts
-        // as settled).
-        // One that came back must also have been heard lately as its second ends: a line
-        // that dies again just before counts as down only after `dead_after`. Settled, it
-        // stays so until it goes down (a lossy line's gaps do not wake the backups).
+        let is_backup = |i: usize| is_backup(backups, i);
+        // A line is settled once up from the bond's start, or up for STANDBY_HOLD and heard
+        // lately as that second ends (a flapping line whose odd packet gets through does not
+        // take the traffic off the backup each time, nor one that dies again just before,
+        // which counts as down only after `dead_after`). Settled, it stays so until it goes
+        // down: a lossy line's gaps do not wake the backups.
         let probe = self.cfg.probe_interval;
         for p in &mut self.paths {
             if !p.up {
@@ -2376,7 +2380,7 @@ impl Session {
                     backup: self
                         .params
                         .as_ref()
-                        .is_some_and(|b| i < 64 && b.backup_paths & (1u64 << i) != 0),
+                        .is_some_and(|b| is_backup(b.backup_paths, i)),
                     rtt_ms: p.srtt.map(|d| d.as_secs_f64() * 1e3),
                     loss_pct: p.loss * 100.0,
                     tx_bps: p.tx_bps,

@@ -1081,11 +1081,22 @@ fn a_path_killed_mid_transfer_does_not_stall_it() {
 
 /// Waits up to `within` for `side`'s path `i` to be in `state`; the status last seen.
 fn wait_state(bed: &Bed, side: &str, i: usize, state: &str, within: Duration) -> serde_json::Value {
+    let now = || bed.status(side).unwrap_or_default();
+    wait_until(within, || {
+        now()["peers"][0]["session"]["paths"][i]["state"] == state
+    });
+    now()
+}
+
+/// Checks `cond` every 50 ms for up to `within`; whether it held.
+fn wait_until(within: Duration, cond: impl Fn() -> bool) -> bool {
     let deadline = Instant::now() + within;
     loop {
-        let st = bed.status(side).unwrap_or_default();
-        if st["peers"][0]["session"]["paths"][i]["state"] == state || Instant::now() > deadline {
-            return st;
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -1200,10 +1211,9 @@ fn a_backup_path_waits_in_standby_and_takes_over_when_the_other_dies() {
         );
     }
     // The log says each step (within its second).
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline && !bed.logs().contains("path `two` standby") {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(Duration::from_secs(3), || {
+        bed.logs().contains("path `two` standby")
+    });
     let logs = bed.logs();
     assert!(
         logs.contains("path `two` in use: a backup path, and no other path is up"),
@@ -1498,11 +1508,7 @@ impl Proxy {
                 .unwrap_or_default()
                 .contains(text)
         };
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline && !says() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        assert!(says(), "no {text:?}: {}", self.logs());
+        assert!(wait_until(within, says), "no {text:?}: {}", self.logs());
     }
 }
 
@@ -1761,45 +1767,22 @@ fn paths_come_and_go_at_run_time() {
     assert_eq!(two, "disabled", "{why}: {}", bed.logs());
     assert!(why.as_str().is_some_and(|w| w.contains("socket")), "{why}");
     sh(&["ip", "-n", &c, "addr", "add", "10.62.2.1/24", "dev", &dev2]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while state(&bed, 1).0 != "up" {
-        assert!(
-            Instant::now() < deadline,
-            "{:?}: {}",
-            state(&bed, 1),
-            bed.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let up = |i: usize| wait_until(Duration::from_secs(5), || state(&bed, i).0 == "up");
+    assert!(up(1), "{:?}: {}", state(&bed, 1), bed.logs());
     // Path three's interface loses its address (a modem's lease ran out): its socket would
     // send with another interface's address, so it goes and the path waits for one; back
     // with the address.
     let dev3 = format!("c{}3", bed.tag);
     sh(&["ip", "-n", &c, "addr", "flush", "dev", &dev3]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let (three, why) = state(&bed, 2);
-        if three == "disabled" {
-            assert!(
-                why.as_str().is_some_and(|w| w.contains("no IPv4 address")),
-                "{why}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "{three} {why}: {}", bed.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let out = wait_until(Duration::from_secs(5), || state(&bed, 2).0 == "disabled");
+    let (three, why) = state(&bed, 2);
+    assert!(out, "{three} {why}: {}", bed.logs());
+    assert!(
+        why.as_str().is_some_and(|w| w.contains("no IPv4 address")),
+        "{why}"
+    );
     sh(&["ip", "-n", &c, "addr", "add", "10.63.3.1/24", "dev", &dev3]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while state(&bed, 2).0 != "up" {
-        assert!(
-            Instant::now() < deadline,
-            "{:?}: {}",
-            state(&bed, 2),
-            bed.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert!(up(2), "{:?}: {}", state(&bed, 2), bed.logs());
 }
 
 /// A flood of handshake initiations that know the server's public key (a good `mac1`, so only
