@@ -265,10 +265,20 @@ pub struct PathStatus {
     pub queued_bytes: u64,
     /// Times the path went down.
     pub down_events: u64,
-    /// Scheduler `pet`: the path's rate as PET estimates it from packet pairs, bit/s (as it
-    /// counts on the wire: braid's overhead included).
+    /// Scheduler `pet`: the path's rate as PET schedules with it, bit/s (as it counts on the
+    /// wire: braid's overhead included): the packet-pair estimate, capped by what the path
+    /// delivered while busy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pet_estimate_bps: Option<u64>,
+    /// Scheduler `pet`: the packet-pair estimate alone, bit/s. Behind a token-bucket shaper it
+    /// reads the speed a burst crosses at, far above what the path sustains.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pet_pair_bps: Option<u64>,
+    /// Scheduler `pet`: the most the path delivered lately while its queue was never empty,
+    /// bit/s, grown 25% for each `probe_interval` it carries traffic without being kept busy;
+    /// absent before it ever was, or once grown past every rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pet_delivery_bps: Option<u64>,
     /// Scheduler `pet`: the one-way delay PET uses for the path, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pet_delay_ms: Option<f64>,
@@ -388,6 +398,9 @@ pub struct PetStatus {
     pub pairs: u64,
     /// Pair samples taken (bandwidth estimates updated).
     pub samples: u64,
+    /// Delivery-rate samples taken: windows in which a path's queue never emptied
+    /// (`braid_proto::pet::DeliveryRate`), which cap its pair estimate.
+    pub delivery_samples: u64,
     /// Packets placed alone: TCP retransmissions, and pairs' firsts whose second never came.
     pub singles: u64,
     /// Pairs of data sent on an idle path to probe it (the paper's rule, without padding).
@@ -402,6 +415,11 @@ pub struct PetStatus {
     pub blackouts: u64,
     /// SIG-ACK entries for packets PET did not remember.
     pub unknown_feedback: u64,
+    /// Packets PET forgot unreported because it remembers at most `max_records`.
+    pub records_evicted: u64,
+    /// Packets other parts of the bond placed (resends, small packets, duplicates, a class's
+    /// packets under a path policy), which PET counted on their paths.
+    pub extra: u64,
 }
 
 struct KeySet {
@@ -2400,6 +2418,8 @@ impl Session {
                     queued_bytes: e.map_or(0, |e| e.striper().queued_bytes(path)),
                     down_events: p.down_events,
                     pet_estimate_bps: pet.and_then(|t| t.estimate_bps(path)),
+                    pet_pair_bps: pet.and_then(|t| t.pair_estimate_bps(path)),
+                    pet_delivery_bps: pet.and_then(|t| t.delivery_cap_bps(path)),
                     pet_delay_ms: pet
                         .and_then(|t| t.delay(path))
                         .map(|d| d.as_secs_f64() * 1e3),
@@ -2456,6 +2476,7 @@ impl Session {
                     sig_acks_dropped: s.sig_acks_dropped,
                     pairs: p.pairs,
                     samples: p.samples,
+                    delivery_samples: p.delivery_samples,
                     singles: p.singles,
                     probes: p.probes,
                     startup_pairs: p.startup_pairs,
@@ -2463,6 +2484,8 @@ impl Session {
                     padding_bytes: p.padding_bytes,
                     blackouts: p.blackouts,
                     unknown_feedback: p.unknown_feedback,
+                    records_evicted: p.records_evicted,
+                    extra: p.extra,
                 })
             }),
             ptcp: (self.ptcp != PtcpCounters::default()).then_some(self.ptcp),

@@ -398,10 +398,17 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
             },
             p["queued_bytes"].to_string(),
             p["down_events"].to_string(),
-            // PET's estimate (scheduler pet), with `!` when PET has the path blacked out.
+            // PET's estimate (scheduler pet), with `!` when PET has the path blacked out, and
+            // `<` when the pairs read more than the path delivered while busy (a token
+            // bucket's burst).
             p["pet_estimate_bps"].as_f64().map_or("-".into(), |r| {
                 let dark = if p["pet_active"] == false { "!" } else { "" };
-                format!("{:.2}{dark}", r / 1e6)
+                let capped = if p["pet_pair_bps"].as_f64().is_some_and(|pair| pair > r) {
+                    "<"
+                } else {
+                    ""
+                };
+                format!("{:.2}{capped}{dark}", r / 1e6)
             }),
         ]);
     }

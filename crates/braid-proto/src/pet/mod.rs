@@ -41,9 +41,13 @@
 //! `Srr::set_quanta`), for a bond that wants SRR's causal striping with rates that follow the
 //! paths.
 
+mod delivery;
 mod pair;
 mod receiver;
 
+pub use delivery::{
+    DeliveryRate, Report, FLOOR_WINDOW, GROWTH_PCT, MIN_PACKETS, MIN_QUEUE, MIN_SPAN,
+};
 pub use pair::{PacketPair, NEW_SAMPLE_WEIGHT_PCT, OUTLIER_FACTOR};
 pub use receiver::{PetReceiver, PetReceiverConfig, MAX_SIGACK_ENTRIES};
 
@@ -192,6 +196,11 @@ struct Record {
     sent: Instant,
     role: Role,
     arrival: Option<Instant>,
+    /// Its number among the packets of its path the receiver reports (`None`: one it does
+    /// not, too small), and the wire bytes accounted on the path up to it: for
+    /// [`DeliveryRate`].
+    key: Option<u64>,
+    bytes_at: u64,
 }
 
 /// The smallest value over a sliding window, kept as two half windows.
@@ -222,6 +231,16 @@ impl WindowedMin {
 #[derive(Clone, Debug)]
 struct PetPath {
     pair: PacketPair,
+    /// What the path delivered while busy: caps the pair estimate ([`DeliveryRate`]).
+    delivery: DeliveryRate,
+    /// Wire bytes accounted on the path, and packets sent on it that the receiver reports
+    /// (for [`Record::key`]).
+    accounted_bytes: u64,
+    keys: u64,
+    /// The delivery rate's cap, as of the last refresh.
+    cap: Option<u64>,
+    /// The rate EDPF uses: the pair estimate, capped by the delivery rate.
+    rate: Option<u64>,
     /// Smallest `arrival - sent - L / B` (ns, receiver clock minus sender clock).
     owd: WindowedMin,
     /// Half the probe RTT, from the driver.
@@ -270,6 +289,8 @@ pub struct PetStats {
     pub pairs: u64,
     /// Pair samples taken.
     pub samples: u64,
+    /// Delivery-rate samples taken ([`DeliveryRate`]).
+    pub delivery_samples: u64,
     /// Packets sent unpaired (retransmissions, and firsts whose pair expired).
     pub singles: u64,
     /// Pairs started on a path because it had been idle for `probe_interval`.
@@ -346,6 +367,11 @@ impl Pet {
         let paths = (0..n)
             .map(|_| PetPath {
                 pair: PacketPair::new(),
+                delivery: DeliveryRate::new(),
+                accounted_bytes: 0,
+                keys: 0,
+                cap: None,
+                rate: None,
                 owd: WindowedMin::default(),
                 probe_delay: None,
                 srtt: None,
@@ -383,9 +409,39 @@ impl Pet {
         &self.edpf
     }
 
-    /// The bandwidth estimate of `path` in bit/s, once a pair has been measured on it.
+    /// The bandwidth estimate of `path` in bit/s, once a pair has been measured on it: the
+    /// pair estimate, capped by what the path delivered while busy ([`DeliveryRate`]). EDPF
+    /// schedules with it.
     pub fn estimate_bps(&self, path: PathId) -> Option<u64> {
+        self.paths.get(path.index())?.rate
+    }
+
+    /// The packet-pair estimate of `path` alone, in bit/s (before the delivery-rate cap).
+    pub fn pair_estimate_bps(&self, path: PathId) -> Option<u64> {
         self.paths.get(path.index())?.pair.estimate_bps()
+    }
+
+    /// The delivery-rate cap of `path` in bit/s as of the last SIG-ACK or timeout, if it has
+    /// one: the most it delivered while busy lately ([`DeliveryRate`]).
+    pub fn delivery_cap_bps(&self, path: PathId) -> Option<u64> {
+        self.paths.get(path.index())?.cap
+    }
+
+    /// Set `path`'s rate to its pair estimate capped by its delivery rate; whether it changed.
+    fn refresh_rate(&mut self, path: PathId) -> bool {
+        let interval = self.config.probe_interval;
+        let p = &mut self.paths[path.index()];
+        p.cap = p.delivery.cap_bps(interval);
+        let Some(pair) = p.pair.estimate_bps() else {
+            return false;
+        };
+        let rate = p.cap.map_or(pair, |c| c.min(pair)).max(1);
+        if p.rate == Some(rate) {
+            return false;
+        }
+        p.rate = Some(rate);
+        self.edpf.set_rate(path, rate);
+        true
     }
 
     /// The one-way delay `D_l` PET uses for `path`, once known.
@@ -464,7 +520,7 @@ impl Pet {
     /// slowest path getting `max_packet` (the `q_i >= Max` rule of the stripe paper's section
     /// 5), or `None` until every path has an estimate.
     pub fn srr_quanta(&self, max_packet: u32) -> Option<Vec<u32>> {
-        let rates: Option<Vec<u64>> = self.paths.iter().map(|p| p.pair.estimate_bps()).collect();
+        let rates: Option<Vec<u64>> = self.paths.iter().map(|p| p.rate).collect();
         let rates = rates?;
         let min = *rates.iter().min()?;
         Some(
@@ -562,6 +618,9 @@ impl Pet {
     fn account(&mut self, path: PathId, now: Instant, len: u32, seq: Option<u64>) {
         self.edpf.account(path, now, len);
         let p = &mut self.paths[path.index()];
+        p.accounted_bytes = p
+            .accounted_bytes
+            .wrapping_add(u64::from(len) + u64::from(self.config.overhead_bytes));
         while p.in_flight.front().is_some_and(|f| !f.is_key()) {
             p.in_flight.pop_front();
         }
@@ -653,6 +712,9 @@ impl Pet {
             self.pads.pop_front();
             self.stats.records_evicted += 1;
         }
+        let p = &mut self.paths[path.index()];
+        p.keys += 1;
+        let (key, bytes_at) = (Some(p.keys), p.accounted_bytes);
         self.pads.push_back(Record {
             seq: id,
             path,
@@ -660,6 +722,8 @@ impl Pet {
             sent: now,
             role,
             arrival: None,
+            key,
+            bytes_at,
         });
         Padding { path, id, len }
     }
@@ -733,6 +797,13 @@ impl Pet {
             self.stats.records_evicted += 1;
         }
         let expected = self.edpf.free_at(path);
+        let p = &mut self.paths[path.index()];
+        // The receiver reports every packet PET places but the smallest.
+        let key = (len > crate::striper::SMALL_PACKET_BYTES).then(|| {
+            p.keys += 1;
+            p.keys
+        });
+        let bytes_at = p.accounted_bytes;
         self.records.push_back(Record {
             seq,
             path,
@@ -740,6 +811,8 @@ impl Pet {
             sent: now,
             role,
             arrival: None,
+            key,
+            bytes_at,
         });
         // The receiver reports no packet this small (only the start-up, before the driver
         // has the paths' delays, sends one through PET): the blackout check must not wait
@@ -838,7 +911,8 @@ impl Pet {
             self.stats.unknown_feedback += 1;
             return false;
         }
-        let (path, len, sent, role) = (r.path, r.len, r.sent, r.role);
+        let (path, len, sent, role, key, bytes_at) =
+            (r.path, r.len, r.sent, r.role, r.key, r.bytes_at);
         records[i].arrival = Some(e.arrival);
         let wire = u64::from(len) + u64::from(self.config.overhead_bytes);
         let half_window = self.config.delay_window.map(|w| w / 2);
@@ -869,6 +943,18 @@ impl Pet {
             - i128::from(sent.as_nanos())
             - i128::from(air.as_nanos() as u64);
         p.owd.update(now, owd, half_window);
+        let sustained = key.and_then(|key| {
+            let report = Report {
+                sent: i128::from(sent.as_nanos()),
+                arrival: i128::from(e.arrival.as_nanos()),
+                key,
+                bytes_at,
+                // `L / B` at a prior rate says nothing.
+                delay: p.pair.peak_bps().map(|_| owd),
+            };
+            p.delivery
+                .on_report(now, report, self.config.probe_interval)
+        });
         let rtt = now.saturating_duration_since(sent);
         p.srtt = Some(match p.srtt {
             None => rtt,
@@ -885,19 +971,31 @@ impl Pet {
                 .and_then(|r2| r2.arrival.map(|a2| (e.arrival, a2, r2.len))),
             Role::Single => None,
         };
+        let mut sampled = false;
         if let Some((a1, a2, len2)) = pair {
             let wire2 = u64::from(len2) + u64::from(self.config.overhead_bytes);
+            let dispersion = a2.saturating_duration_since(a1);
             let p = &mut self.paths[path.index()];
-            if let Some(rate) = p.pair.sample(wire2, a2.saturating_duration_since(a1)) {
+            if p.pair.sample(wire2, dispersion).is_some() {
                 self.stats.samples += 1;
-                self.edpf.set_rate(path, rate);
-                self.events.push_back(PetEvent::Estimate {
-                    path,
-                    rate_bps: rate,
-                });
+                sampled = true;
             }
         }
+        if sustained.is_some() {
+            self.stats.delivery_samples += 1;
+        }
+        // Every pair sample is told; a delivery sample only when it moves the rate.
+        if self.refresh_rate(path) || sampled {
+            self.push_estimate(path);
+        }
         true
+    }
+
+    /// Tell the driver `path`'s rate.
+    fn push_estimate(&mut self, path: PathId) {
+        if let Some(rate_bps) = self.paths[path.index()].rate {
+            self.events.push_back(PetEvent::Estimate { path, rate_bps });
+        }
     }
 
     /// The smallest probe delay (zero without probes): the `D_l` of the shortest path.

@@ -1,0 +1,441 @@
+//! The sustained rate of one path: what it delivered while its bottleneck was never idle.
+//! Beyond the BAG paper, whose packet pairs (section V-A, [`super::PacketPair`]) measure the
+//! rate at which one packet crosses the bottleneck.
+//!
+//! On the paper's links (a FIFO queue drained at `B_l`) the two are the same. Behind a token
+//! bucket that queues (a `tbf` qdisc, a cellular scheduler's grants) they are not: while the
+//! bucket holds tokens, a pair crosses it back to back, at the speed of the wire, and measures
+//! many times the rate the bucket lets through in the long run. EDPF then believes the path
+//! almost free and overfills its queue (docs/benchmarks.md, "PET behind token-bucket shapers":
+//! estimates of 543-734 Mbit/s on links of 1-8 Mbit/s, a bond at a third of its sum). What a
+//! path sustains shows while its queue is never empty, as BBR's delivery rate does: the bytes
+//! that left it over an interval in which a packet was always waiting, over the interval's
+//! length. In a token bucket that has a queue, there are no tokens left. (A policer that drops
+//! what exceeds its rate instead of queueing it never shows a queue, and no sample.)
+//!
+//! **Busy.** Of two packets reported one after the other on a path, `x` then `y`, the
+//! bottleneck was never idle from `x`'s departure to `y`'s if all of these hold:
+//! - no packet the receiver reports was sent between them ([`Report::key`] follows on), so
+//!   none was lost or is unaccounted for;
+//! - `y` reached the bottleneck before `x` left it: `sent_y + o <= arrival_x`, where `o` is the
+//!   path's least `arrival - sent - L / B` over the last [`FLOOR_WINDOW`] (its delay, plus the
+//!   offset between the two clocks, which cancels);
+//! - `y` waited in the queue: its own `arrival - sent - L / B` is [`MIN_QUEUE`] or more above
+//!   `o` (a floor a little too low, which an `L / B` at a stale rate gives, would pass the
+//!   second test alone).
+//!
+//! A sender that spaces its packets itself (it sends at less than the path's rate) fails the
+//! last two, so the cap never takes the sender's pace for the path's. A run of busy packets is
+//! a busy period; its first packet's arrival starts a window, and once a window spans
+//! [`MIN_SPAN`] and [`MIN_PACKETS`], the bytes that left the path in it over its span are a
+//! sample, and the next window starts there.
+//!
+//! **Counted bytes.** Everything accounted on the path between the two reports: the packets
+//! reported, and those the receiver does not report (small packets, resends inside the
+//! tunnel), which took the bottleneck's time too ([`Report::bytes_at`]). A reported packet
+//! that was lost ends the window instead, so an overfilled path's sample is not what was sent
+//! into it. Traffic PET does not see at all (another host's, a transport beside the striper)
+//! makes a sample low: it is this bond's share of a busy path.
+//!
+//! **Cap.** [`DeliveryRate::cap_bps`] is the largest sample of the last one or two
+//! `interval`s (two half windows, so one short window does not drag it down); after a quiet
+//! spell, the cap from before stays until a whole `interval` of new samples confirms a lower
+//! one. While the path carries reported packets but gives no sample (it is no longer kept
+//! busy) the cap grows by [`GROWTH_PCT`] each `interval`, so a path that got faster is given
+//! more until it is busy again and measured, as BBR's bandwidth probing does. An idle path's
+//! cap does not grow: growth counts only time between reports an `interval` or less apart.
+
+use super::WindowedMin;
+use crate::scheduler::MAX_RATE_BPS;
+use crate::time::{Duration, Instant};
+
+/// The shortest window taken as a sample: the receiver's timestamps come in batches (an
+/// interrupt, a GRO burst) a millisecond or so apart, 2% of this.
+pub const MIN_SPAN: Duration = Duration::from_millis(50);
+
+/// The fewest packets in a window taken as a sample.
+pub const MIN_PACKETS: u32 = 4;
+
+/// The least delay is the smallest of this long (two half windows): long enough to span the
+/// times a path's queue drains, short enough to forget samples an early, low estimate spoiled,
+/// or a route that got longer.
+pub const FLOOR_WINDOW: Duration = Duration::from_secs(10);
+
+/// The least wait in the queue that shows a packet queued: above the jitter of the two ends'
+/// timestamps (the sender's loop and batching, the receiver's interrupts).
+pub const MIN_QUEUE: Duration = Duration::from_millis(2);
+
+/// How much the cap grows, in percent, for each `interval` without a sample.
+pub const GROWTH_PCT: u32 = 25;
+
+/// Growth steps past which the cap is gone (1.25^100 is 5 * 10^9 times the last sample).
+const MAX_GROWTH_STEPS: u32 = 100;
+
+/// One reported packet, as [`DeliveryRate::on_report`] takes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// When it was sent (sender clock, ns).
+    pub sent: i128,
+    /// When it arrived (receiver clock, ns).
+    pub arrival: i128,
+    /// Its number among the packets of the path the receiver reports, in sending order.
+    pub key: u64,
+    /// Wire bytes accounted on the path up to and including it, in sending order.
+    pub bytes_at: u64,
+    /// Its `arrival - sent - L / B` (ns, receiver clock minus sender clock); `None` while `B`
+    /// is only a prior guess.
+    pub delay: Option<i128>,
+}
+
+/// The delivery rate of one path while it was busy.
+#[derive(Clone, Debug, Default)]
+pub struct DeliveryRate {
+    /// The path's least `arrival - sent - L / B` lately.
+    floor: WindowedMin,
+    /// The last packet reported.
+    last: Option<Report>,
+    /// When (sender clock) the last report came.
+    last_now: Option<Instant>,
+    /// The window being measured: its start (receiver clock, ns), its first bytes count, and
+    /// the packets that arrived after its start.
+    window: Option<(i128, u64, u32)>,
+    /// The largest sample in the current and the previous half window.
+    current: Option<u64>,
+    previous: Option<u64>,
+    /// When the current half window started (sender clock).
+    started: Instant,
+    /// The cap as of the last sample.
+    base: Option<u64>,
+    /// Time the path carried reported packets since the last sample.
+    quiet: Duration,
+    samples: u64,
+}
+
+impl DeliveryRate {
+    /// No samples yet.
+    pub fn new() -> Self {
+        DeliveryRate::default()
+    }
+
+    /// Samples taken.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Packet `r` was reported at `now`. Returns the sample it completes, if any; the cap
+    /// halves its window every `interval`.
+    pub fn on_report(&mut self, now: Instant, r: Report, interval: Duration) -> Option<u64> {
+        if let Some(t) = self.last_now {
+            let since = now.saturating_duration_since(t);
+            if since <= interval {
+                self.quiet = self.quiet.saturating_add(since);
+            }
+        }
+        self.last_now = Some(now);
+        if let Some(d) = r.delay {
+            self.floor.update(now, d, Some(FLOOR_WINDOW / 2));
+        }
+        let prev = self.last;
+        if prev.is_some_and(|p| r.arrival < p.arrival || r.key <= p.key) {
+            // A SIG-ACK overtaken by a later one: it says nothing of the window, and the next
+            // report is measured from the latest.
+            self.window = None;
+            return None;
+        }
+        self.last = Some(r);
+        let Some(prev) = prev.filter(|p| self.busy(p, &r)) else {
+            self.window = None;
+            return None;
+        };
+        let (start, first_bytes, packets) =
+            self.window.get_or_insert((prev.arrival, prev.bytes_at, 0));
+        *packets = packets.saturating_add(1);
+        let span = r.arrival - *start;
+        let bytes = r.bytes_at.saturating_sub(*first_bytes);
+        let min_span = i128::from(MIN_SPAN.as_nanos() as u64);
+        if span < min_span || *packets < MIN_PACKETS {
+            return None;
+        }
+        self.window = Some((r.arrival, r.bytes_at, 0));
+        let rate = u128::from(bytes) * 8 * 1_000_000_000 / span.unsigned_abs();
+        let rate = u64::try_from(rate)
+            .ok()
+            .filter(|&r| r > 0 && r <= MAX_RATE_BPS)?;
+        self.take(now, rate, interval);
+        Some(rate)
+    }
+
+    /// Whether the bottleneck was never idle from `x`'s departure to `y`'s (module docs).
+    fn busy(&self, x: &Report, y: &Report) -> bool {
+        let (Some(floor), Some(delay)) = (self.floor.get(), y.delay) else {
+            return false;
+        };
+        let min_queue = i128::from(MIN_QUEUE.as_nanos() as u64);
+        y.key == x.key.saturating_add(1)
+            && y.sent.saturating_add(floor) <= x.arrival
+            && delay.saturating_sub(floor) >= min_queue
+    }
+
+    fn take(&mut self, now: Instant, rate: u64, interval: Duration) {
+        let age = now.saturating_duration_since(self.started);
+        if age >= interval * 2 {
+            // After a quiet spell the cap from before stands for one more half window, so a
+            // single short window cannot bring it down alone.
+            self.previous = self.base;
+            self.current = Some(rate);
+            self.started = now;
+        } else if age >= interval {
+            self.previous = self.current;
+            self.current = Some(rate);
+            self.started = now;
+        } else {
+            self.current = Some(self.current.map_or(rate, |c| c.max(rate)));
+        }
+        self.samples += 1;
+        self.quiet = Duration::ZERO;
+        self.base = self.current.max(self.previous);
+    }
+
+    /// The most the path has sustained lately, in bit/s: the largest sample of the last one or
+    /// two `interval`s, grown by [`GROWTH_PCT`] for each whole `interval` the path has carried
+    /// reported packets since without a sample; `None` before the first sample, or once grown
+    /// past every rate.
+    pub fn cap_bps(&self, interval: Duration) -> Option<u64> {
+        let base = self.base?;
+        let steps = if interval.is_zero() {
+            0
+        } else {
+            self.quiet.as_nanos() / interval.as_nanos()
+        };
+        let steps = u32::try_from(steps)
+            .ok()
+            .filter(|&s| s <= MAX_GROWTH_STEPS)?;
+        let factor = (1.0 + f64::from(GROWTH_PCT) / 100.0).powi(steps as i32);
+        let grown = (base as f64 * factor).ceil();
+        (grown <= MAX_RATE_BPS as f64).then_some(grown as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: i128 = 1_000_000;
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// A FIFO path of `rate_bps` and 10 ms delay, no clock offset, every packet reported 20
+    /// ms after it arrives, and `L / B` taken at `peak_bps`.
+    struct Path {
+        d: DeliveryRate,
+        rate_bps: u64,
+        peak_bps: u64,
+        free: i128,
+        key: u64,
+        bytes: u64,
+        samples: Vec<u64>,
+    }
+
+    impl Path {
+        fn new(rate_bps: u64) -> Path {
+            Path {
+                d: DeliveryRate::new(),
+                rate_bps,
+                peak_bps: rate_bps,
+                free: 0,
+                key: 0,
+                bytes: 0,
+                samples: Vec::new(),
+            }
+        }
+
+        fn air(bytes: u64, rate: u64) -> i128 {
+            i128::from(bytes * 8 * 1_000_000_000 / rate)
+        }
+
+        /// Send a packet of `len` bytes at `sent_ms`.
+        fn send(&mut self, sent_ns: i128, len: u64) {
+            self.free = self.free.max(sent_ns + 10 * MS) + Self::air(len, self.rate_bps);
+            self.key += 1;
+            self.bytes += len;
+            let r = Report {
+                sent: sent_ns,
+                arrival: self.free,
+                key: self.key,
+                bytes_at: self.bytes,
+                delay: Some(self.free - sent_ns - Self::air(len, self.peak_bps)),
+            };
+            let now = Instant::from_nanos(u64::try_from(self.free + 20 * MS).unwrap());
+            self.samples.extend(self.d.on_report(now, r, SECOND));
+        }
+
+        /// Send `n` packets of `len` bytes `gap_us` apart from `from_ms`.
+        fn offer(&mut self, from_ms: i128, gap_us: i128, n: i128, len: u64) {
+            for k in 0..n {
+                self.send(from_ms * MS + k * gap_us * 1000, len);
+            }
+        }
+    }
+
+    #[test]
+    fn a_backlogged_path_shows_its_rate() {
+        // 2 Mbit/s offered 10 Mbit/s: always busy after the first packet.
+        let mut p = Path::new(2_000_000);
+        p.offer(0, 1200, 200, 1500);
+        assert!(p.samples.len() > 2, "{:?}", p.samples);
+        assert!(p.samples.iter().all(|&r| r == 2_000_000), "{:?}", p.samples);
+        assert_eq!(p.d.cap_bps(SECOND), Some(2_000_000));
+    }
+
+    #[test]
+    fn a_sender_slower_than_the_path_gives_no_sample() {
+        // 10 Mbit/s offered 5 Mbit/s: each packet finds the bottleneck free.
+        let mut p = Path::new(10_000_000);
+        p.offer(0, 2400, 2000, 1500);
+        assert!(p.samples.is_empty());
+        assert_eq!(p.d.cap_bps(SECOND), None);
+    }
+
+    #[test]
+    fn a_stale_rate_and_mixed_sizes_do_not_pass_for_a_queue() {
+        // A path measured at 8 Mbit/s that now runs at 2, carrying 1.2 Mbit/s of full packets
+        // and every seventh one short: `L / B` at 8 Mbit/s puts a lone full packet 3.6 ms
+        // above a short one, as if it had queued. It did not: no sample, no cap at the
+        // sender's pace.
+        let mut p = Path::new(2_000_000);
+        p.peak_bps = 8_000_000;
+        for k in 0..3000i128 {
+            let len = if k % 7 == 6 { 300 } else { 1500 };
+            p.send(k * 10 * MS, len);
+        }
+        assert!(
+            p.samples.is_empty(),
+            "{:?}",
+            &p.samples[..p.samples.len().min(5)]
+        );
+    }
+
+    #[test]
+    fn unreported_packets_count_and_a_lost_one_ends_the_window() {
+        // Every other packet is one the receiver does not report (its bytes still count).
+        let mut p = Path::new(2_000_000);
+        for k in 0..200i128 {
+            p.free = p.free.max(k * 1200 * 1000 + 10 * MS) + Path::air(1500, 2_000_000);
+            p.bytes += 1500;
+            if k % 2 == 1 {
+                // The next one is reported as usual.
+                continue;
+            }
+            p.key += 1;
+            let r = Report {
+                sent: k * 1200 * 1000,
+                arrival: p.free,
+                key: p.key,
+                bytes_at: p.bytes,
+                delay: Some(p.free - k * 1200 * 1000 - Path::air(1500, 2_000_000)),
+            };
+            let now = Instant::from_nanos(u64::try_from(p.free + 20 * MS).unwrap());
+            p.samples.extend(p.d.on_report(now, r, SECOND));
+        }
+        assert!(!p.samples.is_empty());
+        assert!(p.samples.iter().all(|&r| r == 2_000_000), "{:?}", p.samples);
+        // A reported packet that never comes (lost) breaks the chain of keys: no sample spans
+        // it.
+        let mut q = Path::new(2_000_000);
+        q.offer(0, 1200, 20, 1500);
+        let before = q.d.samples();
+        q.key += 1;
+        q.offer(24, 1200, 1, 1500);
+        assert!(q.d.window.is_none());
+        assert_eq!(q.d.samples(), before);
+    }
+
+    #[test]
+    fn an_idle_gap_ends_the_window() {
+        let mut p = Path::new(2_000_000);
+        p.offer(0, 1200, 30, 1500);
+        let before = p.d.samples();
+        // The next packet comes 1 s later to an empty queue: no sample may span the gap.
+        p.offer(1000, 1200, 1, 1500);
+        assert_eq!(p.d.samples(), before);
+        assert!(p.d.window.is_none());
+    }
+
+    #[test]
+    fn the_cap_grows_only_while_the_path_carries_traffic() {
+        let mut p = Path::new(2_000_000);
+        p.offer(0, 1200, 200, 1500);
+        let cap = p.d.cap_bps(SECOND).unwrap();
+        // Ten idle seconds: no growth.
+        p.offer(10_000, 20_000, 1, 1500);
+        assert_eq!(p.d.cap_bps(SECOND), Some(cap));
+        // Two seconds of traffic below the rate: two steps.
+        p.offer(10_020, 20_000, 101, 1500);
+        assert_eq!(p.d.cap_bps(SECOND), Some(cap * 25 / 16));
+        // Grown past every rate: no cap.
+        p.d.quiet = SECOND * 200;
+        assert_eq!(p.d.cap_bps(SECOND), None);
+    }
+
+    #[test]
+    fn a_tiny_cap_grows_back() {
+        // A peer's reports can make a sample of a few bit/s; growth still lifts it.
+        let mut d = DeliveryRate::new();
+        d.base = Some(2);
+        d.quiet = SECOND * 60;
+        assert_eq!(
+            d.cap_bps(SECOND),
+            Some((2.0 * 1.25f64.powi(60)).ceil() as u64)
+        );
+        d.quiet = SECOND * 101;
+        assert_eq!(d.cap_bps(SECOND), None);
+    }
+
+    #[test]
+    fn after_a_quiet_spell_one_low_window_does_not_bring_the_cap_down_alone() {
+        let mut p = Path::new(8_000_000);
+        p.offer(0, 500, 2000, 1500);
+        assert_eq!(p.d.cap_bps(SECOND), Some(8_000_000));
+        // Five seconds later the path runs at 2 Mbit/s, busy: the old cap stands for a half
+        // window, then the new rate is the cap.
+        p.rate_bps = 2_000_000;
+        p.free = 0;
+        p.offer(5000, 1200, 60, 1500);
+        assert_eq!(p.d.cap_bps(SECOND), Some(8_000_000));
+        p.offer(5100, 1200, 2000, 1500);
+        assert_eq!(p.d.cap_bps(SECOND), Some(2_000_000));
+    }
+
+    #[test]
+    fn out_of_order_reports_and_absurd_values_are_survived() {
+        let mut d = DeliveryRate::new();
+        let at = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+        let r = |sent: i128, arrival: i128, key: u64, bytes_at: u64, delay: Option<i128>| Report {
+            sent,
+            arrival,
+            key,
+            bytes_at,
+            delay,
+        };
+        assert_eq!(
+            d.on_report(at(0), r(0, 100 * MS, 1, 1500, None), SECOND),
+            None
+        );
+        assert_eq!(
+            d.on_report(at(0), r(0, 50 * MS, 2, 3000, Some(MS)), SECOND),
+            None
+        );
+        assert!(d.window.is_none());
+        let extremes = [
+            r(i128::MIN / 4, i128::MAX / 4, 3, u64::MAX, Some(i128::MAX)),
+            r(i128::MAX / 4, i128::MAX / 4, 4, 0, Some(i128::MIN)),
+            r(0, i128::MAX / 4, u64::MAX, u64::MAX, Some(0)),
+        ];
+        for e in extremes {
+            let _ = d.on_report(at(1), e, Duration::ZERO);
+            let _ = d.cap_bps(Duration::ZERO);
+            let _ = d.cap_bps(SECOND);
+        }
+        // Whatever came before, a sample is a rate within bounds.
+        assert!(d.cap_bps(SECOND).is_none_or(|c| c <= MAX_RATE_BPS));
+    }
+}
