@@ -274,9 +274,10 @@ pub struct PathStatus {
     /// reads the speed a burst crosses at, far above what the path sustains.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pet_pair_bps: Option<u64>,
-    /// Scheduler `pet`: the most the path delivered lately while its queue was never empty,
-    /// bit/s, grown 25% for each `probe_interval` it carries traffic without being kept busy;
-    /// absent before it ever was, or once grown past every rate.
+    /// Scheduler `pet`: the most the path delivered lately while its queue was never empty (or
+    /// carried in half a second since, if more), bit/s, grown 25% for each `probe_interval` it
+    /// carries traffic without being kept busy, to about twice that; absent before it ever
+    /// was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pet_delivery_bps: Option<u64>,
     /// Scheduler `pet`: the one-way delay PET uses for the path, ms.
@@ -401,6 +402,8 @@ pub struct PetStatus {
     /// Delivery-rate samples taken: windows in which a path's queue never emptied
     /// (`braid_proto::pet::DeliveryRate`), which cap its pair estimate.
     pub delivery_samples: u64,
+    /// Pairs that showed only the sender's spacing, below the estimate (not lowering it).
+    pub spaced_pairs: u64,
     /// Packets placed alone: TCP retransmissions, and pairs' firsts whose second never came.
     pub singles: u64,
     /// Pairs of data sent on an idle path to probe it (the paper's rule, without padding).
@@ -2477,6 +2480,7 @@ impl Session {
                     pairs: p.pairs,
                     samples: p.samples,
                     delivery_samples: p.delivery_samples,
+                    spaced_pairs: p.spaced_pairs,
                     singles: p.singles,
                     probes: p.probes,
                     startup_pairs: p.startup_pairs,

@@ -447,6 +447,9 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
 fn backup_net(scheduler: SchedulerKind, backup_ms: u64) -> Net {
     let mut net = Net::new(2, ResequenceMode::Sequence);
     net.delay[1] = Duration::from_millis(backup_ms);
+    // Links of a finite rate, as PET's padding pairs can measure: on a link of no rate, PET's
+    // pairs show only the sender's pace, a floor, and the shaper would hold the traffic to it.
+    net.rate_bps = vec![Some(50_000_000); 2];
     let mut p = params(2, ResequenceMode::Sequence);
     p.scheduler = scheduler;
     p.backup_paths = 0b10;

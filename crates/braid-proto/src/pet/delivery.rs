@@ -41,9 +41,15 @@
 //! `interval`s (two half windows, so one short window does not drag it down); after a quiet
 //! spell, the cap from before stays until a whole `interval` of new samples confirms a lower
 //! one. While the path carries reported packets but gives no sample (it is no longer kept
-//! busy) the cap grows by [`GROWTH_PCT`] each `interval`, so a path that got faster is given
-//! more until it is busy again and measured, as BBR's bandwidth probing does. An idle path's
-//! cap does not grow: growth counts only time between reports an `interval` or less apart.
+//! busy) the cap grows by [`GROWTH_PCT`] each `interval`, up to [`GROWTH_STEPS`] steps (about
+//! twice the last cap), so a path that got faster is given more, as BBR's bandwidth probing
+//! does. What it then carries shows, busy or not: a window of [`RAISE_SPAN`] or more in which
+//! the path delivered more than the cap (whether its queue filled or not, as BBR takes an
+//! app-limited sample that is above its estimate) raises the cap, and growth goes on from
+//! there, until the path is busy again and measured. The bound keeps a path that is never
+//! filled (EDPF gives it less than it could carry) from growing a cap that protects nothing:
+//! after 15 s a bucket's pairs would rule again. An idle path's cap does not grow: growth
+//! counts only time between reports an `interval` or less apart.
 
 use super::WindowedMin;
 use crate::scheduler::MAX_RATE_BPS;
@@ -68,8 +74,12 @@ pub const MIN_QUEUE: Duration = Duration::from_millis(2);
 /// How much the cap grows, in percent, for each `interval` without a sample.
 pub const GROWTH_PCT: u32 = 25;
 
-/// Growth steps past which the cap is gone (1.25^100 is 5 * 10^9 times the last sample).
-const MAX_GROWTH_STEPS: u32 = 100;
+/// The most growth steps: 1.25^3, about twice the last cap.
+pub const GROWTH_STEPS: u32 = 3;
+
+/// The shortest window whose delivery, busy or not, may raise the cap. Long against a
+/// bucket's burst: 16 KiB let through at once adds 0.26 Mbit/s to a 500 ms window.
+pub const RAISE_SPAN: Duration = Duration::from_millis(500);
 
 /// One reported packet, as [`DeliveryRate::on_report`] takes it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,6 +109,8 @@ pub struct DeliveryRate {
     /// The window being measured: its start (receiver clock, ns), its first bytes count, and
     /// the packets that arrived after its start.
     window: Option<(i128, u64, u32)>,
+    /// The window that may raise the cap, busy or not: its start and first bytes count.
+    raise_window: Option<(i128, u64)>,
     /// The largest sample in the current and the previous half window.
     current: Option<u64>,
     previous: Option<u64>,
@@ -109,6 +121,7 @@ pub struct DeliveryRate {
     /// Time the path carried reported packets since the last sample.
     quiet: Duration,
     samples: u64,
+    raises: u64,
 }
 
 impl DeliveryRate {
@@ -140,9 +153,11 @@ impl DeliveryRate {
             // A SIG-ACK overtaken by a later one: it says nothing of the window, and the next
             // report is measured from the latest.
             self.window = None;
+            self.raise_window = None;
             return None;
         }
         self.last = Some(r);
+        self.follow_raise_window(prev, &r);
         let Some(prev) = prev.filter(|p| self.busy(p, &r)) else {
             self.window = None;
             return None;
@@ -163,6 +178,39 @@ impl DeliveryRate {
             .filter(|&r| r > 0 && r <= MAX_RATE_BPS)?;
         self.take(now, rate, interval);
         Some(rate)
+    }
+
+    /// Extend the raising window to `r`, reported after `prev`; raise the cap if the window
+    /// is long enough and the path delivered more in it than the cap.
+    fn follow_raise_window(&mut self, prev: Option<Report>, r: &Report) {
+        let Some(prev) = prev.filter(|p| r.key == p.key.saturating_add(1)) else {
+            self.raise_window = None;
+            return;
+        };
+        let (start, first_bytes) = *self
+            .raise_window
+            .get_or_insert((prev.arrival, prev.bytes_at));
+        let span = r.arrival - start;
+        if span < i128::from(RAISE_SPAN.as_nanos() as u64) {
+            return;
+        }
+        self.raise_window = Some((r.arrival, r.bytes_at));
+        let bytes = r.bytes_at.saturating_sub(first_bytes);
+        let rate = u128::from(bytes) * 8 * 1_000_000_000 / span.unsigned_abs();
+        let Ok(rate) = u64::try_from(rate) else {
+            return;
+        };
+        if self.base.is_some_and(|b| rate > b && rate <= MAX_RATE_BPS) {
+            self.base = Some(rate);
+            self.current = Some(self.current.map_or(rate, |c| c.max(rate)));
+            self.quiet = Duration::ZERO;
+            self.raises += 1;
+        }
+    }
+
+    /// Times the cap was raised by what the path carried without being kept busy.
+    pub fn raises(&self) -> u64 {
+        self.raises
     }
 
     /// Whether the bottleneck was never idle from `x`'s departure to `y`'s (module docs).
@@ -197,9 +245,9 @@ impl DeliveryRate {
     }
 
     /// The most the path has sustained lately, in bit/s: the largest sample of the last one or
-    /// two `interval`s, grown by [`GROWTH_PCT`] for each whole `interval` the path has carried
-    /// reported packets since without a sample; `None` before the first sample, or once grown
-    /// past every rate.
+    /// two `interval`s (or what it carried since, if more), grown by [`GROWTH_PCT`] for each
+    /// whole `interval` the path has carried reported packets since without a sample, at most
+    /// [`GROWTH_STEPS`] times; `None` before the first sample.
     pub fn cap_bps(&self, interval: Duration) -> Option<u64> {
         let base = self.base?;
         let steps = if interval.is_zero() {
@@ -207,12 +255,10 @@ impl DeliveryRate {
         } else {
             self.quiet.as_nanos() / interval.as_nanos()
         };
-        let steps = u32::try_from(steps)
-            .ok()
-            .filter(|&s| s <= MAX_GROWTH_STEPS)?;
+        let steps = u32::try_from(steps).map_or(GROWTH_STEPS, |s| s.min(GROWTH_STEPS));
         let factor = (1.0 + f64::from(GROWTH_PCT) / 100.0).powi(steps as i32);
-        let grown = (base as f64 * factor).ceil();
-        (grown <= MAX_RATE_BPS as f64).then_some(grown as u64)
+        let grown = (base as f64 * factor).ceil().min(MAX_RATE_BPS as f64);
+        Some(grown as u64)
     }
 }
 
@@ -368,26 +414,47 @@ mod tests {
         // Ten idle seconds: no growth.
         p.offer(10_000, 20_000, 1, 1500);
         assert_eq!(p.d.cap_bps(SECOND), Some(cap));
-        // Two seconds of traffic below the rate: two steps.
+        // Two seconds of traffic well below the rate: two steps.
         p.offer(10_020, 20_000, 101, 1500);
         assert_eq!(p.d.cap_bps(SECOND), Some(cap * 25 / 16));
-        // Grown past every rate: no cap.
+        // At most three.
         p.d.quiet = SECOND * 200;
-        assert_eq!(p.d.cap_bps(SECOND), None);
+        assert_eq!(p.d.cap_bps(SECOND), Some(cap * 125 / 64));
+    }
+
+    #[test]
+    fn a_path_that_got_faster_raises_its_cap_by_what_it_carries() {
+        // Measured busy at 2 Mbit/s; the path becomes 8 Mbit/s and is offered what the grown
+        // cap lets through, 95% of it each second: its deliveries lift the cap, step by step,
+        // to the new rate, without its queue ever filling.
+        let mut p = Path::new(2_000_000);
+        p.offer(0, 1200, 200, 1500);
+        assert_eq!(p.d.cap_bps(SECOND), Some(2_000_000));
+        p.rate_bps = 8_000_000;
+        let mut t = 2000i128;
+        for _ in 0..40 {
+            let cap = p.d.cap_bps(SECOND).unwrap().min(8_000_000);
+            let gap_us = i128::from(1500 * 8 * 1_000_000 / (cap * 95 / 100));
+            p.offer(t, gap_us, 1_000_000 / gap_us, 1500);
+            t += 1000;
+        }
+        assert!(p.d.raises() > 3, "{}", p.d.raises());
+        let cap = p.d.cap_bps(SECOND).unwrap();
+        assert!(cap >= 7_000_000, "{cap}");
     }
 
     #[test]
     fn a_tiny_cap_grows_back() {
-        // A peer's reports can make a sample of a few bit/s; growth still lifts it.
+        // A peer's reports can make a sample of a few bit/s; what the path then carries lifts
+        // it.
         let mut d = DeliveryRate::new();
         d.base = Some(2);
         d.quiet = SECOND * 60;
-        assert_eq!(
-            d.cap_bps(SECOND),
-            Some((2.0 * 1.25f64.powi(60)).ceil() as u64)
-        );
-        d.quiet = SECOND * 101;
-        assert_eq!(d.cap_bps(SECOND), None);
+        assert_eq!(d.cap_bps(SECOND), Some(4));
+        let mut p = Path::new(2_000_000);
+        p.d = d;
+        p.offer(0, 20_000, 100, 1500);
+        assert!(p.d.cap_bps(SECOND).unwrap() >= 500_000);
     }
 
     #[test]

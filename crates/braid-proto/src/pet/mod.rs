@@ -291,6 +291,9 @@ pub struct PetStats {
     pub samples: u64,
     /// Delivery-rate samples taken ([`DeliveryRate`]).
     pub delivery_samples: u64,
+    /// Pairs whose second arrived no further behind the first than it was sent, reading
+    /// below the estimate: they showed the sender's spacing, and did not lower it.
+    pub spaced_pairs: u64,
     /// Packets sent unpaired (retransmissions, and firsts whose pair expired).
     pub singles: u64,
     /// Pairs started on a path because it had been idle for `probe_interval`.
@@ -553,10 +556,7 @@ impl Pet {
             // bottleneck while the first is still there (by the estimates): otherwise the two
             // are no pair, and the spacing would measure the gap between them, not the path.
             let p = &self.paths[path.index()];
-            // During start-up the prior rates say nothing, so every pair counts.
-            let in_time =
-                !self.estimated() || now + self.edpf.delay(path) < self.edpf.free_at(path);
-            if !p.down && in_time {
+            if !p.down && self.in_time(path, now, first) {
                 self.account(path, now, len, Some(seq));
                 self.remember(now, seq, len, path, Role::Second { first });
                 return path;
@@ -583,9 +583,11 @@ impl Pet {
         }
         self.check_blackouts(now);
         self.last_traffic = Some(now);
-        let in_time = !self.estimated() || now + self.edpf.delay(path) < self.edpf.free_at(path);
+        let open = self
+            .open
+            .filter(|&(p, first)| p == path && self.in_time(path, now, first));
         match self.open.take() {
-            Some((p, first)) if p == path && in_time => {
+            Some((p, first)) if open == Some((p, first)) => {
                 self.account(path, now, len, Some(seq));
                 self.remember(now, seq, len, path, Role::Second { first });
             }
@@ -600,6 +602,28 @@ impl Pet {
                 self.remember(now, seq, len, path, Role::First);
             }
         }
+    }
+
+    /// Whether a packet sent on `path` at `now` reaches the bottleneck while `first`, the open
+    /// pair's first packet, is still there, by the pair estimate. During start-up the prior
+    /// rates say nothing, so every pair counts. EDPF's `A_l` runs at the capped rate, which
+    /// behind a token bucket is far below the pairs' (the first packet, finding tokens, left at
+    /// the wire's speed): judged by it, a second sent milliseconds later would count, arrive
+    /// as far behind the first as it was sent, and measure the sender's spacing.
+    fn in_time(&self, path: PathId, now: Instant, first: u64) -> bool {
+        if !self.estimated() {
+            return true;
+        }
+        let mut free = self.edpf.free_at(path);
+        let p = &self.paths[path.index()];
+        if let (Some(pair), Some(i)) = (p.pair.estimate_bps(), index_of(&self.records, first)) {
+            let wire = u64::from(self.records[i].len) + u64::from(self.config.overhead_bytes);
+            let capped = transmission_time(wire, self.edpf.rate(path));
+            let sooner = capped.saturating_sub(transmission_time(wire, pair));
+            let sooner = u64::try_from(sooner.as_nanos()).unwrap_or(u64::MAX);
+            free = Instant::from_nanos(free.as_nanos().saturating_sub(sooner));
+        }
+        now + self.edpf.delay(path) < free
     }
 
     /// `len` bytes went on `path` at `now` that PET did not place (a resend inside the tunnel,
@@ -961,22 +985,36 @@ impl Pet {
             Some(s) => (s * 7 + rtt) / 8,
         });
         // A pair is complete when both halves have arrived, whichever is reported last.
+        // (the first's send and arrival, the second's send, arrival and length)
         let pair = match role {
-            Role::Second { first } => index_of(records, first)
-                .and_then(|f| records[f].arrival)
-                .map(|a1| (a1, e.arrival, len)),
+            Role::Second { first } => index_of(records, first).and_then(|f| {
+                let r1 = &records[f];
+                r1.arrival.map(|a1| (r1.sent, a1, sent, e.arrival, len))
+            }),
             Role::First => records
                 .range(i + 1..)
                 .find(|r| r.role == Role::Second { first: e.seq })
-                .and_then(|r2| r2.arrival.map(|a2| (e.arrival, a2, r2.len))),
+                .and_then(|r2| r2.arrival.map(|a2| (sent, e.arrival, r2.sent, a2, r2.len))),
             Role::Single => None,
         };
         let mut sampled = false;
-        if let Some((a1, a2, len2)) = pair {
+        if let Some((s1, a1, s2, a2, len2)) = pair {
             let wire2 = u64::from(len2) + u64::from(self.config.overhead_bytes);
             let dispersion = a2.saturating_duration_since(a1);
+            let gap = s2.saturating_duration_since(s1);
             let p = &mut self.paths[path.index()];
-            if p.pair.sample(wire2, dispersion).is_some() {
+            // A second that did not queue behind the first arrives as far behind it as it was
+            // sent: the spacing is the sender's (its pacing, or the whole-bond shaper's). It
+            // shows only that the path is at least that fast, so it may raise the estimate but
+            // not lower it: taken at face value it dragged an under-used path's estimate down
+            // to the sender's pace, the shaper followed, and the path stayed under-used.
+            let spaced = dispersion <= gap + gap / 8 + pair::MIN_DISPERSION;
+            let below = PacketPair::sample_rate(wire2, dispersion)
+                .zip(p.pair.estimate_bps())
+                .is_some_and(|(r, e)| r <= e);
+            if spaced && below {
+                self.stats.spaced_pairs += 1;
+            } else if p.pair.sample(wire2, dispersion).is_some() {
                 self.stats.samples += 1;
                 sampled = true;
             }
