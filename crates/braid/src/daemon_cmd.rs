@@ -414,7 +414,7 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
     }
     println!("{t}");
     println!(
-        "delivered {} (ahead of their turn {})  lost {}  misordering repairs (marker/hold/forced skips, late) {}  receiver dropped {}  bond full {}  NACKs sent {}  resent {}  abandoned {}  duplicated {}",
+        "delivered {} (ahead of their turn {})  lost {}  misordering repairs (marker/hold/forced skips, late) {}  receiver dropped {}  not taken (no session yet, or the bond full) {}  NACKs sent {}  resent {}  abandoned {}  duplicated {}",
         s["delivered_packets"], s["delivered_early"], s["lost_packets"], s["resync"], s["receiver_dropped"], s["send_dropped"],
         s["nacks_sent"], s["retransmitted_packets"], s["abandoned_packets"], s["duplicated_packets"]
     );
