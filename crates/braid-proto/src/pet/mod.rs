@@ -34,7 +34,10 @@
 //!
 //! Departures, each documented where it is coded: a pair whose second packet would reach the
 //! bottleneck after the first had left it (by the estimates) is no pair, the packet starts a
-//! new one; the RTT of each path is also kept (SIG-ACK arrival minus send time), for the
+//! new one; a pair whose second arrived no further behind the first than it was sent shows
+//! the sender's spacing, and may raise the estimate but not lower it; the estimate EDPF uses
+//! is the pair estimate capped by what the path delivered while busy ([`DeliveryRate`]:
+//! behind a token bucket, pairs read the wire's speed); the RTT of each path is also kept (SIG-ACK arrival minus send time), for the
 //! driver's timers; SIG-ACKs are batched.
 //!
 //! Beyond the paper, [`Pet::srr_quanta`] turns the estimates into SRR quanta (adaptive SRR:
@@ -46,7 +49,8 @@ mod pair;
 mod receiver;
 
 pub use delivery::{
-    DeliveryRate, Report, FLOOR_WINDOW, GROWTH_PCT, MIN_PACKETS, MIN_QUEUE, MIN_SPAN,
+    DeliveryRate, Report, FLOOR_WINDOW, GROWTH_PCT, GROWTH_STEPS, MIN_PACKETS, MIN_QUEUE, MIN_SPAN,
+    RAISE_SPAN,
 };
 pub use pair::{PacketPair, NEW_SAMPLE_WEIGHT_PCT, OUTLIER_FACTOR};
 pub use receiver::{PetReceiver, PetReceiverConfig, MAX_SIGACK_ENTRIES};
@@ -424,8 +428,8 @@ impl Pet {
         self.paths.get(path.index())?.pair.estimate_bps()
     }
 
-    /// The delivery-rate cap of `path` in bit/s as of the last SIG-ACK or timeout, if it has
-    /// one: the most it delivered while busy lately ([`DeliveryRate`]).
+    /// The delivery-rate cap of `path` in bit/s as of its last SIG-ACK entry, if it has one:
+    /// the most it delivered while busy lately ([`DeliveryRate`]).
     pub fn delivery_cap_bps(&self, path: PathId) -> Option<u64> {
         self.paths.get(path.index())?.cap
     }
