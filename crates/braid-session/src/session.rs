@@ -275,9 +275,8 @@ pub struct PathStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pet_pair_bps: Option<u64>,
     /// Scheduler `pet`: the most the path delivered lately while its queue was never empty (or
-    /// carried in half a second since, if more), bit/s, grown 25% for each `probe_interval` it
-    /// carries traffic without being kept busy, to about twice that; absent before it ever
-    /// was.
+    /// carried in half a second since, if more), bit/s, grown 25% for each second it carries
+    /// traffic without being kept busy, to about twice that; absent before it ever was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pet_delivery_bps: Option<u64>,
     /// Scheduler `pet`: the one-way delay PET uses for the path, ms.

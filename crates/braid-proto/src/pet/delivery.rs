@@ -14,42 +14,45 @@
 //! what exceeds its rate instead of queueing it never shows a queue, and no sample.)
 //!
 //! **Busy.** Of two packets reported one after the other on a path, `x` then `y`, the
-//! bottleneck was never idle from `x`'s departure to `y`'s if all of these hold:
-//! - no packet the receiver reports was sent between them ([`Report::key`] follows on), so
-//!   none was lost or is unaccounted for;
+//! bottleneck was never idle from `x`'s departure to `y`'s if both of these hold:
 //! - `y` reached the bottleneck before `x` left it: `sent_y + o <= arrival_x`, where `o` is the
-//!   path's least `arrival - sent - L / B` over the last [`FLOOR_WINDOW`] (its delay, plus the
-//!   offset between the two clocks, which cancels);
+//!   path's least `arrival - sent - L / B` over the last 5-10 s ([`FLOOR_WINDOW`], two halves:
+//!   its delay, plus the offset between the two clocks, which cancels);
 //! - `y` waited in the queue: its own `arrival - sent - L / B` is [`MIN_QUEUE`] or more above
 //!   `o` (a floor a little too low, which an `L / B` at a stale rate gives, would pass the
-//!   second test alone).
+//!   first test alone).
 //!
-//! A sender that spaces its packets itself (it sends at less than the path's rate) fails the
-//! last two, so the cap never takes the sender's pace for the path's. A run of busy packets is
-//! a busy period; its first packet's arrival starts a window, and once a window spans
-//! [`MIN_SPAN`] and [`MIN_PACKETS`], the bytes that left the path in it over its span are a
-//! sample, and the next window starts there.
+//! A sender that spaces its packets itself (it sends at less than the path's rate) fails both,
+//! so the cap never takes the sender's pace for the path's. A run of busy packets is a busy
+//! period; its first packet's arrival starts a window, and once a window spans [`MIN_SPAN`]
+//! and [`MIN_PACKETS`], the bytes that left the path in it over its span are a sample, and the
+//! next window starts there.
 //!
-//! **Counted bytes.** Everything accounted on the path between the two reports: the packets
-//! reported, and those the receiver does not report (small packets, resends inside the
-//! tunnel), which took the bottleneck's time too ([`Report::bytes_at`]). A reported packet
-//! that was lost ends the window instead, so an overfilled path's sample is not what was sent
-//! into it. Traffic PET does not see at all (another host's, a transport beside the striper)
-//! makes a sample low: it is this bond's share of a busy path.
+//! **Counted bytes.** Between two reports whose packets followed one another among those the
+//! receiver reports ([`Report::key`]), everything accounted on the path between them: the
+//! packets reported, and those the receiver does not report (small packets, resends inside the
+//! tunnel), which took the bottleneck's time too ([`Report::bytes_at`]). After a reported
+//! packet that was lost, only the later packet's own bytes: a queue that drops from its tail
+//! under a steady overload loses one every few packets, and its windows must run across the
+//! losses, or it would never give a sample; what was sent into it and dropped does not count.
+//! Traffic PET does not see at all (another host's, a transport beside the striper) makes a
+//! sample low: it is this bond's share of a busy path.
 //!
 //! **Cap.** [`DeliveryRate::cap_bps`] is the largest sample of the last one or two
 //! `interval`s (two half windows, so one short window does not drag it down); after a quiet
 //! spell, the cap from before stays until a whole `interval` of new samples confirms a lower
-//! one. While the path carries reported packets but gives no sample (it is no longer kept
-//! busy) the cap grows by [`GROWTH_PCT`] each `interval`, up to [`GROWTH_STEPS`] steps (about
-//! twice the last cap), so a path that got faster is given more, as BBR's bandwidth probing
-//! does. What it then carries shows, busy or not: a window of [`RAISE_SPAN`] or more in which
-//! the path delivered more than the cap (whether its queue filled or not, as BBR takes an
-//! app-limited sample that is above its estimate) raises the cap, and growth goes on from
-//! there, until the path is busy again and measured. The bound keeps a path that is never
-//! filled (EDPF gives it less than it could carry) from growing a cap that protects nothing:
-//! after 15 s a bucket's pairs would rule again. An idle path's cap does not grow: growth
-//! counts only time between reports an `interval` or less apart.
+//! one. While the path carries reported packets that did not queue, none lost, and gives no
+//! sample (it is no longer kept busy), the cap grows by [`GROWTH_PCT`] each `interval`, up to
+//! [`GROWTH_STEPS`] steps (about twice the last cap), so a path that got faster is given more,
+//! as BBR's bandwidth probing does. What it then carries shows, busy or not: a window of
+//! [`RAISE_SPAN`] or more in which the path delivered more than the cap was before growth
+//! (whether its queue filled or not, as BBR takes an app-limited sample that is above its
+//! estimate) raises that, and the growth so far stays, so a raise never lowers the cap. A
+//! bucket's burst can make a raise too high by up to the burst over [`RAISE_SPAN`] (16 KiB:
+//! 0.26 Mbit/s) until busy samples replace it. The bound keeps a path that is never filled
+//! (EDPF gives it less than it could carry) from growing a cap that protects nothing: after
+//! 15 s a bucket's pairs would rule again. An idle path's cap does not grow: growth counts only
+//! time between reports an `interval` or less apart.
 
 use super::WindowedMin;
 use crate::scheduler::MAX_RATE_BPS;
@@ -92,6 +95,8 @@ pub struct Report {
     pub key: u64,
     /// Wire bytes accounted on the path up to and including it, in sending order.
     pub bytes_at: u64,
+    /// Its own wire bytes.
+    pub wire_bytes: u64,
     /// Its `arrival - sent - L / B` (ns, receiver clock minus sender clock); `None` while `B`
     /// is only a prior guess.
     pub delay: Option<i128>,
@@ -106,8 +111,8 @@ pub struct DeliveryRate {
     last: Option<Report>,
     /// When (sender clock) the last report came.
     last_now: Option<Instant>,
-    /// The window being measured: its start (receiver clock, ns), its first bytes count, and
-    /// the packets that arrived after its start.
+    /// The window being measured: its start (receiver clock, ns), the bytes that left the
+    /// path after its start, and the packets that arrived after its start.
     window: Option<(i128, u64, u32)>,
     /// The window that may raise the cap, busy or not: its start and first bytes count.
     raise_window: Option<(i128, u64)>,
@@ -138,46 +143,74 @@ impl DeliveryRate {
     /// Packet `r` was reported at `now`. Returns the sample it completes, if any; the cap
     /// halves its window every `interval`.
     pub fn on_report(&mut self, now: Instant, r: Report, interval: Duration) -> Option<u64> {
-        if let Some(t) = self.last_now {
-            let since = now.saturating_duration_since(t);
-            if since <= interval {
-                self.quiet = self.quiet.saturating_add(since);
-            }
-        }
-        self.last_now = Some(now);
         if let Some(d) = r.delay {
             self.floor.update(now, d, Some(FLOOR_WINDOW / 2));
         }
+        let min_queue = i128::from(MIN_QUEUE.as_nanos() as u64);
+        let queued = r
+            .delay
+            .zip(self.floor.get())
+            .is_some_and(|(d, f)| d.saturating_sub(f) >= min_queue);
         let prev = self.last;
-        if prev.is_some_and(|p| r.arrival < p.arrival || r.key <= p.key) {
-            // A SIG-ACK overtaken by a later one: it says nothing of the window, and the next
-            // report is measured from the latest.
+        if prev.is_some_and(|p| r.key <= p.key) {
+            // A SIG-ACK overtaken by a later one: it says nothing of the windows.
             self.window = None;
             self.raise_window = None;
             return None;
         }
+        // Growth counts time the path carried traffic without being kept busy: not a packet
+        // that queued, nor one after a loss (a queue dropping from its tail, whose windows
+        // may be too short for a sample).
+        let continuous = prev.is_some_and(|p| r.key == p.key.saturating_add(1));
+        if let Some(t) = self.last_now {
+            let since = now.saturating_duration_since(t);
+            if since <= interval && continuous && !queued {
+                self.quiet = self.quiet.saturating_add(since);
+            }
+        }
+        self.last_now = Some(now);
         self.last = Some(r);
+        if prev.is_some_and(|p| r.arrival < p.arrival) {
+            // Arrivals went backwards (a clock step at the receiver, or a lie): start afresh
+            // from this one.
+            self.window = None;
+            self.raise_window = None;
+            return None;
+        }
         self.follow_raise_window(prev, &r);
-        let Some(prev) = prev.filter(|p| self.busy(p, &r)) else {
+        let Some(prev) =
+            prev.filter(|p| queued && r.sent.saturating_add(self.floor_or_max()) <= p.arrival)
+        else {
             self.window = None;
             return None;
         };
-        let (start, first_bytes, packets) =
-            self.window.get_or_insert((prev.arrival, prev.bytes_at, 0));
+        // What left the path since `prev`: everything accounted between the two, or after a
+        // loss (some of it never left) only this packet.
+        let left = if continuous {
+            r.bytes_at.saturating_sub(prev.bytes_at)
+        } else {
+            r.wire_bytes
+        };
+        let (start, bytes, packets) = self.window.get_or_insert((prev.arrival, 0, 0));
+        *bytes = bytes.saturating_add(left);
         *packets = packets.saturating_add(1);
         let span = r.arrival - *start;
-        let bytes = r.bytes_at.saturating_sub(*first_bytes);
         let min_span = i128::from(MIN_SPAN.as_nanos() as u64);
         if span < min_span || *packets < MIN_PACKETS {
             return None;
         }
-        self.window = Some((r.arrival, r.bytes_at, 0));
-        let rate = u128::from(bytes) * 8 * 1_000_000_000 / span.unsigned_abs();
+        let rate = u128::from(*bytes) * 8 * 1_000_000_000 / span.unsigned_abs();
+        self.window = Some((r.arrival, 0, 0));
         let rate = u64::try_from(rate)
             .ok()
             .filter(|&r| r > 0 && r <= MAX_RATE_BPS)?;
         self.take(now, rate, interval);
         Some(rate)
+    }
+
+    /// The least delay, or a value no send time passes the busy test with.
+    fn floor_or_max(&self) -> i128 {
+        self.floor.get().unwrap_or(i128::MAX)
     }
 
     /// Extend the raising window to `r`, reported after `prev`; raise the cap if the window
@@ -200,10 +233,10 @@ impl DeliveryRate {
         let Ok(rate) = u64::try_from(rate) else {
             return;
         };
+        // The growth so far stays (`quiet` is kept): a raise never lowers the cap.
         if self.base.is_some_and(|b| rate > b && rate <= MAX_RATE_BPS) {
             self.base = Some(rate);
             self.current = Some(self.current.map_or(rate, |c| c.max(rate)));
-            self.quiet = Duration::ZERO;
             self.raises += 1;
         }
     }
@@ -213,20 +246,9 @@ impl DeliveryRate {
         self.raises
     }
 
-    /// Whether the bottleneck was never idle from `x`'s departure to `y`'s (module docs).
-    fn busy(&self, x: &Report, y: &Report) -> bool {
-        let (Some(floor), Some(delay)) = (self.floor.get(), y.delay) else {
-            return false;
-        };
-        let min_queue = i128::from(MIN_QUEUE.as_nanos() as u64);
-        y.key == x.key.saturating_add(1)
-            && y.sent.saturating_add(floor) <= x.arrival
-            && delay.saturating_sub(floor) >= min_queue
-    }
-
     fn take(&mut self, now: Instant, rate: u64, interval: Duration) {
         let age = now.saturating_duration_since(self.started);
-        if age >= interval * 2 {
+        if age >= interval.saturating_mul(2) {
             // After a quiet spell the cap from before stands for one more half window, so a
             // single short window cannot bring it down alone.
             self.previous = self.base;
@@ -279,6 +301,8 @@ mod tests {
         key: u64,
         bytes: u64,
         samples: Vec<u64>,
+        /// The most a packet may wait in the queue; later ones are dropped at its tail.
+        limit: Option<i128>,
     }
 
     impl Path {
@@ -291,6 +315,7 @@ mod tests {
                 key: 0,
                 bytes: 0,
                 samples: Vec::new(),
+                limit: None,
             }
         }
 
@@ -300,14 +325,20 @@ mod tests {
 
         /// Send a packet of `len` bytes at `sent_ms`.
         fn send(&mut self, sent_ns: i128, len: u64) {
-            self.free = self.free.max(sent_ns + 10 * MS) + Self::air(len, self.rate_bps);
             self.key += 1;
             self.bytes += len;
+            let start = self.free.max(sent_ns + 10 * MS);
+            if self.limit.is_some_and(|l| start - (sent_ns + 10 * MS) > l) {
+                // Dropped at the queue's tail: never reported.
+                return;
+            }
+            self.free = start + Self::air(len, self.rate_bps);
             let r = Report {
                 sent: sent_ns,
                 arrival: self.free,
                 key: self.key,
                 bytes_at: self.bytes,
+                wire_bytes: len,
                 delay: Some(self.free - sent_ns - Self::air(len, self.peak_bps)),
             };
             let now = Instant::from_nanos(u64::try_from(self.free + 20 * MS).unwrap());
@@ -377,6 +408,7 @@ mod tests {
                 arrival: p.free,
                 key: p.key,
                 bytes_at: p.bytes,
+                wire_bytes: 1500,
                 delay: Some(p.free - k * 1200 * 1000 - Path::air(1500, 2_000_000)),
             };
             let now = Instant::from_nanos(u64::try_from(p.free + 20 * MS).unwrap());
@@ -384,15 +416,20 @@ mod tests {
         }
         assert!(!p.samples.is_empty());
         assert!(p.samples.iter().all(|&r| r == 2_000_000), "{:?}", p.samples);
-        // A reported packet that never comes (lost) breaks the chain of keys: no sample spans
-        // it.
-        let mut q = Path::new(2_000_000);
-        q.offer(0, 1200, 20, 1500);
-        let before = q.d.samples();
-        q.key += 1;
-        q.offer(24, 1200, 1, 1500);
-        assert!(q.d.window.is_none());
-        assert_eq!(q.d.samples(), before);
+    }
+
+    #[test]
+    fn a_queue_that_drops_from_its_tail_is_measured_and_its_cap_does_not_grow() {
+        // 1 Mbit/s with a 50 ms queue (a `tbf ... latency 50ms`), offered 1.5 Mbit/s: a third
+        // of the packets are dropped, a loss every few packets, and the path is busy
+        // throughout. Windows run across the losses, counting what left.
+        let mut p = Path::new(1_000_000);
+        p.limit = Some(50 * MS);
+        p.offer(0, 8000, 1000, 1500);
+        assert!(p.samples.len() > 20, "{:?}", p.samples);
+        let cap = p.d.cap_bps(SECOND).unwrap();
+        assert!(cap.abs_diff(1_000_000) <= 50_000, "{cap}");
+        assert_eq!(p.d.quiet, Duration::ZERO);
     }
 
     #[test]
@@ -413,6 +450,7 @@ mod tests {
         let cap = p.d.cap_bps(SECOND).unwrap();
         // Ten idle seconds: no growth.
         p.offer(10_000, 20_000, 1, 1500);
+        assert_eq!(p.d.cap_bps(SECOND), Some(cap));
         assert_eq!(p.d.cap_bps(SECOND), Some(cap));
         // Two seconds of traffic well below the rate: two steps.
         p.offer(10_020, 20_000, 101, 1500);
@@ -481,6 +519,7 @@ mod tests {
             arrival,
             key,
             bytes_at,
+            wire_bytes: 1500,
             delay,
         };
         assert_eq!(

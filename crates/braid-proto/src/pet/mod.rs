@@ -34,7 +34,7 @@
 //!
 //! Departures, each documented where it is coded: a pair whose second packet would reach the
 //! bottleneck after the first had left it (by the estimates) is no pair, the packet starts a
-//! new one; a pair whose second arrived no further behind the first than it was sent shows
+//! new one; a pair whose second arrived no further behind the first than it was sent may show
 //! the sender's spacing, and may raise the estimate but not lower it; the estimate EDPF uses
 //! is the pair estimate capped by what the path delivered while busy ([`DeliveryRate`]:
 //! behind a token bucket, pairs read the wire's speed); the RTT of each path is also kept (SIG-ACK arrival minus send time), for the
@@ -429,7 +429,8 @@ impl Pet {
     }
 
     /// The delivery-rate cap of `path` in bit/s as of its last SIG-ACK entry, if it has one:
-    /// the most it delivered while busy lately ([`DeliveryRate`]).
+    /// the most it delivered while busy lately, raised by what it carried since or grown while
+    /// it is not kept busy ([`DeliveryRate::cap_bps`]).
     pub fn delivery_cap_bps(&self, path: PathId) -> Option<u64> {
         self.paths.get(path.index())?.cap
     }
@@ -977,6 +978,7 @@ impl Pet {
                 arrival: i128::from(e.arrival.as_nanos()),
                 key,
                 bytes_at,
+                wire_bytes: wire,
                 // `L / B` at a prior rate says nothing.
                 delay: p.pair.peak_bps().map(|_| owd),
             };
