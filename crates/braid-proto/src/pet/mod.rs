@@ -37,8 +37,8 @@
 //! new one; a pair whose second arrived no further behind the first than it was sent may show
 //! the sender's spacing, and may raise the estimate but not lower it; the estimate EDPF uses
 //! is the pair estimate capped by what the path delivered while busy ([`DeliveryRate`]:
-//! behind a token bucket, pairs read the wire's speed); the RTT of each path is also kept (SIG-ACK arrival minus send time), for the
-//! driver's timers; SIG-ACKs are batched.
+//! behind a token bucket, pairs read the wire's speed); the RTT of each path is also kept
+//! (SIG-ACK arrival minus send time), for the driver's timers; SIG-ACKs are batched.
 //!
 //! Beyond the paper, [`Pet::srr_quanta`] turns the estimates into SRR quanta (adaptive SRR:
 //! `Srr::set_quanta`), for a bond that wants SRR's causal striping with rates that follow the
