@@ -485,31 +485,57 @@ fn bad_configs_are_refused() {
 }
 
 proptest! {
-    /// Whatever a peer reports, PET neither panics nor picks a path that does not exist.
+    /// Whatever a peer reports, PET neither panics nor picks a path that does not exist: with
+    /// padding on, packets of any size, packets PET did not place, and paths taken out and put
+    /// back among the reports.
     #[test]
     fn any_feedback_is_survived(
-        ops in proptest::collection::vec((any::<bool>(), any::<u8>(), 0u64..64, any::<u64>(), 0u64..50), 1..300),
+        ops in proptest::collection::vec(
+            (0u8..6, any::<u8>(), any::<u64>(), any::<u64>(), 0u64..50, 0u32..1600),
+            1..300,
+        ),
     ) {
         let mut config = PetConfig::new(vec![50_000, 1_000_000, 7]);
         config.max_records = 16;
+        config.padding = Some(1400);
         let mut pet = Pet::new(config).unwrap();
         let mut now = Instant::ZERO;
         let mut seq = 0;
-        for (send, path, s, arrival, dt) in ops {
+        let mut pads = Vec::new();
+        for (op, path, s, arrival, dt, len) in ops {
             now = now + ms(dt);
-            if send {
-                let p = pet.schedule(now, seq, 1500, path % 5 == 0);
-                prop_assert!(p.index() < 3);
-                seq += 1;
-            } else {
-                let e = SigAckEntry { path: PathId(path), seq: s, arrival: Instant::from_nanos(arrival) };
-                pet.handle_sig_ack(now, [e]);
+            match op {
+                0 | 1 => {
+                    let p = pet.schedule(now, seq, len, path % 5 == 0);
+                    prop_assert!(p.index() < 3);
+                    seq += 1;
+                }
+                2 => pet.account_extra(PathId(path % 4), now, len),
+                3 => pet.set_path_enabled(PathId(path % 4), path & 0x80 != 0),
+                _ => {
+                    // A report of a data packet, of a padding packet PET sent, or of anything.
+                    let id = match (op, pads.get(s as usize % pads.len().max(1))) {
+                        (4, Some(&id)) => id,
+                        _ => s,
+                    };
+                    let e = SigAckEntry { path: PathId(path % 4), seq: id, arrival: Instant::from_nanos(arrival) };
+                    pet.handle_sig_ack(now, [e]);
+                }
+            }
+            while let Some(pad) = pet.poll_padding(now) {
+                prop_assert!(pad.path.index() < 3);
+                pads.push(pad.id);
             }
             if let Some(t) = pet.poll_timeout() {
                 prop_assert!(t >= Instant::ZERO);
             }
             pet.handle_timeout(now);
             while pet.poll_event().is_some() {}
+            for i in 0..3 {
+                if let Some(r) = pet.estimate_bps(PathId(i)) {
+                    prop_assert!(r > 0);
+                }
+            }
         }
     }
 
