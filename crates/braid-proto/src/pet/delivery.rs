@@ -125,6 +125,8 @@ pub struct DeliveryRate {
     base: Option<u64>,
     /// Time the path carried reported packets since the last sample.
     quiet: Duration,
+    /// The last sample and when it was taken (sender clock).
+    latest: Option<(u64, Instant)>,
     samples: u64,
     raises: u64,
 }
@@ -247,6 +249,7 @@ impl DeliveryRate {
     }
 
     fn take(&mut self, now: Instant, rate: u64, interval: Duration) {
+        self.latest = Some((rate, now));
         let age = now.saturating_duration_since(self.started);
         if age >= interval.saturating_mul(2) {
             // After a quiet spell the cap from before stands for one more half window, so a
@@ -264,6 +267,16 @@ impl DeliveryRate {
         self.samples += 1;
         self.quiet = Duration::ZERO;
         self.base = self.current.max(self.previous);
+    }
+
+    /// The last sample, if it was taken within `interval` of `now`: the path has just carried
+    /// that much while busy, so it is at least that fast. A floor for the pair estimate,
+    /// which a low pair (one the sender's spacing made, taken before the path had an
+    /// estimate) can hold below what the path plainly carries.
+    pub fn floor_bps(&self, now: Instant, interval: Duration) -> Option<u64> {
+        self.latest
+            .filter(|&(_, at)| now.saturating_duration_since(at) <= interval)
+            .map(|(r, _)| r)
     }
 
     /// The most the path has sustained lately, in bit/s: the largest sample of the last one or

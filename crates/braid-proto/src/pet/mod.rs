@@ -435,15 +435,20 @@ impl Pet {
         self.paths.get(path.index())?.cap
     }
 
-    /// Set `path`'s rate to its pair estimate capped by its delivery rate; whether it changed.
-    fn refresh_rate(&mut self, path: PathId) -> bool {
+    /// Set `path`'s rate to its pair estimate capped by its delivery rate, and no lower than
+    /// its last delivery sample if that is fresh; whether it changed.
+    fn refresh_rate(&mut self, path: PathId, now: Instant) -> bool {
         let interval = self.config.probe_interval;
         let p = &mut self.paths[path.index()];
         p.cap = p.delivery.cap_bps(interval);
         let Some(pair) = p.pair.estimate_bps() else {
             return false;
         };
-        let rate = p.cap.map_or(pair, |c| c.min(pair)).max(1);
+        // Never below what the path carried while busy just now: a pair estimate that low
+        // is wrong (a start-up pair spaced by the sender, which later spaced pairs may not
+        // lower, nor, while the path is under-used, raise).
+        let floor = p.delivery.floor_bps(now, interval).unwrap_or(0);
+        let rate = p.cap.map_or(pair, |c| c.min(pair)).max(floor).max(1);
         if p.rate == Some(rate) {
             return false;
         }
@@ -1029,7 +1034,7 @@ impl Pet {
             self.stats.delivery_samples += 1;
         }
         // Every pair sample is told; a delivery sample only when it moves the rate.
-        if self.refresh_rate(path) || sampled {
+        if self.refresh_rate(path, now) || sampled {
             self.push_estimate(path);
         }
         true
