@@ -54,7 +54,7 @@
 //! 15 s a bucket's pairs would rule again. An idle path's cap does not grow: growth counts only
 //! time between reports an `interval` or less apart.
 
-use super::WindowedMin;
+use super::{PacketPair, WindowedMin};
 use crate::scheduler::MAX_RATE_BPS;
 use crate::time::{Duration, Instant};
 
@@ -148,7 +148,7 @@ impl DeliveryRate {
         if let Some(d) = r.delay {
             self.floor.update(now, d, Some(FLOOR_WINDOW / 2));
         }
-        let min_queue = i128::from(MIN_QUEUE.as_nanos() as u64);
+        let min_queue = ns(MIN_QUEUE);
         let queued = r
             .delay
             .zip(self.floor.get())
@@ -197,15 +197,12 @@ impl DeliveryRate {
         *bytes = bytes.saturating_add(left);
         *packets = packets.saturating_add(1);
         let span = r.arrival - *start;
-        let min_span = i128::from(MIN_SPAN.as_nanos() as u64);
-        if span < min_span || *packets < MIN_PACKETS {
+        if span < ns(MIN_SPAN) || *packets < MIN_PACKETS {
             return None;
         }
-        let rate = u128::from(*bytes) * 8 * 1_000_000_000 / span.unsigned_abs();
+        let bytes = *bytes;
         self.window = Some((r.arrival, 0, 0));
-        let rate = u64::try_from(rate)
-            .ok()
-            .filter(|&r| r > 0 && r <= MAX_RATE_BPS)?;
+        let rate = rate_over(bytes, span)?;
         self.take(now, rate, interval);
         Some(rate)
     }
@@ -226,17 +223,15 @@ impl DeliveryRate {
             .raise_window
             .get_or_insert((prev.arrival, prev.bytes_at));
         let span = r.arrival - start;
-        if span < i128::from(RAISE_SPAN.as_nanos() as u64) {
+        if span < ns(RAISE_SPAN) {
             return;
         }
         self.raise_window = Some((r.arrival, r.bytes_at));
-        let bytes = r.bytes_at.saturating_sub(first_bytes);
-        let rate = u128::from(bytes) * 8 * 1_000_000_000 / span.unsigned_abs();
-        let Ok(rate) = u64::try_from(rate) else {
+        let Some(rate) = rate_over(r.bytes_at.saturating_sub(first_bytes), span) else {
             return;
         };
         // The growth so far stays (`quiet` is kept): a raise never lowers the cap.
-        if self.base.is_some_and(|b| rate > b && rate <= MAX_RATE_BPS) {
+        if self.base.is_some_and(|b| rate > b) {
             self.base = Some(rate);
             self.current = Some(self.current.map_or(rate, |c| c.max(rate)));
             self.raises += 1;
@@ -295,6 +290,18 @@ impl DeliveryRate {
         let grown = (base as f64 * factor).ceil().min(MAX_RATE_BPS as f64);
         Some(grown as u64)
     }
+}
+
+/// `d` in nanoseconds, as the reports' times are.
+fn ns(d: Duration) -> i128 {
+    i128::try_from(d.as_nanos()).unwrap_or(i128::MAX)
+}
+
+/// The rate of `bytes` over `span_ns` (at least [`MIN_SPAN`]), as a pair's sample is
+/// ([`PacketPair::sample_rate`]: `None` for a rate of 0 or above every link's).
+fn rate_over(bytes: u64, span_ns: i128) -> Option<u64> {
+    let span = u64::try_from(span_ns).ok()?;
+    PacketPair::sample_rate(bytes, Duration::from_nanos(span))
 }
 
 #[cfg(test)]

@@ -241,8 +241,6 @@ struct PetPath {
     /// (for [`Record::key`]).
     accounted_bytes: u64,
     keys: u64,
-    /// The delivery rate's cap, as of the last refresh.
-    cap: Option<u64>,
     /// The rate EDPF uses: the pair estimate, capped by the delivery rate.
     rate: Option<u64>,
     /// Smallest `arrival - sent - L / B` (ns, receiver clock minus sender clock).
@@ -377,7 +375,6 @@ impl Pet {
                 delivery: DeliveryRate::new(),
                 accounted_bytes: 0,
                 keys: 0,
-                cap: None,
                 rate: None,
                 owd: WindowedMin::default(),
                 probe_delay: None,
@@ -428,11 +425,17 @@ impl Pet {
         self.paths.get(path.index())?.pair.estimate_bps()
     }
 
-    /// The delivery-rate cap of `path` in bit/s as of its last SIG-ACK entry, if it has one:
-    /// the most it delivered while busy lately, raised by what it carried since or grown while
-    /// it is not kept busy ([`DeliveryRate::cap_bps`]).
+    /// The delivery-rate cap of `path` in bit/s, if it has one: the most it delivered while
+    /// busy lately, raised by what it carried since or grown while it is not kept busy
+    /// ([`DeliveryRate::cap_bps`]).
     pub fn delivery_cap_bps(&self, path: PathId) -> Option<u64> {
-        self.paths.get(path.index())?.cap
+        let p = self.paths.get(path.index())?;
+        p.delivery.cap_bps(self.config.probe_interval)
+    }
+
+    /// The bytes a packet of `len` payload bytes takes on the wire (`L`).
+    fn wire(&self, len: u32) -> u64 {
+        u64::from(len) + u64::from(self.config.overhead_bytes)
     }
 
     /// Set `path`'s rate to its pair estimate capped by its delivery rate, and no lower than
@@ -440,7 +443,7 @@ impl Pet {
     fn refresh_rate(&mut self, path: PathId, now: Instant) -> bool {
         let interval = self.config.probe_interval;
         let p = &mut self.paths[path.index()];
-        p.cap = p.delivery.cap_bps(interval);
+        let cap = p.delivery.cap_bps(interval);
         let Some(pair) = p.pair.estimate_bps() else {
             return false;
         };
@@ -448,7 +451,7 @@ impl Pet {
         // is wrong (a start-up pair spaced by the sender, which later spaced pairs may not
         // lower, nor, while the path is under-used, raise).
         let floor = p.delivery.floor_bps(now, interval).unwrap_or(0);
-        let rate = p.cap.map_or(pair, |c| c.min(pair)).max(floor).max(1);
+        let rate = cap.map_or(pair, |c| c.min(pair)).max(floor).max(1);
         if p.rate == Some(rate) {
             return false;
         }
@@ -593,11 +596,11 @@ impl Pet {
         }
         self.check_blackouts(now);
         self.last_traffic = Some(now);
-        let open = self
+        let paired = self
             .open
-            .filter(|&(p, first)| p == path && self.in_time(path, now, first));
+            .is_some_and(|(p, first)| p == path && self.in_time(path, now, first));
         match self.open.take() {
-            Some((p, first)) if open == Some((p, first)) => {
+            Some((_, first)) if paired => {
                 self.account(path, now, len, Some(seq));
                 self.remember(now, seq, len, path, Role::Second { first });
             }
@@ -627,7 +630,7 @@ impl Pet {
         let mut free = self.edpf.free_at(path);
         let p = &self.paths[path.index()];
         if let (Some(pair), Some(i)) = (p.pair.estimate_bps(), index_of(&self.records, first)) {
-            let wire = u64::from(self.records[i].len) + u64::from(self.config.overhead_bytes);
+            let wire = self.wire(self.records[i].len);
             let capped = transmission_time(wire, self.edpf.rate(path));
             let sooner = capped.saturating_sub(transmission_time(wire, pair));
             let sooner = u64::try_from(sooner.as_nanos()).unwrap_or(u64::MAX);
@@ -651,10 +654,9 @@ impl Pet {
     /// placed it), and the path's in-flight list for re-anchoring.
     fn account(&mut self, path: PathId, now: Instant, len: u32, seq: Option<u64>) {
         self.edpf.account(path, now, len);
+        let wire = self.wire(len);
         let p = &mut self.paths[path.index()];
-        p.accounted_bytes = p
-            .accounted_bytes
-            .wrapping_add(u64::from(len) + u64::from(self.config.overhead_bytes));
+        p.accounted_bytes = p.accounted_bytes.wrapping_add(wire);
         while p.in_flight.front().is_some_and(|f| !f.is_key()) {
             p.in_flight.pop_front();
         }
@@ -1010,7 +1012,7 @@ impl Pet {
         };
         let mut sampled = false;
         if let Some((s1, a1, s2, a2, len2)) = pair {
-            let wire2 = u64::from(len2) + u64::from(self.config.overhead_bytes);
+            let wire2 = self.wire(len2);
             let dispersion = a2.saturating_duration_since(a1);
             let gap = s2.saturating_duration_since(s1);
             let p = &mut self.paths[path.index()];
