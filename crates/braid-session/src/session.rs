@@ -401,6 +401,9 @@ pub struct PetStatus {
     /// Delivery-rate samples taken: windows in which a path's queue never emptied
     /// (`braid_proto::pet::DeliveryRate`), which cap its pair estimate.
     pub delivery_samples: u64,
+    /// Of those, windows in which a path lost a fifth or more of what it was sent (a policer
+    /// that drops instead of queueing), not one whose queue filled.
+    pub overload_samples: u64,
     /// Pairs that showed only the sender's spacing, below the estimate (not lowering it).
     pub spaced_pairs: u64,
     /// Packets placed alone: TCP retransmissions, and pairs' firsts whose second never came.
@@ -2479,6 +2482,7 @@ impl Session {
                     pairs: p.pairs,
                     samples: p.samples,
                     delivery_samples: p.delivery_samples,
+                    overload_samples: p.overload_samples,
                     spaced_pairs: p.spaced_pairs,
                     singles: p.singles,
                     probes: p.probes,

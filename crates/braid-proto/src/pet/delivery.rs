@@ -38,6 +38,21 @@
 //! Traffic PET does not see at all (another host's, a transport beside the striper) makes a
 //! sample low: it is this bond's share of a busy path.
 //!
+//! **Overload.** A path that drops what exceeds its rate instead of queueing it (a policer,
+//! as ISPs and mobile networks rate-limit with) never shows a queue, and gives no busy window.
+//! It shows by its losses, as BBR detects a policer (`lt_bw`: 20% lost over an interval): a
+//! window from one lost packet to a later one, at least [`OVERLOAD_SPAN`] long, in which
+//! [`OVERLOAD_LOSS_PCT`] or more of the bytes sent were lost, and no two losses further apart
+//! than [`MAX_OVERLOAD_GAP`], carried what the path lets through: its delivered bytes over its
+//! span are a sample. Both its ends are at a loss, where a bucket held less than a packet, so
+//! the bucket's burst does not count (and the last packet is left out, so a sample errs low).
+//! Such a sample ends the cap's growth but brings it below where it stood before growth only
+//! if [`FALL_LOSS_PCT`] was lost, and then to half at most. An arrival gap over [`MAX_OVERLOAD_GAP`] (the path went
+//! dark, not a path that delivers little), or a loss that long after the last, starts the
+//! window again; a window whose arrivals came in bursts with pauses between
+//! ([`MAX_GAP_TO_MEAN`]) gives no sample. Random loss that high (a fifth of
+//! what is sent) is taken for the same thing: such a path is given what it delivers.
+//!
 //! **Cap.** [`DeliveryRate::cap_bps`] is the largest sample of the last one or two
 //! `interval`s (two half windows, so one short window does not drag it down); after a quiet
 //! spell, the cap from before stays until a whole `interval` of new samples confirms a lower
@@ -80,9 +95,81 @@ pub const GROWTH_PCT: u32 = 25;
 /// The most growth steps: 1.25^3, about twice the last cap.
 pub const GROWTH_STEPS: u32 = 3;
 
+/// How many times slower the cap grows on a path whose last sample came from an overload
+/// window: there, growth is paid in losses, not in queueing, so it probes every few seconds,
+/// as BBR keeps a policer's rate for 48 round trips before it probes again.
+pub const POLICED_GROWTH_SLOWDOWN: u32 = 4;
+
 /// The shortest window whose delivery, busy or not, may raise the cap. Long against a
 /// bucket's burst: 16 KiB let through at once adds 0.26 Mbit/s to a 500 ms window.
 pub const RAISE_SPAN: Duration = Duration::from_millis(500);
+
+/// The least share of the bytes sent in an overload window, in percent, that must be lost for
+/// the window to show the path's rate. It then ends the cap's growth (a path offered 25% more
+/// than a policer lets through, one growth step of [`GROWTH_PCT`], loses 20%), but brings the
+/// cap no lower than it was before growth unless [`FALL_LOSS_PCT`] was lost.
+pub const OVERLOAD_LOSS_PCT: u64 = 10;
+
+/// The least share lost, in percent, for an overload window to bring the cap below what it
+/// was before growth: a policer whose rate fell by a fifth or more (a throttled plan). BBR's
+/// policer detection takes 20% (`lt_loss_thresh`). Random loss this high is taken for the
+/// same: such a path is given what it delivers, and less each time, as what it is offered
+/// shrinks with its cap.
+pub const FALL_LOSS_PCT: u64 = 25;
+
+/// The shortest overload window: long enough to hold several losses and to average the
+/// receiver's timestamp batches (a policer of 1 Mbit/s passes 21 full packets in it).
+pub const OVERLOAD_SPAN: Duration = Duration::from_millis(250);
+
+/// The fewest packets delivered in an overload window (a policer of 0.5 Mbit/s passes 10 full
+/// packets in [`OVERLOAD_SPAN`]): a few packets over a span say little of a path that lost most
+/// of what it was sent.
+pub const MIN_OVERLOAD_PACKETS: u32 = 10;
+
+/// The longest gap inside an overload window between two arrivals, and between two losses.
+/// A path that goes dark (an outage, a route change) is not one that delivers little; and a
+/// path is overloaded throughout a window only if it keeps losing: a sender's burst that
+/// overflows a bucket once, then little for a while, loses a fifth of a window that mostly
+/// did not fill the path. At 1 Mbit/s, full packets pass a policer every 12 ms, and offered
+/// 25% more it drops one every 60 ms; a policer below 0.6 Mbit/s shows only when offered more.
+pub const MAX_OVERLOAD_GAP: Duration = Duration::from_millis(100);
+
+/// An overload window ([`DeliveryRate`]'s "Overload").
+#[derive(Clone, Copy, Debug)]
+struct Overload {
+    /// The arrival of its first packet, the first after a loss (receiver clock, ns).
+    start: i128,
+    /// Bytes accounted on the path up to that packet.
+    sent_at: u64,
+    /// Bytes delivered since.
+    delivered: u64,
+    /// Packets delivered since.
+    packets: u32,
+    /// The arrival of the last packet that followed a loss.
+    last_loss: i128,
+    /// The longest gap between two arrivals in it.
+    max_gap: i128,
+}
+
+impl Overload {
+    fn at(r: &Report) -> Overload {
+        Overload {
+            start: r.arrival,
+            sent_at: r.bytes_at,
+            delivered: 0,
+            packets: 0,
+            last_loss: r.arrival,
+            max_gap: 0,
+        }
+    }
+}
+
+/// The longest gap between two arrivals in an overload window, in multiples of their mean
+/// spacing (plus [`MIN_QUEUE`] of the timestamps' jitter). A path kept overloaded delivers
+/// steadily, one packet each time its bucket holds one again; a sender's bursts that each
+/// overflow a full bucket, with a pause between, deliver a bucket per burst, and the tokens of
+/// the pause go unused: less than the path carries.
+pub const MAX_GAP_TO_MEAN: i128 = 4;
 
 /// One reported packet, as [`DeliveryRate::on_report`] takes it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,6 +203,8 @@ pub struct DeliveryRate {
     window: Option<(i128, u64, u32)>,
     /// The window that may raise the cap, busy or not: its start and first bytes count.
     raise_window: Option<(i128, u64)>,
+    /// The overload window being measured.
+    overload: Option<Overload>,
     /// The largest sample in the current and the previous half window.
     current: Option<u64>,
     previous: Option<u64>,
@@ -125,9 +214,14 @@ pub struct DeliveryRate {
     base: Option<u64>,
     /// Time the path carried reported packets since the last sample.
     quiet: Duration,
+    /// Whether the last sample came from an overload window.
+    policed: bool,
+    /// When (sender clock) the last report that followed a lost packet came.
+    last_loss: Option<Instant>,
     /// The last sample and when it was taken (sender clock).
     latest: Option<(u64, Instant)>,
     samples: u64,
+    overload_samples: u64,
     raises: u64,
 }
 
@@ -137,9 +231,27 @@ impl DeliveryRate {
         DeliveryRate::default()
     }
 
-    /// Samples taken.
+    /// Samples taken (busy and overload windows).
     pub fn samples(&self) -> u64 {
         self.samples
+    }
+
+    /// Whether the last sample came from an overload window: the path drops what exceeds its
+    /// rate instead of queueing it, and its pairs, which cross a bucket at the wire's speed or
+    /// lose their second, say nothing of its rate.
+    pub fn policed(&self) -> bool {
+        self.policed
+    }
+
+    /// Whether the path lost a packet reported within `within` of `now`.
+    pub fn losing(&self, now: Instant, within: Duration) -> bool {
+        self.last_loss
+            .is_some_and(|t| now.saturating_duration_since(t) <= within)
+    }
+
+    /// Samples taken from overload windows (losses, not a queue).
+    pub fn overload_samples(&self) -> u64 {
+        self.overload_samples
     }
 
     /// Packet `r` was reported at `now`. Returns the sample it completes, if any; the cap
@@ -158,15 +270,24 @@ impl DeliveryRate {
             // A SIG-ACK overtaken by a later one: it says nothing of the windows.
             self.window = None;
             self.raise_window = None;
+            self.overload = None;
             return None;
         }
         // Growth counts time the path carried traffic without being kept busy: not a packet
         // that queued, nor one after a loss (a queue dropping from its tail, whose windows
         // may be too short for a sample).
         let continuous = prev.is_some_and(|p| r.key == p.key.saturating_add(1));
+        if prev.is_some() && !continuous {
+            self.last_loss = Some(now);
+        }
         if let Some(t) = self.last_now {
             let since = now.saturating_duration_since(t);
             if since <= interval && continuous && !queued {
+                let since = if self.policed {
+                    since / POLICED_GROWTH_SLOWDOWN
+                } else {
+                    since
+                };
                 self.quiet = self.quiet.saturating_add(since);
             }
         }
@@ -177,9 +298,17 @@ impl DeliveryRate {
             // from this one.
             self.window = None;
             self.raise_window = None;
+            self.overload = None;
             return None;
         }
         self.follow_raise_window(prev, &r);
+        if let Some(rate) = self.follow_overload_window(prev, &r) {
+            self.window = None;
+            self.take(now, rate, interval);
+            self.overload_samples += 1;
+            self.policed = true;
+            return Some(rate);
+        }
         let Some(prev) =
             prev.filter(|p| queued && r.sent.saturating_add(self.floor_or_max()) <= p.arrival)
         else {
@@ -204,6 +333,7 @@ impl DeliveryRate {
         self.window = Some((r.arrival, 0, 0));
         let rate = rate_over(bytes, span)?;
         self.take(now, rate, interval);
+        self.policed = false;
         Some(rate)
     }
 
@@ -236,6 +366,64 @@ impl DeliveryRate {
             self.current = Some(self.current.map_or(rate, |c| c.max(rate)));
             self.raises += 1;
         }
+    }
+
+    /// Extend the overload window to `r`, reported after `prev`; the rate it shows, if it
+    /// ends at `r` having lost enough.
+    fn follow_overload_window(&mut self, prev: Option<Report>, r: &Report) -> Option<u64> {
+        let base = self.base.unwrap_or(0);
+        let gap = ns(MAX_OVERLOAD_GAP);
+        let Some(prev) = prev.filter(|p| r.arrival - p.arrival <= gap) else {
+            self.overload = None;
+            return None;
+        };
+        let lost = r.key != prev.key.saturating_add(1);
+        let Some(w) = &mut self.overload else {
+            if lost {
+                self.overload = Some(Overload::at(r));
+            }
+            return None;
+        };
+        if lost && r.arrival - w.last_loss > gap {
+            // The path stopped losing for a while: it was not overloaded throughout.
+            *w = Overload::at(r);
+            return None;
+        }
+        w.delivered = w.delivered.saturating_add(if lost {
+            r.wire_bytes
+        } else {
+            r.bytes_at.saturating_sub(prev.bytes_at)
+        });
+        w.packets = w.packets.saturating_add(1);
+        w.max_gap = w.max_gap.max(r.arrival - prev.arrival);
+        if !lost {
+            return None;
+        }
+        w.last_loss = r.arrival;
+        let span = r.arrival - w.start;
+        if span < ns(OVERLOAD_SPAN) || w.packets < MIN_OVERLOAD_PACKETS {
+            return None;
+        }
+        let (sent, delivered) = (r.bytes_at.saturating_sub(w.sent_at), w.delivered);
+        let steady = w.max_gap.saturating_mul(i128::from(w.packets))
+            <= span.saturating_mul(MAX_GAP_TO_MEAN) + ns(MIN_QUEUE) * i128::from(w.packets);
+        *w = Overload::at(r);
+        let kept = u128::from(delivered) * 100;
+        let lost_pct = |pct: u64| kept <= u128::from(sent) * u128::from(100 - pct);
+        if !lost_pct(OVERLOAD_LOSS_PCT) || !steady {
+            return None;
+        }
+        // What passed is at most the rate over the span and the tokens left at its start,
+        // under a packet; the last packet is left out, so a sample errs low, not high (high,
+        // a cap loses a little all the time; low, growth finds the rest).
+        let rate = rate_over(delivered.saturating_sub(r.wire_bytes), span)?;
+        // One window halves the cap at most: a throttled plan's fall from 50 to 1 Mbit/s takes
+        // six windows, under two seconds; a window that misjudged a path costs half of it.
+        Some(if lost_pct(FALL_LOSS_PCT) {
+            rate.max(base / 2)
+        } else {
+            rate.max(base)
+        })
     }
 
     /// Times the cap was raised by what the path carried without being kept busy.
@@ -450,6 +638,153 @@ mod tests {
         let cap = p.d.cap_bps(SECOND).unwrap();
         assert!(cap.abs_diff(1_000_000) <= 50_000, "{cap}");
         assert_eq!(p.d.quiet, Duration::ZERO);
+    }
+
+    /// A policer of `rate_bps` with a bucket of `burst` bytes (full at the start) and no
+    /// queue, on a 100 Mbit/s wire with 10 ms of delay; every packet it passes is reported
+    /// 20 ms after it arrives, and `lose_pct` of those are lost after it at random (a
+    /// deterministic generator).
+    struct Policer {
+        d: DeliveryRate,
+        rate_bps: u64,
+        burst: u64,
+        tokens: u64,
+        at: i128,
+        key: u64,
+        bytes: u64,
+        samples: Vec<u64>,
+        lose_pct: u64,
+        rng: u64,
+        passed: u64,
+    }
+
+    impl Policer {
+        fn new(rate_bps: u64, burst: u64) -> Policer {
+            Policer {
+                d: DeliveryRate::new(),
+                rate_bps,
+                burst,
+                tokens: burst,
+                at: 0,
+                key: 0,
+                bytes: 0,
+                samples: Vec::new(),
+                lose_pct: 0,
+                rng: 0x9E37_79B9_7F4A_7C15,
+                passed: 0,
+            }
+        }
+
+        fn send(&mut self, sent: i128, len: u64) {
+            self.key += 1;
+            self.bytes += len;
+            let reach = sent + 10 * MS;
+            let refill = u64::try_from((reach - self.at) * i128::from(self.rate_bps) / 8).unwrap()
+                / 1_000_000_000;
+            if refill > 0 {
+                self.tokens = (self.tokens + refill).min(self.burst);
+                self.at = reach;
+            }
+            if self.tokens < len {
+                return;
+            }
+            self.tokens -= len;
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            if self.rng % 100 < self.lose_pct {
+                return;
+            }
+            self.passed += len;
+            let arrival = reach + Path::air(len, 100_000_000);
+            let r = Report {
+                sent,
+                arrival,
+                key: self.key,
+                bytes_at: self.bytes,
+                wire_bytes: len,
+                delay: Some(10 * MS),
+            };
+            let now = Instant::from_nanos(u64::try_from(arrival + 20 * MS).unwrap());
+            self.samples.extend(self.d.on_report(now, r, SECOND));
+        }
+
+        fn offer(&mut self, from_ms: i128, gap_us: i128, n: i128, len: u64) {
+            for k in 0..n {
+                self.send(from_ms * MS + k * gap_us * 1000, len);
+            }
+        }
+    }
+
+    #[test]
+    fn a_policer_shows_its_rate_by_its_losses() {
+        // 1 Mbit/s behind a 16 KiB bucket with no queue, offered 3 Mbit/s for 5 s: no packet
+        // ever queues, two of three are dropped, and the windows between losses carry what
+        // the policer lets through.
+        let mut p = Policer::new(1_000_000, 16 * 1024);
+        p.offer(0, 4000, 1250, 1500);
+        assert!(p.d.overload_samples() > 8, "{:?}", p.samples);
+        assert_eq!(p.d.overload_samples(), p.d.samples());
+        for &s in &p.samples {
+            assert!(s.abs_diff(1_000_000) <= 100_000, "{:?}", p.samples);
+        }
+        let cap = p.d.cap_bps(SECOND).unwrap();
+        assert!(cap.abs_diff(1_000_000) <= 100_000, "{cap}");
+        // Offered 1.5 times its rate, a third lost: the same.
+        let mut p = Policer::new(2_000_000, 16 * 1024);
+        p.offer(0, 4000, 1250, 1500);
+        let cap = p.d.cap_bps(SECOND).unwrap();
+        assert!(cap.abs_diff(2_000_000) <= 200_000, "{cap} {:?}", p.samples);
+    }
+
+    #[test]
+    fn bursts_that_overflow_a_full_bucket_are_not_overload() {
+        // A sender's bursts of 30 packets every 80 ms into a 4 Mbit/s policer with a 16 KiB
+        // bucket: each burst loses two thirds, yet the bucket fills again in each pause, and
+        // what passes (1.6 Mbit/s) is not the path's rate.
+        let mut p = Policer::new(4_000_000, 16 * 1024);
+        for burst in 0..60i128 {
+            p.offer(burst * 80, 120, 30, 1500);
+        }
+        assert!(p.samples.iter().all(|&s| s >= 3_600_000), "{:?}", p.samples);
+    }
+
+    #[test]
+    fn light_random_loss_and_an_outage_are_not_overload() {
+        // 5% lost at random below the rate: no sample, whatever the sender's pace.
+        let mut p = Policer::new(10_000_000, 64 * 1024);
+        p.lose_pct = 5;
+        p.offer(0, 2400, 4000, 1500);
+        assert!(
+            p.samples.is_empty(),
+            "{:?}",
+            &p.samples[..p.samples.len().min(5)]
+        );
+        // Measured at 1 Mbit/s; then the path goes dark for two seconds while the sender
+        // goes on: nothing arrives, and the window across the gap gives no sample.
+        let mut p = Policer::new(1_000_000, 16 * 1024);
+        p.offer(0, 4000, 500, 1500);
+        let (before, cap) = (p.d.samples(), p.d.cap_bps(SECOND));
+        p.rate_bps = 1;
+        p.tokens = 0;
+        p.offer(2000, 4000, 500, 1500);
+        assert_eq!(p.d.samples(), before);
+        assert_eq!(p.d.cap_bps(SECOND), cap);
+    }
+
+    #[test]
+    fn heavy_random_loss_is_given_what_it_delivers() {
+        // A fifth and more lost at random looks like overload: the path is given what it
+        // carried (documented), never less.
+        let mut p = Policer::new(10_000_000, 64 * 1024);
+        p.lose_pct = 30;
+        p.offer(0, 2400, 4000, 1500);
+        let offered: u64 = 5_000_000;
+        assert!(p.d.overload_samples() > 0);
+        for &s in &p.samples {
+            assert!(s >= offered / 2 && s <= offered, "{:?}", p.samples);
+        }
+        assert!(p.passed > 0);
     }
 
     #[test]

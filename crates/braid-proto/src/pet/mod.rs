@@ -76,6 +76,10 @@ pub struct SigAckEntry {
 /// them from data sequence numbers, which never reach it.
 pub const PADDING_ID_BIT: u64 = 1 << 63;
 
+/// How long after a path lost a packet its `A_l` is re-anchored only later
+/// ([`Pet`]'s `reanchor`): a path that drops instead of queueing shows no backlog.
+pub const LOSING_WINDOW: Duration = Duration::from_millis(250);
+
 /// A padding packet for the driver to send ([`Pet::poll_padding`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Padding {
@@ -293,6 +297,9 @@ pub struct PetStats {
     pub samples: u64,
     /// Delivery-rate samples taken ([`DeliveryRate`]).
     pub delivery_samples: u64,
+    /// Of those, samples from overload windows: a path that lost a fifth or more of what it
+    /// was sent (a policer), not one whose queue filled.
+    pub overload_samples: u64,
     /// Pairs whose second arrived no further behind the first than it was sent, reading
     /// below the estimate: they showed the sender's spacing, and did not lower it.
     pub spaced_pairs: u64,
@@ -451,6 +458,13 @@ impl Pet {
         // is wrong (a start-up pair spaced by the sender, which later spaced pairs may not
         // lower, nor, while the path is under-used, raise).
         let floor = p.delivery.floor_bps(now, interval).unwrap_or(0);
+        // Behind a policer the pairs read the wire's speed, or the sender's spacing when a
+        // bucket is empty: its losses measured it, and only they count.
+        let pair = if p.delivery.policed() {
+            cap.unwrap_or(pair)
+        } else {
+            pair
+        };
         let rate = cap.map_or(pair, |c| c.min(pair)).max(floor).max(1);
         if p.rate == Some(rate) {
             return false;
@@ -882,7 +896,7 @@ impl Pet {
         self.refresh_delays();
         for (i, l) in latest.into_iter().enumerate() {
             if let Some((seq, arrival)) = l {
-                self.reanchor(PathId(i as u8), seq, arrival);
+                self.reanchor(now, PathId(i as u8), seq, arrival);
             }
         }
     }
@@ -893,7 +907,7 @@ impl Pet {
     /// Equation 1 over the packets sent on the path after it gives when the bottleneck frees
     /// now. Without this, the packets sent at start-up on prior rates, or any error of an
     /// estimate, would stay in `A_l` for good.
-    fn reanchor(&mut self, path: PathId, seq: u64, arrival: Instant) {
+    fn reanchor(&mut self, now: Instant, path: PathId, seq: u64, arrival: Instant) {
         let (floor, Some(base), Some(_)) =
             (self.delay_floor(), self.owd_base(), self.estimate_bps(path))
         else {
@@ -925,6 +939,13 @@ impl Pet {
         for f in &p.in_flight {
             let air = transmission_time(u64::from(f.len) + overhead, rate);
             free = (f.sent + delay).max(free) + air;
+        }
+        // A path that drops what exceeds its rate (a policer) shows no queue: what it kept
+        // left at once, and `A_l` taken from it would grant again, at every SIG-ACK, the
+        // backlog EDPF had already given it. While it is losing, `A_l` follows EDPF's own
+        // predictions (the paper's rule) and moves only later.
+        if p.delivery.losing(now, LOSING_WINDOW) {
+            free = free.max(self.edpf.free_at(path));
         }
         self.edpf.set_free_at(path, free);
     }
@@ -979,6 +1000,7 @@ impl Pet {
             - i128::from(sent.as_nanos())
             - i128::from(air.as_nanos() as u64);
         p.owd.update(now, owd, half_window);
+        let overloads = p.delivery.overload_samples();
         let sustained = key.and_then(|key| {
             let report = Report {
                 sent: i128::from(sent.as_nanos()),
@@ -1034,6 +1056,9 @@ impl Pet {
         }
         if sustained.is_some() {
             self.stats.delivery_samples += 1;
+            if self.paths[path.index()].delivery.overload_samples() > overloads {
+                self.stats.overload_samples += 1;
+            }
         }
         // Every pair sample is told; a delivery sample only when it moves the rate.
         if self.refresh_rate(path, now) || sampled {
