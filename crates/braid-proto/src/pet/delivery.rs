@@ -53,6 +53,19 @@
 //! ([`MAX_GAP_TO_MEAN`]) gives no sample. Random loss that high (a fifth of
 //! what is sent) is taken for the same thing: such a path is given what it delivers.
 //!
+//! **A first cap from a loss.** A path with no cap yet (never busy, never overloaded) that
+//! loses a packet is given what it delivered over the last [`RAISE_SPAN`] or more, lost
+//! packets or not. Behind a policer, a sender that backs off at every loss (CUBIC through the
+//! tunnel) never overloads a path for long, and the pairs go on reading the wire's speed, so
+//! EDPF keeps spreading the flow as if every path were free, and the slowest path's losses
+//! hold the whole bond to a few times its rate. The cap then grows as any does, and busy or
+//! overload windows replace it.
+//!
+//! **A loss ends growth.** Once a path has a cap, a lost packet takes the cap back to where it
+//! stood before growth (or to what the path delivered over the last [`RAISE_SPAN`], if more),
+//! as a loss ends BBR's probing: growth overfilled it, and a sender that backs off at every
+//! loss would never overload it long enough for an overload window to say so.
+//!
 //! **Cap.** [`DeliveryRate::cap_bps`] is the largest sample of the last one or two
 //! `interval`s (two half windows, so one short window does not drag it down); after a quiet
 //! spell, the cap from before stays until a whole `interval` of new samples confirms a lower
@@ -95,8 +108,8 @@ pub const GROWTH_PCT: u32 = 25;
 /// The most growth steps: 1.25^3, about twice the last cap.
 pub const GROWTH_STEPS: u32 = 3;
 
-/// How many times slower the cap grows on a path whose last sample came from an overload
-/// window: there, growth is paid in losses, not in queueing, so it probes every few seconds,
+/// How many times slower the cap grows on a path an overload window measured in the last
+/// [`FLOOR_WINDOW`]: there, growth is paid in losses, not in queueing, so it probes every few seconds,
 /// as BBR keeps a policer's rate for 48 round trips before it probes again.
 pub const POLICED_GROWTH_SLOWDOWN: u32 = 4;
 
@@ -205,6 +218,10 @@ pub struct DeliveryRate {
     raise_window: Option<(i128, u64)>,
     /// The overload window being measured.
     overload: Option<Overload>,
+    /// What the path delivered lately, lost packets or not: the window being measured (its
+    /// start, bytes and packets delivered since) and the rate of the last whole one.
+    recent: Option<(i128, u64, u32)>,
+    recent_rate: Option<u64>,
     /// The largest sample in the current and the previous half window.
     current: Option<u64>,
     previous: Option<u64>,
@@ -214,8 +231,8 @@ pub struct DeliveryRate {
     base: Option<u64>,
     /// Time the path carried reported packets since the last sample.
     quiet: Duration,
-    /// Whether the last sample came from an overload window.
-    policed: bool,
+    /// When (sender clock) the last overload window gave a sample.
+    last_overload: Option<Instant>,
     /// When (sender clock) the last report that followed a lost packet came.
     last_loss: Option<Instant>,
     /// The last sample and when it was taken (sender clock).
@@ -236,11 +253,13 @@ impl DeliveryRate {
         self.samples
     }
 
-    /// Whether the last sample came from an overload window: the path drops what exceeds its
-    /// rate instead of queueing it, and its pairs, which cross a bucket at the wire's speed or
-    /// lose their second, say nothing of its rate.
-    pub fn policed(&self) -> bool {
-        self.policed
+    /// Whether an overload window gave a sample within [`FLOOR_WINDOW`] of `now`: the path
+    /// drops what exceeds its rate instead of queueing it, and its pairs, which cross a bucket
+    /// at the wire's speed or lose their second (or wait behind the one packet a policer may
+    /// hold), say nothing of its rate.
+    pub fn policed(&self, now: Instant) -> bool {
+        self.last_overload
+            .is_some_and(|t| now.saturating_duration_since(t) <= FLOOR_WINDOW)
     }
 
     /// Whether the path lost a packet reported within `within` of `now`.
@@ -271,6 +290,7 @@ impl DeliveryRate {
             self.window = None;
             self.raise_window = None;
             self.overload = None;
+            self.recent = None;
             return None;
         }
         // Growth counts time the path carried traffic without being kept busy: not a packet
@@ -283,7 +303,7 @@ impl DeliveryRate {
         if let Some(t) = self.last_now {
             let since = now.saturating_duration_since(t);
             if since <= interval && continuous && !queued {
-                let since = if self.policed {
+                let since = if self.policed(now) {
                     since / POLICED_GROWTH_SLOWDOWN
                 } else {
                     since
@@ -299,14 +319,35 @@ impl DeliveryRate {
             self.window = None;
             self.raise_window = None;
             self.overload = None;
+            self.recent = None;
             return None;
         }
         self.follow_raise_window(prev, &r);
+        self.follow_recent(prev, &r);
+        if prev.is_some() && !continuous {
+            match self.base {
+                None => {
+                    if let Some(rate) = self.recent_rate {
+                        self.take(now, rate, interval);
+                        return Some(rate);
+                    }
+                }
+                Some(base) => {
+                    // A loss ends the growth (as a loss ends BBR's probing): the cap goes back
+                    // to where it stood, or to what the path delivered lately if more.
+                    self.quiet = Duration::ZERO;
+                    if let Some(rate) = self.recent_rate.filter(|&r| r > base) {
+                        self.base = Some(rate);
+                        self.current = Some(self.current.map_or(rate, |c| c.max(rate)));
+                    }
+                }
+            }
+        }
         if let Some(rate) = self.follow_overload_window(prev, &r) {
             self.window = None;
             self.take(now, rate, interval);
             self.overload_samples += 1;
-            self.policed = true;
+            self.last_overload = Some(now);
             return Some(rate);
         }
         let Some(prev) =
@@ -333,7 +374,6 @@ impl DeliveryRate {
         self.window = Some((r.arrival, 0, 0));
         let rate = rate_over(bytes, span)?;
         self.take(now, rate, interval);
-        self.policed = false;
         Some(rate)
     }
 
@@ -365,6 +405,28 @@ impl DeliveryRate {
             self.base = Some(rate);
             self.current = Some(self.current.map_or(rate, |c| c.max(rate)));
             self.raises += 1;
+        }
+    }
+
+    /// Extend the window of what the path delivered lately to `r`, reported after `prev`.
+    fn follow_recent(&mut self, prev: Option<Report>, r: &Report) {
+        let Some(prev) = prev.filter(|p| r.arrival - p.arrival <= ns(MAX_OVERLOAD_GAP)) else {
+            self.recent = None;
+            self.recent_rate = None;
+            return;
+        };
+        let left = if r.key == prev.key.saturating_add(1) {
+            r.bytes_at.saturating_sub(prev.bytes_at)
+        } else {
+            r.wire_bytes
+        };
+        let (start, bytes, packets) = self.recent.get_or_insert((prev.arrival, 0, 0));
+        *bytes = bytes.saturating_add(left);
+        *packets = packets.saturating_add(1);
+        let span = r.arrival - *start;
+        if span >= ns(RAISE_SPAN) && *packets >= MIN_OVERLOAD_PACKETS {
+            self.recent_rate = rate_over(*bytes, span);
+            self.recent = Some((r.arrival, 0, 0));
         }
     }
 
@@ -741,25 +803,48 @@ mod tests {
     fn bursts_that_overflow_a_full_bucket_are_not_overload() {
         // A sender's bursts of 30 packets every 80 ms into a 4 Mbit/s policer with a 16 KiB
         // bucket: each burst loses two thirds, yet the bucket fills again in each pause, and
-        // what passes (1.6 Mbit/s) is not the path's rate.
+        // what passes (1.6 Mbit/s) is not the path's rate. Only the first loss gives a cap,
+        // what the path carried; no overload window brings it lower.
         let mut p = Policer::new(4_000_000, 16 * 1024);
         for burst in 0..60i128 {
             p.offer(burst * 80, 120, 30, 1500);
         }
-        assert!(p.samples.iter().all(|&s| s >= 3_600_000), "{:?}", p.samples);
+        assert_eq!(p.d.overload_samples(), 0, "{:?}", p.samples);
+        assert!(p.samples.len() <= 1, "{:?}", p.samples);
+    }
+
+    #[test]
+    fn a_path_with_no_cap_that_loses_is_given_what_it_delivered() {
+        // A sender that backs off (CUBIC): 0.9 Mbit/s into a 1 Mbit/s policer, and once a
+        // burst of 20 packets at the wire's speed, which loses most of it. The path never
+        // queues and is never overloaded for long; its first loss caps it at what it carried.
+        let mut p = Policer::new(1_000_000, 16 * 1024);
+        p.offer(0, 13_333, 150, 1500);
+        assert_eq!(p.d.cap_bps(SECOND), None);
+        p.offer(2000, 100, 20, 1500);
+        p.offer(2010, 13_333, 10, 1500);
+        let cap = p.d.cap_bps(SECOND).unwrap();
+        // (The bucket's 16 KiB that the burst took at once count too: 0.26 Mbit/s over the
+        // 500 ms.)
+        assert!((800_000..=1_300_000).contains(&cap), "{cap}");
+        assert_eq!(p.d.overload_samples(), 0);
     }
 
     #[test]
     fn light_random_loss_and_an_outage_are_not_overload() {
-        // 5% lost at random below the rate: no sample, whatever the sender's pace.
+        // 5% lost at random below the rate: no overload. The first loss gives the path, which
+        // had no cap, what it delivers (4.75 Mbit/s), and the cap then grows while it carries
+        // that: never below it.
         let mut p = Policer::new(10_000_000, 64 * 1024);
         p.lose_pct = 5;
         p.offer(0, 2400, 4000, 1500);
+        assert_eq!(p.d.overload_samples(), 0);
         assert!(
-            p.samples.is_empty(),
+            p.samples.len() <= 1,
             "{:?}",
             &p.samples[..p.samples.len().min(5)]
         );
+        assert!(p.d.cap_bps(SECOND).is_some_and(|c| c >= 4_500_000));
         // Measured at 1 Mbit/s; then the path goes dark for two seconds while the sender
         // goes on: nothing arrives, and the window across the gap gives no sample.
         let mut p = Policer::new(1_000_000, 16 * 1024);

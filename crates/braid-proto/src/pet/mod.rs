@@ -460,7 +460,7 @@ impl Pet {
         let floor = p.delivery.floor_bps(now, interval).unwrap_or(0);
         // Behind a policer the pairs read the wire's speed, or the sender's spacing when a
         // bucket is empty: its losses measured it, and only they count.
-        let pair = if p.delivery.policed() {
+        let pair = if p.delivery.policed(now) {
             cap.unwrap_or(pair)
         } else {
             pair

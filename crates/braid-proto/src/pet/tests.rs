@@ -401,8 +401,8 @@ fn behind_policers_each_path_is_estimated_at_what_it_lets_through() {
         }
         assert!(e >= r * 9 / 10, "path {i}: {e} (pairs {pair}) vs {r}");
     }
-    assert!(m.pet.stats().overload_samples >= 4, "{:?}", m.pet.stats());
-    // From 5 s on, the few losses are the cap's growth probing every few seconds, and EDPF
+    assert!(m.pet.stats().overload_samples >= 2, "{:?}", m.pet.stats());
+    // From 5 s on, the few losses (1.4%) are the cap's growth probing every few seconds, and EDPF
     // giving a path more backlog than its bucket holds.
     assert!(dropped * 20 < sent, "{dropped} of {sent} dropped");
 }
