@@ -401,7 +401,7 @@ pub struct PetStatus {
     /// Delivery-rate samples taken: windows in which a path's queue never emptied
     /// (`braid_proto::pet::DeliveryRate`), which cap its pair estimate.
     pub delivery_samples: u64,
-    /// Of those, windows in which a path lost a fifth or more of what it was sent (a policer
+    /// Of those, windows in which a path lost a tenth or more of what it was sent (a policer
     /// that drops instead of queueing), not one whose queue filled.
     pub overload_samples: u64,
     /// Pairs that showed only the sender's spacing, below the estimate (not lowering it).

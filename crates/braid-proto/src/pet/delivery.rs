@@ -46,25 +46,36 @@
 //! than [`MAX_OVERLOAD_GAP`], carried what the path lets through: its delivered bytes over its
 //! span are a sample. Both its ends are at a loss, where a bucket held less than a packet, so
 //! the bucket's burst does not count (and the last packet is left out, so a sample errs low).
-//! Such a sample ends the cap's growth but brings it below where it stood before growth only
-//! if [`FALL_LOSS_PCT`] was lost, and then to half at most. An arrival gap over [`MAX_OVERLOAD_GAP`] (the path went
-//! dark, not a path that delivers little), or a loss that long after the last, starts the
-//! window again; a window whose arrivals came in bursts with pauses between
-//! ([`MAX_GAP_TO_MEAN`]) gives no sample. Random loss that high (a fifth of
-//! what is sent) is taken for the same thing: such a path is given what it delivers.
+//! Such a sample ends the cap's growth. It brings the cap below where it stood before growth
+//! (a fall: a policer whose rate dropped) only if [`FALL_LOSS_PCT`] was lost, or if a tenth was
+//! lost in two windows in a row that agree within an eighth (BBR's test for a policer's rate:
+//! a path offered its cap, whose rate fell by a fifth, loses a fifth); a fall halves the cap at
+//! most, and replaces it at once rather than after a window or two of larger samples. An
+//! arrival gap over [`MAX_OVERLOAD_GAP`] (the path went dark, not a path that delivers little),
+//! or a loss that long after the last, starts the window again; a window whose arrivals came in
+//! bursts with pauses between ([`MAX_GAP_TO_MEAN`]) gives no sample. Random loss that high (a
+//! tenth of what is sent, losses never 100 ms apart) is taken for the same thing; at a quarter,
+//! such a path is given what it delivers, and less each time, as what it is offered shrinks
+//! with its cap (BBR's policer detection has the same blind spot).
+//!
+//! **Losses, not gaps.** A loss shows as a gap in the keys of the reports; so does a SIG-ACK
+//! that was lost or overtaken by a later one on a faster path. The rules below act only when a
+//! path lost twice within [`RAISE_SPAN`] ([`DeliveryRate::losing`]); the windows above count
+//! every gap, but need many of them.
 //!
 //! **A first cap from a loss.** A path with no cap yet (never busy, never overloaded) that
-//! loses a packet is given what it delivered over the last [`RAISE_SPAN`] or more, lost
-//! packets or not. Behind a policer, a sender that backs off at every loss (CUBIC through the
-//! tunnel) never overloads a path for long, and the pairs go on reading the wire's speed, so
-//! EDPF keeps spreading the flow as if every path were free, and the slowest path's losses
-//! hold the whole bond to a few times its rate. The cap then grows as any does, and busy or
-//! overload windows replace it.
+//! loses is given what it delivered lately, lost packets or not: over the last [`RAISE_SPAN`]
+//! or more, or over the window under way if more (a flow in slow start). Behind a policer, a
+//! sender that backs off at every loss (CUBIC through the tunnel) never overloads a path for
+//! long, and the pairs go on reading the wire's speed, so EDPF keeps spreading the flow as if
+//! every path were free, and the slowest path's losses hold the whole bond to a few times its
+//! rate. The cap then grows as any does, and busy or overload windows replace it.
 //!
-//! **A loss ends growth.** Once a path has a cap, a lost packet takes the cap back to where it
-//! stood before growth (or to what the path delivered over the last [`RAISE_SPAN`], if more),
-//! as a loss ends BBR's probing: growth overfilled it, and a sender that backs off at every
-//! loss would never overload it long enough for an overload window to say so.
+//! **A loss ends growth.** Once a path's cap has grown a step, a loss takes it back to where it
+//! stood before growth (or to what the path delivered lately, if more), as a loss ends BBR's
+//! probing: growth overfilled the path, and a sender that backs off at every loss would never
+//! overload it long enough for an overload window to say so. A lossy path still grows: the
+//! raise below counts what arrived across losses.
 //!
 //! **Cap.** [`DeliveryRate::cap_bps`] is the largest sample of the last one or two
 //! `interval`s (two half windows, so one short window does not drag it down); after a quiet
@@ -123,7 +134,7 @@ pub const RAISE_SPAN: Duration = Duration::from_millis(500);
 /// cap no lower than it was before growth unless [`FALL_LOSS_PCT`] was lost.
 pub const OVERLOAD_LOSS_PCT: u64 = 10;
 
-/// The least share lost, in percent, for an overload window to bring the cap below what it
+/// The least share lost, in percent, for one overload window to bring the cap below what it
 /// was before growth: a policer whose rate fell by a fifth or more (a throttled plan). BBR's
 /// policer detection takes 20% (`lt_loss_thresh`). Random loss this high is taken for the
 /// same: such a path is given what it delivers, and less each time, as what it is offered
@@ -214,7 +225,7 @@ pub struct DeliveryRate {
     /// The window being measured: its start (receiver clock, ns), the bytes that left the
     /// path after its start, and the packets that arrived after its start.
     window: Option<(i128, u64, u32)>,
-    /// The window that may raise the cap, busy or not: its start and first bytes count.
+    /// The window that may raise the cap, busy or not: its start and the bytes delivered since.
     raise_window: Option<(i128, u64)>,
     /// The overload window being measured.
     overload: Option<Overload>,
@@ -233,8 +244,12 @@ pub struct DeliveryRate {
     quiet: Duration,
     /// When (sender clock) the last overload window gave a sample.
     last_overload: Option<Instant>,
-    /// When (sender clock) the last report that followed a lost packet came.
-    last_loss: Option<Instant>,
+    /// When (sender clock) the last two reports that followed a lost packet came, the later
+    /// first: one gap alone may be a lost or overtaken SIG-ACK, not a lost packet.
+    gaps: [Option<Instant>; 2],
+    /// The rate of the last overload window, lost between a tenth and a quarter, that did not
+    /// lower the cap (one that agrees with it may).
+    pending_fall: Option<u64>,
     /// The last sample and when it was taken (sender clock).
     latest: Option<(u64, Instant)>,
     samples: u64,
@@ -262,10 +277,17 @@ impl DeliveryRate {
             .is_some_and(|t| now.saturating_duration_since(t) <= FLOOR_WINDOW)
     }
 
-    /// Whether the path lost a packet reported within `within` of `now`.
+    /// Whether the path lost packets twice, the second time within `within` of `now`, the
+    /// first within `within` before that: one gap in the reports may be a SIG-ACK that was
+    /// lost or overtaken, not a loss on the path.
     pub fn losing(&self, now: Instant, within: Duration) -> bool {
-        self.last_loss
-            .is_some_and(|t| now.saturating_duration_since(t) <= within)
+        match self.gaps {
+            [Some(last), Some(before)] => {
+                now.saturating_duration_since(last) <= within
+                    && last.saturating_duration_since(before) <= within
+            }
+            _ => false,
+        }
     }
 
     /// Samples taken from overload windows (losses, not a queue).
@@ -291,14 +313,17 @@ impl DeliveryRate {
             self.raise_window = None;
             self.overload = None;
             self.recent = None;
+            self.recent_rate = None;
+            self.pending_fall = None;
             return None;
         }
         // Growth counts time the path carried traffic without being kept busy: not a packet
         // that queued, nor one after a loss (a queue dropping from its tail, whose windows
         // may be too short for a sample).
         let continuous = prev.is_some_and(|p| r.key == p.key.saturating_add(1));
-        if prev.is_some() && !continuous {
-            self.last_loss = Some(now);
+        let gap = prev.is_some() && !continuous;
+        if gap {
+            self.gaps = [Some(now), self.gaps[0]];
         }
         if let Some(t) = self.last_now {
             let since = now.saturating_duration_since(t);
@@ -320,36 +345,56 @@ impl DeliveryRate {
             self.raise_window = None;
             self.overload = None;
             self.recent = None;
+            self.recent_rate = None;
             return None;
         }
         self.follow_raise_window(prev, &r);
-        self.follow_recent(prev, &r);
-        if prev.is_some() && !continuous {
+        let recent = self.follow_recent(prev, &r);
+        let mut first = None;
+        if gap && self.losing(now, RAISE_SPAN) {
             match self.base {
                 None => {
-                    if let Some(rate) = self.recent_rate {
+                    if let Some(rate) = recent {
                         self.take(now, rate, interval);
-                        return Some(rate);
+                        first = Some(rate);
                     }
                 }
-                Some(base) => {
+                Some(base) if self.quiet >= interval => {
                     // A loss ends the growth (as a loss ends BBR's probing): the cap goes back
                     // to where it stood, or to what the path delivered lately if more.
                     self.quiet = Duration::ZERO;
-                    if let Some(rate) = self.recent_rate.filter(|&r| r > base) {
+                    if let Some(rate) = recent.filter(|&r| r > base) {
                         self.base = Some(rate);
                         self.current = Some(self.current.map_or(rate, |c| c.max(rate)));
                     }
                 }
+                Some(_) => {}
             }
         }
-        if let Some(rate) = self.follow_overload_window(prev, &r) {
+        if let Some((rate, fall)) = self.follow_overload_window(prev, &r) {
             self.window = None;
-            self.take(now, rate, interval);
+            if fall {
+                self.fall_to(now, rate);
+            } else {
+                self.take(now, rate, interval);
+            }
             self.overload_samples += 1;
             self.last_overload = Some(now);
             return Some(rate);
         }
+        self.follow_busy_window(now, prev, &r, queued, interval)
+            .or(first)
+    }
+
+    /// Extend the busy window to `r`, reported after `prev`; the sample it completes, if any.
+    fn follow_busy_window(
+        &mut self,
+        now: Instant,
+        prev: Option<Report>,
+        r: &Report,
+        queued: bool,
+        interval: Duration,
+    ) -> Option<u64> {
         let Some(prev) =
             prev.filter(|p| queued && r.sent.saturating_add(self.floor_or_max()) <= p.arrival)
         else {
@@ -358,7 +403,7 @@ impl DeliveryRate {
         };
         // What left the path since `prev`: everything accounted between the two, or after a
         // loss (some of it never left) only this packet.
-        let left = if continuous {
+        let left = if r.key == prev.key.saturating_add(1) {
             r.bytes_at.saturating_sub(prev.bytes_at)
         } else {
             r.wire_bytes
@@ -377,6 +422,18 @@ impl DeliveryRate {
         Some(rate)
     }
 
+    /// An overload window showed the path's rate fell: the cap is `rate` from now on, not the
+    /// largest sample of the last interval or two.
+    fn fall_to(&mut self, now: Instant, rate: u64) {
+        self.latest = Some((rate, now));
+        self.samples += 1;
+        self.quiet = Duration::ZERO;
+        self.current = Some(rate);
+        self.previous = Some(rate);
+        self.base = Some(rate);
+        self.started = now;
+    }
+
     /// The least delay, or a value no send time passes the busy test with.
     fn floor_or_max(&self) -> i128 {
         self.floor.get().unwrap_or(i128::MAX)
@@ -385,19 +442,26 @@ impl DeliveryRate {
     /// Extend the raising window to `r`, reported after `prev`; raise the cap if the window
     /// is long enough and the path delivered more in it than the cap.
     fn follow_raise_window(&mut self, prev: Option<Report>, r: &Report) {
-        let Some(prev) = prev.filter(|p| r.key == p.key.saturating_add(1)) else {
+        let Some(prev) = prev else {
             self.raise_window = None;
             return;
         };
-        let (start, first_bytes) = *self
-            .raise_window
-            .get_or_insert((prev.arrival, prev.bytes_at));
-        let span = r.arrival - start;
+        // What left the path: across a loss, only what arrived (a lossy path that carries more
+        // than its cap must be able to raise it).
+        let left = if r.key == prev.key.saturating_add(1) {
+            r.bytes_at.saturating_sub(prev.bytes_at)
+        } else {
+            r.wire_bytes
+        };
+        let (start, delivered) = self.raise_window.get_or_insert((prev.arrival, 0));
+        *delivered = delivered.saturating_add(left);
+        let span = r.arrival - *start;
         if span < ns(RAISE_SPAN) {
             return;
         }
-        self.raise_window = Some((r.arrival, r.bytes_at));
-        let Some(rate) = rate_over(r.bytes_at.saturating_sub(first_bytes), span) else {
+        let delivered = *delivered;
+        self.raise_window = Some((r.arrival, 0));
+        let Some(rate) = rate_over(delivered, span) else {
             return;
         };
         // The growth so far stays (`quiet` is kept): a raise never lowers the cap.
@@ -408,12 +472,14 @@ impl DeliveryRate {
         }
     }
 
-    /// Extend the window of what the path delivered lately to `r`, reported after `prev`.
-    fn follow_recent(&mut self, prev: Option<Report>, r: &Report) {
+    /// Extend the window of what the path delivered lately to `r`, reported after `prev`;
+    /// what it delivered lately: the larger of the last whole window and the one under way
+    /// (a flow in slow start delivers more now than over the last half second).
+    fn follow_recent(&mut self, prev: Option<Report>, r: &Report) -> Option<u64> {
         let Some(prev) = prev.filter(|p| r.arrival - p.arrival <= ns(MAX_OVERLOAD_GAP)) else {
             self.recent = None;
             self.recent_rate = None;
-            return;
+            return None;
         };
         let left = if r.key == prev.key.saturating_add(1) {
             r.bytes_at.saturating_sub(prev.bytes_at)
@@ -424,19 +490,24 @@ impl DeliveryRate {
         *bytes = bytes.saturating_add(left);
         *packets = packets.saturating_add(1);
         let span = r.arrival - *start;
+        let now_rate = (span >= ns(MIN_SPAN) * 2 && *packets >= MIN_OVERLOAD_PACKETS)
+            .then(|| rate_over(*bytes, span))
+            .flatten();
         if span >= ns(RAISE_SPAN) && *packets >= MIN_OVERLOAD_PACKETS {
-            self.recent_rate = rate_over(*bytes, span);
+            self.recent_rate = now_rate;
             self.recent = Some((r.arrival, 0, 0));
         }
+        now_rate.max(self.recent_rate)
     }
 
     /// Extend the overload window to `r`, reported after `prev`; the rate it shows, if it
     /// ends at `r` having lost enough.
-    fn follow_overload_window(&mut self, prev: Option<Report>, r: &Report) -> Option<u64> {
+    fn follow_overload_window(&mut self, prev: Option<Report>, r: &Report) -> Option<(u64, bool)> {
         let base = self.base.unwrap_or(0);
         let gap = ns(MAX_OVERLOAD_GAP);
         let Some(prev) = prev.filter(|p| r.arrival - p.arrival <= gap) else {
             self.overload = None;
+            self.pending_fall = None;
             return None;
         };
         let lost = r.key != prev.key.saturating_add(1);
@@ -449,6 +520,7 @@ impl DeliveryRate {
         if lost && r.arrival - w.last_loss > gap {
             // The path stopped losing for a while: it was not overloaded throughout.
             *w = Overload::at(r);
+            self.pending_fall = None;
             return None;
         }
         w.delivered = w.delivered.saturating_add(if lost {
@@ -468,24 +540,35 @@ impl DeliveryRate {
         }
         let (sent, delivered) = (r.bytes_at.saturating_sub(w.sent_at), w.delivered);
         let steady = w.max_gap.saturating_mul(i128::from(w.packets))
-            <= span.saturating_mul(MAX_GAP_TO_MEAN) + ns(MIN_QUEUE) * i128::from(w.packets);
+            <= span
+                .saturating_mul(MAX_GAP_TO_MEAN)
+                .saturating_add(ns(MIN_QUEUE).saturating_mul(i128::from(w.packets)));
         *w = Overload::at(r);
         let kept = u128::from(delivered) * 100;
         let lost_pct = |pct: u64| kept <= u128::from(sent) * u128::from(100 - pct);
         if !lost_pct(OVERLOAD_LOSS_PCT) || !steady {
+            self.pending_fall = None;
             return None;
         }
         // What passed is at most the rate over the span and the tokens left at its start,
         // under a packet; the last packet is left out, so a sample errs low, not high (high,
         // a cap loses a little all the time; low, growth finds the rest).
         let rate = rate_over(delivered.saturating_sub(r.wire_bytes), span)?;
-        // One window halves the cap at most: a throttled plan's fall from 50 to 1 Mbit/s takes
-        // six windows, under two seconds; a window that misjudged a path costs half of it.
-        Some(if lost_pct(FALL_LOSS_PCT) {
-            rate.max(base / 2)
-        } else {
-            rate.max(base)
-        })
+        // A fall: a quarter lost, or a tenth in two windows in a row that agree within an
+        // eighth (BBR's test for a policer's rate). One window halves the cap at most: a
+        // throttled plan's fall from 50 to 1 Mbit/s takes six windows, under two seconds; a
+        // window that misjudged a path costs half of it.
+        let agreed = self
+            .pending_fall
+            .filter(|&p| p.abs_diff(rate) <= p.max(rate) / 8)
+            .map(|p| (p + rate) / 2);
+        if lost_pct(FALL_LOSS_PCT) || agreed.is_some() {
+            self.pending_fall = None;
+            let rate = agreed.map_or(rate, |a| a.max(rate));
+            return Some((rate.max(base / 2).min(base.max(rate)), true));
+        }
+        self.pending_fall = (rate < base).then_some(rate);
+        Some((rate.max(base), false))
     }
 
     /// Times the cap was raised by what the path carried without being kept busy.
@@ -786,8 +869,10 @@ mod tests {
         let mut p = Policer::new(1_000_000, 16 * 1024);
         p.offer(0, 4000, 1250, 1500);
         assert!(p.d.overload_samples() > 8, "{:?}", p.samples);
-        assert_eq!(p.d.overload_samples(), p.d.samples());
-        for &s in &p.samples {
+        // The first loss's sample, before any window closed, counts the bucket's burst
+        // (2.16 Mbit/s); the windows bring the cap down to the rate, halving it at most.
+        assert!(p.d.samples() - p.d.overload_samples() <= 1);
+        for &s in &p.samples[2..] {
             assert!(s.abs_diff(1_000_000) <= 100_000, "{:?}", p.samples);
         }
         let cap = p.d.cap_bps(SECOND).unwrap();
@@ -823,6 +908,11 @@ mod tests {
         assert_eq!(p.d.cap_bps(SECOND), None);
         p.offer(2000, 100, 20, 1500);
         p.offer(2010, 13_333, 10, 1500);
+        // One loss alone may be a lost SIG-ACK: no cap yet. A second within half a second is
+        // a path that loses.
+        assert_eq!(p.d.cap_bps(SECOND), None);
+        p.offer(2200, 100, 20, 1500);
+        p.offer(2210, 13_333, 10, 1500);
         let cap = p.d.cap_bps(SECOND).unwrap();
         // (The bucket's 16 KiB that the burst took at once count too: 0.26 Mbit/s over the
         // 500 ms.)
@@ -855,6 +945,46 @@ mod tests {
         p.offer(2000, 4000, 500, 1500);
         assert_eq!(p.d.samples(), before);
         assert_eq!(p.d.cap_bps(SECOND), cap);
+        // The path comes back, overloaded as before: the first windows after the gap are at
+        // its rate, not at what the dark seconds delivered.
+        p.rate_bps = 1_000_000;
+        p.offer(4000, 4000, 500, 1500);
+        assert!(p.d.samples() > before);
+        let after = p.d.cap_bps(SECOND).unwrap();
+        assert!(after.abs_diff(1_000_000) <= 100_000, "{after}");
+    }
+
+    #[test]
+    fn a_lossy_path_given_what_its_cap_allows_still_grows() {
+        // 1% lost at random on a 10 Mbit/s path with a cap of 2 (a wrong first reading): a
+        // sender that offers 95% of the cap each second. Growth stops at a loss only once it
+        // has grown, and what the path delivers across its losses raises the cap.
+        let mut p = Policer::new(10_000_000, 1 << 30);
+        p.lose_pct = 1;
+        p.d.base = Some(2_000_000);
+        for second in 0..30i128 {
+            let cap = p.d.cap_bps(SECOND).unwrap().min(10_000_000);
+            let gap_us = i128::from(1500 * 8 * 1_000_000 / (cap * 95 / 100));
+            p.offer(second * 1000, gap_us, 1_000_000 / gap_us, 1500);
+        }
+        let cap = p.d.cap_bps(SECOND).unwrap();
+        assert!(cap >= 7_000_000, "{cap}");
+    }
+
+    #[test]
+    fn a_policer_whose_rate_falls_by_a_fifth_is_followed() {
+        // Measured at 10 Mbit/s; the policer drops to 8 while the sender keeps offering the
+        // cap: a fifth is lost, under the quarter one window needs, and two windows that
+        // agree bring the cap down.
+        let mut p = Policer::new(10_000_000, 16 * 1024);
+        p.offer(0, 800, 2500, 1500);
+        let cap = p.d.cap_bps(SECOND).unwrap();
+        assert!(cap.abs_diff(10_000_000) <= 1_000_000, "{cap}");
+        p.rate_bps = 8_000_000;
+        let gap_us = i128::from(1500 * 8 * 1_000_000 / cap);
+        p.offer(2000, gap_us, 3_000_000 / gap_us, 1500);
+        let cap = p.d.cap_bps(SECOND).unwrap();
+        assert!(cap.abs_diff(8_000_000) <= 800_000, "{cap}");
     }
 
     #[test]

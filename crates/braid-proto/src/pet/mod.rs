@@ -297,7 +297,7 @@ pub struct PetStats {
     pub samples: u64,
     /// Delivery-rate samples taken ([`DeliveryRate`]).
     pub delivery_samples: u64,
-    /// Of those, samples from overload windows: a path that lost a fifth or more of what it
+    /// Of those, samples from overload windows: a path that lost a tenth or more of what it
     /// was sent (a policer), not one whose queue filled.
     pub overload_samples: u64,
     /// Pairs whose second arrived no further behind the first than it was sent, reading
@@ -942,9 +942,9 @@ impl Pet {
         }
         // A path that drops what exceeds its rate (a policer) shows no queue: what it kept
         // left at once, and `A_l` taken from it would grant again, at every SIG-ACK, the
-        // backlog EDPF had already given it. While it is losing, `A_l` follows EDPF's own
-        // predictions (the paper's rule) and moves only later.
-        if p.delivery.losing(now, LOSING_WINDOW) {
+        // backlog EDPF had already given it. While such a path is losing, `A_l` follows
+        // EDPF's own predictions (the paper's rule) and moves only later.
+        if p.delivery.policed(now) && p.delivery.losing(now, LOSING_WINDOW) {
             free = free.max(self.edpf.free_at(path));
         }
         self.edpf.set_free_at(path, free);

@@ -391,9 +391,11 @@ fn behind_policers_each_path_is_estimated_at_what_it_lets_through() {
         let path = PathId(i as u8);
         let e = m.pet.estimate_bps(path).unwrap();
         let pair = m.pet.pair_estimate_bps(path).unwrap();
-        // A path overfilled shows its rate; one EDPF never overfills (the slow ones, here)
-        // keeps what its pairs show, never less than its rate.
-        if m.pet.paths[i].delivery.overload_samples() > 0 {
+        // The two fast paths, which EDPF fills, show their rates. The slow ones, which EDPF
+        // seldom fills (the fast ones take 12 of the 13.5 Mbit/s), keep a cap grown to about
+        // twice what one overload window showed, or their pairs: never less than the rate.
+        if i < 2 {
+            assert!(m.pet.paths[i].delivery.overload_samples() > 0);
             assert!(
                 e.abs_diff(r) * 10 <= r,
                 "path {i}: {e} (pairs {pair}) vs {r}"
@@ -402,7 +404,7 @@ fn behind_policers_each_path_is_estimated_at_what_it_lets_through() {
         assert!(e >= r * 9 / 10, "path {i}: {e} (pairs {pair}) vs {r}");
     }
     assert!(m.pet.stats().overload_samples >= 2, "{:?}", m.pet.stats());
-    // From 5 s on, the few losses (1.4%) are the cap's growth probing every few seconds, and EDPF
+    // From 5 s on, the few losses (2%) are the caps' growth probing every few seconds, and EDPF
     // giving a path more backlog than its bucket holds.
     assert!(dropped * 20 < sent, "{dropped} of {sent} dropped");
 }
