@@ -54,25 +54,30 @@
 //! arrival gap over [`MAX_OVERLOAD_GAP`] (the path went dark, not a path that delivers little),
 //! or a loss that long after the last, starts the window again; a window whose arrivals came in
 //! bursts with pauses between ([`MAX_GAP_TO_MEAN`]) gives no sample. Random loss that high (a
-//! tenth of what is sent, losses never 100 ms apart) is taken for the same thing; at a quarter,
-//! such a path is given what it delivers, and less each time, as what it is offered shrinks
-//! with its cap (BBR's policer detection has the same blind spot).
+//! tenth of what is sent, losses never 100 ms apart) is taken for the same thing: it ends
+//! growth, and two agreeing windows take the cap down a tenth or so, once (not again until
+//! the path has gone `interval` without a loss, as a policer offered its new rate does). At a
+//! quarter, such a path is given what it delivers, and less each time, as what it is offered
+//! shrinks with its cap (BBR's policer detection has the same blind spot).
 //!
 //! **Losses, not gaps.** A loss shows as a gap in the keys of the reports; so does a SIG-ACK
 //! that was lost or overtaken by a later one on a faster path. The rules below act only when a
 //! path lost twice within [`RAISE_SPAN`] ([`DeliveryRate::losing`]); the windows above count
-//! every gap, but need many of them.
+//! every gap, but need many of them. (Two SIG-ACKs lost within half a second still look like a
+//! path that loses: SIG-ACKs carry no number of their own.)
 //!
 //! **A first cap from a loss.** A path with no cap yet (never busy, never overloaded) that
 //! loses is given what it delivered lately, lost packets or not: over the last [`RAISE_SPAN`]
-//! or more, or over the window under way if more (a flow in slow start). Behind a policer, a
+//! or more, or over the window under way if more and at least [`OVERLOAD_SPAN`] long (a flow
+//! in slow start). Behind a policer, a
 //! sender that backs off at every loss (CUBIC through the tunnel) never overloads a path for
 //! long, and the pairs go on reading the wire's speed, so EDPF keeps spreading the flow as if
 //! every path were free, and the slowest path's losses hold the whole bond to a few times its
 //! rate. The cap then grows as any does, and busy or overload windows replace it.
 //!
 //! **A loss ends growth.** Once a path's cap has grown a step, a loss takes it back to where it
-//! stood before growth (or to what the path delivered lately, if more), as a loss ends BBR's
+//! stood before growth (or to what the path delivered over the last whole [`RAISE_SPAN`], if
+//! more), as a loss ends BBR's
 //! probing: growth overfilled the path, and a sender that backs off at every loss would never
 //! overload it long enough for an overload window to say so. A lossy path still grows: the
 //! raise below counts what arrived across losses.
@@ -250,6 +255,11 @@ pub struct DeliveryRate {
     /// The rate of the last overload window, lost between a tenth and a quarter, that did not
     /// lower the cap (one that agrees with it may).
     pending_fall: Option<u64>,
+    /// Whether two agreeing windows may make the cap fall: not again after they did, until
+    /// the path has gone `interval` without a loss. A policer offered its new rate stops
+    /// losing; random loss of a tenth goes on, and would otherwise take the cap down a tenth
+    /// each time.
+    agreement_spent: bool,
     /// The last sample and when it was taken (sender clock).
     latest: Option<(u64, Instant)>,
     samples: u64,
@@ -323,6 +333,9 @@ impl DeliveryRate {
         let continuous = prev.is_some_and(|p| r.key == p.key.saturating_add(1));
         let gap = prev.is_some() && !continuous;
         if gap {
+            if self.gaps[0].is_none_or(|t| now.saturating_duration_since(t) >= interval) {
+                self.agreement_spent = false;
+            }
             self.gaps = [Some(now), self.gaps[0]];
         }
         if let Some(t) = self.last_now {
@@ -346,15 +359,17 @@ impl DeliveryRate {
             self.overload = None;
             self.recent = None;
             self.recent_rate = None;
+            self.pending_fall = None;
             return None;
         }
         self.follow_raise_window(prev, &r);
-        let recent = self.follow_recent(prev, &r);
+        let partial = self.follow_recent(prev, &r);
+        let recent = self.recent_rate;
         let mut first = None;
         if gap && self.losing(now, RAISE_SPAN) {
             match self.base {
                 None => {
-                    if let Some(rate) = recent {
+                    if let Some(rate) = partial.max(recent) {
                         self.take(now, rate, interval);
                         first = Some(rate);
                     }
@@ -473,8 +488,9 @@ impl DeliveryRate {
     }
 
     /// Extend the window of what the path delivered lately to `r`, reported after `prev`;
-    /// what it delivered lately: the larger of the last whole window and the one under way
-    /// (a flow in slow start delivers more now than over the last half second).
+    /// the rate of the window under way, once it spans [`OVERLOAD_SPAN`] and
+    /// [`MIN_OVERLOAD_PACKETS`] (a flow in slow start delivers more now than over the last
+    /// half second; a bucket's burst counts more in it, up to the burst over its span).
     fn follow_recent(&mut self, prev: Option<Report>, r: &Report) -> Option<u64> {
         let Some(prev) = prev.filter(|p| r.arrival - p.arrival <= ns(MAX_OVERLOAD_GAP)) else {
             self.recent = None;
@@ -490,14 +506,14 @@ impl DeliveryRate {
         *bytes = bytes.saturating_add(left);
         *packets = packets.saturating_add(1);
         let span = r.arrival - *start;
-        let now_rate = (span >= ns(MIN_SPAN) * 2 && *packets >= MIN_OVERLOAD_PACKETS)
+        let now_rate = (span >= ns(OVERLOAD_SPAN) && *packets >= MIN_OVERLOAD_PACKETS)
             .then(|| rate_over(*bytes, span))
             .flatten();
         if span >= ns(RAISE_SPAN) && *packets >= MIN_OVERLOAD_PACKETS {
             self.recent_rate = now_rate;
             self.recent = Some((r.arrival, 0, 0));
         }
-        now_rate.max(self.recent_rate)
+        now_rate
     }
 
     /// Extend the overload window to `r`, reported after `prev`; the rate it shows, if it
@@ -560,12 +576,17 @@ impl DeliveryRate {
         // window that misjudged a path costs half of it.
         let agreed = self
             .pending_fall
-            .filter(|&p| p.abs_diff(rate) <= p.max(rate) / 8)
+            .filter(|&p| !self.agreement_spent && p.abs_diff(rate) <= p.max(rate) / 8)
             .map(|p| (p + rate) / 2);
         if lost_pct(FALL_LOSS_PCT) || agreed.is_some() {
             self.pending_fall = None;
+            self.agreement_spent |= agreed.is_some();
             let rate = agreed.map_or(rate, |a| a.max(rate));
-            return Some((rate.max(base / 2).min(base.max(rate)), true));
+            if base > 0 && rate > base {
+                // Not a fall: a sample above the cap, taken as any.
+                return Some((rate, false));
+            }
+            return Some((rate.max(base / 2), true));
         }
         self.pending_fall = (rate < base).then_some(rate);
         Some((rate.max(base), false))
@@ -948,10 +969,12 @@ mod tests {
         // The path comes back, overloaded as before: the first windows after the gap are at
         // its rate, not at what the dark seconds delivered.
         p.rate_bps = 1_000_000;
+        let seen = p.samples.len();
         p.offer(4000, 4000, 500, 1500);
         assert!(p.d.samples() > before);
-        let after = p.d.cap_bps(SECOND).unwrap();
-        assert!(after.abs_diff(1_000_000) <= 100_000, "{after}");
+        for &s in &p.samples[seen..] {
+            assert!(s.abs_diff(1_000_000) <= 100_000, "{:?}", &p.samples[seen..]);
+        }
     }
 
     #[test]
@@ -969,6 +992,24 @@ mod tests {
         }
         let cap = p.d.cap_bps(SECOND).unwrap();
         assert!(cap >= 7_000_000, "{cap}");
+    }
+
+    #[test]
+    fn random_loss_of_a_seventh_takes_the_cap_down_once_not_for_good() {
+        // 15% lost at random on a 10 Mbit/s path capped at 8, a sender that offers the cap:
+        // the windows lose a tenth and more, and agree, as a policer's would. The cap falls
+        // once; as the loss goes on, it falls no further.
+        let mut p = Policer::new(10_000_000, 1 << 30);
+        p.lose_pct = 15;
+        p.d.base = Some(8_000_000);
+        let mut low = u64::MAX;
+        for second in 0..30i128 {
+            let cap = p.d.cap_bps(SECOND).unwrap().min(10_000_000);
+            low = low.min(cap);
+            let gap_us = i128::from(1500 * 8 * 1_000_000 / cap);
+            p.offer(second * 1000, gap_us, 1_000_000 / gap_us, 1500);
+        }
+        assert!(low >= 5_500_000, "{low}");
     }
 
     #[test]

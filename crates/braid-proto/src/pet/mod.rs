@@ -76,8 +76,9 @@ pub struct SigAckEntry {
 /// them from data sequence numbers, which never reach it.
 pub const PADDING_ID_BIT: u64 = 1 << 63;
 
-/// How long after a path lost a packet its `A_l` is re-anchored only later
-/// ([`Pet`]'s `reanchor`): a path that drops instead of queueing shows no backlog.
+/// How long after a policed path lost twice its `A_l` is re-anchored only later ([`Pet`]'s
+/// `reanchor`, [`DeliveryRate::losing`]): a path that drops instead of queueing shows no
+/// backlog.
 pub const LOSING_WINDOW: Duration = Duration::from_millis(250);
 
 /// A padding packet for the driver to send ([`Pet::poll_padding`]).

@@ -365,7 +365,7 @@ fn behind_token_buckets_a_busy_path_is_estimated_at_the_buckets_rate() {
 }
 
 #[test]
-fn behind_policers_each_path_is_estimated_at_what_it_lets_through() {
+fn behind_policers_the_paths_edpf_fills_are_estimated_at_what_they_let_through() {
     // `bucket.toml`'s rates behind 16 KiB policers that drop what finds no tokens: no packet
     // ever queues, so no busy window; the paths show their rates by their losses. Offered 90%
     // of the sum in bursts of two packets. On pairs alone, 40% of the packets were dropped.
