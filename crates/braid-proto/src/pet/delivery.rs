@@ -218,6 +218,25 @@ pub struct Report {
     pub delay: Option<i128>,
 }
 
+impl Report {
+    /// Whether it is the next packet reported after `prev`: no reported packet between the
+    /// two was lost (or its SIG-ACK missed).
+    fn follows(&self, prev: &Report) -> bool {
+        self.key == prev.key.saturating_add(1)
+    }
+
+    /// The bytes that left the path from `prev` to this packet: everything accounted
+    /// between the two (small packets the receiver does not report, resends inside the
+    /// tunnel), or after a loss only this packet's own (some of the rest never left).
+    fn left_after(&self, prev: &Report) -> u64 {
+        if self.follows(prev) {
+            self.bytes_at.saturating_sub(prev.bytes_at)
+        } else {
+            self.wire_bytes
+        }
+    }
+}
+
 /// The delivery rate of one path while it was busy.
 #[derive(Clone, Debug, Default)]
 pub struct DeliveryRate {
@@ -330,7 +349,7 @@ impl DeliveryRate {
         // Growth counts time the path carried traffic without being kept busy: not a packet
         // that queued, nor one after a loss (a queue dropping from its tail, whose windows
         // may be too short for a sample).
-        let continuous = prev.is_some_and(|p| r.key == p.key.saturating_add(1));
+        let continuous = prev.is_some_and(|p| r.follows(&p));
         let gap = prev.is_some() && !continuous;
         if gap {
             if self.gaps[0].is_none_or(|t| now.saturating_duration_since(t) >= interval) {
@@ -416,13 +435,7 @@ impl DeliveryRate {
             self.window = None;
             return None;
         };
-        // What left the path since `prev`: everything accounted between the two, or after a
-        // loss (some of it never left) only this packet.
-        let left = if r.key == prev.key.saturating_add(1) {
-            r.bytes_at.saturating_sub(prev.bytes_at)
-        } else {
-            r.wire_bytes
-        };
+        let left = r.left_after(&prev);
         let (start, bytes, packets) = self.window.get_or_insert((prev.arrival, 0, 0));
         *bytes = bytes.saturating_add(left);
         *packets = packets.saturating_add(1);
@@ -461,13 +474,9 @@ impl DeliveryRate {
             self.raise_window = None;
             return;
         };
-        // What left the path: across a loss, only what arrived (a lossy path that carries more
-        // than its cap must be able to raise it).
-        let left = if r.key == prev.key.saturating_add(1) {
-            r.bytes_at.saturating_sub(prev.bytes_at)
-        } else {
-            r.wire_bytes
-        };
+        // Across a loss, only what arrived counts (a lossy path that carries more than its cap
+        // must be able to raise it).
+        let left = r.left_after(&prev);
         let (start, delivered) = self.raise_window.get_or_insert((prev.arrival, 0));
         *delivered = delivered.saturating_add(left);
         let span = r.arrival - *start;
@@ -497,11 +506,7 @@ impl DeliveryRate {
             self.recent_rate = None;
             return None;
         };
-        let left = if r.key == prev.key.saturating_add(1) {
-            r.bytes_at.saturating_sub(prev.bytes_at)
-        } else {
-            r.wire_bytes
-        };
+        let left = r.left_after(&prev);
         let (start, bytes, packets) = self.recent.get_or_insert((prev.arrival, 0, 0));
         *bytes = bytes.saturating_add(left);
         *packets = packets.saturating_add(1);
@@ -526,7 +531,7 @@ impl DeliveryRate {
             self.pending_fall = None;
             return None;
         };
-        let lost = r.key != prev.key.saturating_add(1);
+        let lost = !r.follows(&prev);
         let Some(w) = &mut self.overload else {
             if lost {
                 self.overload = Some(Overload::at(r));
@@ -539,11 +544,7 @@ impl DeliveryRate {
             self.pending_fall = None;
             return None;
         }
-        w.delivered = w.delivered.saturating_add(if lost {
-            r.wire_bytes
-        } else {
-            r.bytes_at.saturating_sub(prev.bytes_at)
-        });
+        w.delivered = w.delivered.saturating_add(r.left_after(&prev));
         w.packets = w.packets.saturating_add(1);
         w.max_gap = w.max_gap.max(r.arrival - prev.arrival);
         if !lost {

@@ -459,14 +459,14 @@ impl Pet {
         // is wrong (a start-up pair spaced by the sender, which later spaced pairs may not
         // lower, nor, while the path is under-used, raise).
         let floor = p.delivery.floor_bps(now, interval).unwrap_or(0);
-        // Behind a policer the pairs read the wire's speed, or the sender's spacing when a
-        // bucket is empty: its losses measured it, and only they count.
-        let pair = if p.delivery.policed(now) {
-            cap.unwrap_or(pair)
-        } else {
-            pair
+        let capped = match cap {
+            // Behind a policer the pairs read the wire's speed, or the sender's spacing when a
+            // bucket is empty: its losses measured it, and only they count.
+            Some(c) if p.delivery.policed(now) => c,
+            Some(c) => c.min(pair),
+            None => pair,
         };
-        let rate = cap.map_or(pair, |c| c.min(pair)).max(floor).max(1);
+        let rate = capped.max(floor).max(1);
         if p.rate == Some(rate) {
             return false;
         }
