@@ -285,6 +285,11 @@ pub struct PathStatus {
     /// Scheduler `pet`: whether PET has the path in its choice (not blacked out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pet_active: Option<bool>,
+    /// Scheduler `pet`: whether the path lost a tenth or more of what it was sent, steadily,
+    /// within the last 10 s (it drops what exceeds its rate, as a policer does): its rate is
+    /// then its delivery cap alone, which grows four times slower.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pet_policed: Option<bool>,
 }
 
 /// A snapshot of the session for `braid status`.
@@ -2429,6 +2434,7 @@ impl Session {
                         .and_then(|t| t.delay(path))
                         .map(|d| d.as_secs_f64() * 1e3),
                     pet_active: pet.map(|t| t.is_active(path)),
+                    pet_policed: pet.map(|t| t.policed(path, self.last_now)),
                 }
             })
             .collect();

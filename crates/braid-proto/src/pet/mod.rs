@@ -493,6 +493,15 @@ impl Pet {
             .is_some_and(|p| !p.down && !p.disabled)
     }
 
+    /// Whether `path` is measured as policed: an overload window ([`DeliveryRate`]) measured it
+    /// within [`FLOOR_WINDOW`] of `now`, so its rate is its delivery cap alone (its pairs say
+    /// nothing of it), grown four times slower.
+    pub fn policed(&self, path: PathId, now: Instant) -> bool {
+        self.paths
+            .get(path.index())
+            .is_some_and(|p| p.delivery.policed(now))
+    }
+
     /// Whether every path the driver has not taken out has a bandwidth estimate (the start-up
     /// phase is over).
     pub fn estimated(&self) -> bool {

@@ -375,7 +375,11 @@ fn behind_policers_the_paths_edpf_fills_are_estimated_at_what_they_let_through()
     let gap = transmission_time(2 * 1512, 13_500_000);
     let mut now = at(0);
     let (mut sent, mut dropped) = (0u64, 0);
+    let mut policed_at_5s = None;
     while now < at(20_000) {
+        if policed_at_5s.is_none() && now >= at(5_000) {
+            policed_at_5s = Some((0..4u8).filter(|&i| m.pet.policed(PathId(i), now)).count());
+        }
         if now < at(5_000) {
             dropped = m.dropped;
         } else {
@@ -404,6 +408,9 @@ fn behind_policers_the_paths_edpf_fills_are_estimated_at_what_they_let_through()
         assert!(e >= r * 9 / 10, "path {i}: {e} (pairs {pair}) vs {r}");
     }
     assert!(m.pet.stats().overload_samples >= 2, "{:?}", m.pet.stats());
+    // Measured by their losses in the first seconds, the paths EDPF fills are taken for
+    // policed (their pairs ignored); `braid status` shows it.
+    assert_eq!(policed_at_5s, Some(2));
     // From 5 s on, the few losses (2%) are the caps' growth probing every few seconds, and EDPF
     // giving a path more backlog than its bucket holds.
     assert!(dropped * 20 < sent, "{dropped} of {sent} dropped");
