@@ -381,13 +381,7 @@ impl DeliveryRate {
         let prev = self.last;
         if prev.is_some_and(|p| r.key <= p.key) {
             // A SIG-ACK overtaken by a later one: it says nothing of the windows.
-            self.window = None;
-            self.raise_window = None;
-            self.overload = None;
-            self.recent = None;
-            self.recent_rate = None;
-            self.pending_fall = None;
-            self.last_raise = None;
+            self.forget_windows();
             return None;
         }
         // Growth counts time the path carried traffic without being kept busy: not a packet
@@ -417,13 +411,7 @@ impl DeliveryRate {
         if prev.is_some_and(|p| r.arrival < p.arrival) {
             // Arrivals went backwards (a clock step at the receiver, or a lie): start afresh
             // from this one.
-            self.window = None;
-            self.raise_window = None;
-            self.overload = None;
-            self.recent = None;
-            self.recent_rate = None;
-            self.pending_fall = None;
-            self.last_raise = None;
+            self.forget_windows();
             return None;
         }
         self.follow_raise_window(now, prev, &r);
@@ -463,6 +451,18 @@ impl DeliveryRate {
         }
         self.follow_busy_window(now, prev, &r, queued, interval)
             .or(first)
+    }
+
+    /// Drop every window under way and what they showed lately: the reports no longer follow
+    /// one another in order (an overtaken SIG-ACK, arrivals that went backwards).
+    fn forget_windows(&mut self) {
+        self.window = None;
+        self.raise_window = None;
+        self.overload = None;
+        self.recent = None;
+        self.recent_rate = None;
+        self.pending_fall = None;
+        self.last_raise = None;
     }
 
     /// Extend the busy window to `r`, reported after `prev`; the sample it completes, if any.
@@ -937,6 +937,19 @@ mod tests {
                 self.send(from_ms * MS + k * gap_us * 1000, len);
             }
         }
+
+        /// A sender that offers `offer_pct` of the cap (at most 10 Mbit/s) each second, paced,
+        /// for `secs` seconds; the cap at the start of each second.
+        fn offer_cap_each_second(&mut self, offer_pct: u64, secs: i128) -> Vec<u64> {
+            let mut caps = Vec::new();
+            for second in 0..secs {
+                let cap = self.d.cap_bps(SECOND).unwrap().min(10_000_000);
+                caps.push(cap);
+                let gap_us = i128::from(1500 * 8 * 1_000_000 / (cap * offer_pct / 100));
+                self.offer(second * 1000, gap_us, 1_000_000 / gap_us, 1500);
+            }
+            caps
+        }
     }
 
     #[test]
@@ -1042,11 +1055,7 @@ mod tests {
         let mut p = Policer::new(10_000_000, 1 << 30);
         p.lose_pct = 1;
         p.d.base = Some(2_000_000);
-        for second in 0..30i128 {
-            let cap = p.d.cap_bps(SECOND).unwrap().min(10_000_000);
-            let gap_us = i128::from(1500 * 8 * 1_000_000 / (cap * 95 / 100));
-            p.offer(second * 1000, gap_us, 1_000_000 / gap_us, 1500);
-        }
+        p.offer_cap_each_second(95, 30);
         let cap = p.d.cap_bps(SECOND).unwrap();
         assert!(cap >= 7_000_000, "{cap}");
     }
@@ -1058,14 +1067,7 @@ mod tests {
         let mut p = Policer::new(10_000_000, 1 << 30);
         p.lose_pct = loss_pct;
         p.d.base = Some(500_000);
-        let mut caps = Vec::new();
-        for second in 0..secs {
-            let cap = p.d.cap_bps(SECOND).unwrap().min(10_000_000);
-            caps.push(cap);
-            let gap_us = i128::from(1500 * 8 * 1_000_000 / (cap * offer_pct / 100));
-            p.offer(second * 1000, gap_us, 1_000_000 / gap_us, 1500);
-        }
-        caps
+        p.offer_cap_each_second(offer_pct, secs)
     }
 
     #[test]
@@ -1119,13 +1121,7 @@ mod tests {
         let mut p = Policer::new(10_000_000, 1 << 30);
         p.lose_pct = 15;
         p.d.base = Some(8_000_000);
-        let mut low = u64::MAX;
-        for second in 0..30i128 {
-            let cap = p.d.cap_bps(SECOND).unwrap().min(10_000_000);
-            low = low.min(cap);
-            let gap_us = i128::from(1500 * 8 * 1_000_000 / cap);
-            p.offer(second * 1000, gap_us, 1_000_000 / gap_us, 1500);
-        }
+        let low = p.offer_cap_each_second(100, 30).into_iter().min().unwrap();
         assert!(low >= 5_500_000, "{low}");
     }
 
