@@ -291,16 +291,17 @@ impl Pair {
         self.step(Duration::from_millis(1));
     }
 
-    /// The bytes either end holds in its reorder buffers and send queues, the larger.
+    /// What either end holds in its reorder buffer (its charge: bytes and entries) and send
+    /// queues, the larger.
     pub fn held_bytes(&self) -> u64 {
         [&self.client, &self.server]
             .iter()
             .map(|s| {
-                s.status()
-                    .paths
-                    .iter()
-                    .map(|p| p.reorder_buffer_bytes + p.queued_bytes)
-                    .sum::<u64>()
+                // The resequencer's charge, not its payload bytes: each held packet and marker
+                // counts its entry too (`Resequencer::held_charge`), so empty packets count.
+                let resequencer = s.resequencer_charge();
+                let queued = s.status().paths.iter().map(|p| p.queued_bytes).sum::<u64>();
+                resequencer + queued
             })
             .max()
             .unwrap_or(0)

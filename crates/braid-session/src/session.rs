@@ -2385,6 +2385,15 @@ impl Session {
         }
     }
 
+    /// What the resequencer holds, charged per entry as well as per byte
+    /// (`Resequencer::held_charge`): for the hostile-peer tests' bound.
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn resequencer_charge(&self) -> u64 {
+        self.endpoint
+            .as_ref()
+            .map_or(0, |e| e.receiver().held_charge())
+    }
+
     /// A snapshot for `braid status`.
     pub fn status(&self) -> SessionStatus {
         let e = self.endpoint.as_ref();

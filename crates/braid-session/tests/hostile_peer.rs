@@ -548,3 +548,41 @@ proptest! {
         settle(&mut pair);
     }
 }
+
+/// Empty data packets and markers cost a receiver no bytes, but each takes an entry: a lying
+/// client's flood of them is bounded by the resequencer's charge per entry
+/// (`Resequencer::held_charge`), not only by its bytes, in either mode that holds packets.
+/// Without the charge, 2^24 empty packets fit a sequence receiver's window (about 0.8 GB).
+#[test]
+fn a_flood_of_empty_packets_and_markers_is_bounded_by_entries() {
+    for resequence in [ResequenceMode::Sequence, ResequenceMode::Logical] {
+        let flags = [false, false, false, false, true, false, false];
+        let shape = Shape::new(SchedulerKind::Rr, resequence, flags);
+        let mut pair = Pair::established(&shape).expect("handshake");
+        // Every path in the server's rotation.
+        pair.honest(20);
+        pair.step(Duration::from_secs(1));
+        // Far ahead of what the server expects, past a gap no other path has passed, so the
+        // sequence receiver holds all of it; logical reception waits on another path.
+        for k in 0..150_000u64 {
+            let frame = if resequence == ResequenceMode::Logical && k % 2 == 1 {
+                Frame::Marker {
+                    path: 1,
+                    round: 1 + k,
+                    deficit: 0,
+                    tx_bytes: 0,
+                }
+            } else {
+                Frame::Data {
+                    path: 1,
+                    seq: Some((1 << 20) + k),
+                    len: 0,
+                }
+            };
+            pair.forge(PathId(1), &inner(&frame));
+        }
+        let held = pair.held_bytes();
+        assert!(held <= HELD_BOUND, "{resequence:?}: {held} held");
+        settle(&mut pair);
+    }
+}

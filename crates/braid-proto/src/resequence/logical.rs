@@ -67,6 +67,10 @@ pub struct LogicalReceiver<P> {
     sched: Scheduler,
     paths: Vec<RxPath<P>>,
     total_buffered: u64,
+    /// What every queue holds costs, data and markers ([`super::charge`]), against the limit.
+    held: u64,
+    /// Data packets held (empty ones too: the wire allows them).
+    held_data: u64,
     limit: u64,
     hold: Option<Duration>,
     blocked_since: Option<Instant>,
@@ -94,6 +98,8 @@ impl<P> LogicalReceiver<P> {
             sched,
             paths,
             total_buffered: 0,
+            held: 0,
+            held_data: 0,
             limit: config.buffer_limit_bytes,
             hold: config.hold,
             blocked_since: None,
@@ -120,13 +126,16 @@ impl<P> LogicalReceiver<P> {
             self.stats.invalid_dropped += 1;
             return;
         };
-        if self.total_buffered + u64::from(len) > self.limit.saturating_mul(2) {
+        let charge = super::charge::<Rx<P>>(len);
+        if self.held + charge > self.limit.saturating_mul(2) {
             self.stats.overflow_dropped += 1;
             return;
         }
         rx.queue.push_back(Rx::Data { len, payload });
         rx.buffered += u64::from(len);
         self.total_buffered += u64::from(len);
+        self.held += charge;
+        self.held_data += 1;
     }
 
     /// `Receive_i` for a marker: buffer it in order with the data of its path.
@@ -135,6 +144,12 @@ impl<P> LogicalReceiver<P> {
             self.stats.invalid_dropped += 1;
             return;
         }
+        let charge = super::charge::<Rx<P>>(0);
+        if self.held + charge > self.limit.saturating_mul(2) {
+            self.stats.overflow_dropped += 1;
+            return;
+        }
+        self.held += charge;
         self.paths[path.index()].queue.push_back(Rx::Marker(marker));
     }
 
@@ -212,6 +227,8 @@ impl<P> LogicalReceiver<P> {
             Rx::Data { len, payload } => {
                 rx.buffered -= u64::from(len);
                 self.total_buffered -= u64::from(len);
+                self.held -= super::charge::<Rx<P>>(len);
+                self.held_data -= 1;
                 self.stats.delivered += 1;
                 self.stats.delivered_bytes += u64::from(len);
                 Some(Delivery {
@@ -259,6 +276,7 @@ impl<P> LogicalReceiver<P> {
                 Some(Rx::Marker(m)) => {
                     let m = *m;
                     self.paths[i].queue.pop_front();
+                    self.held -= super::charge::<Rx<P>>(0);
                     self.paths[i].markers_taken += 1;
                     self.process_marker(path, m);
                     if self.paths[i].late > 0 {
@@ -286,13 +304,13 @@ impl<P> LogicalReceiver<P> {
                         self.blocked_since = None;
                         continue;
                     }
-                    if self.total_buffered == 0 {
+                    if self.held_data == 0 {
                         self.blocked_since = None;
                         return None;
                     }
                     // Blocked on an empty path while other paths hold data.
                     let since = *self.blocked_since.get_or_insert(now);
-                    if self.total_buffered >= self.limit {
+                    if self.held >= self.limit {
                         self.stats.forced_skips += 1;
                     } else if self.hold.is_some_and(|h| now >= since + h) {
                         self.stats.hold_skips += 1;
@@ -310,7 +328,7 @@ impl<P> LogicalReceiver<P> {
     /// When the hold timer of a blocked receiver expires.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match (self.blocked_since, self.hold) {
-            (Some(since), Some(h)) if self.total_buffered > 0 => Some(since + h),
+            (Some(since), Some(h)) if self.held_data > 0 => Some(since + h),
             _ => None,
         }
     }
@@ -323,6 +341,11 @@ impl<P> LogicalReceiver<P> {
     /// Payload bytes buffered in all.
     pub fn total_buffered_bytes(&self) -> u64 {
         self.total_buffered
+    }
+
+    /// What the queues hold costs, markers included ([`super::charge`]).
+    pub fn held_charge(&self) -> u64 {
+        self.held
     }
 
     /// Counters.

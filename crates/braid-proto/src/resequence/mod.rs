@@ -189,6 +189,19 @@ pub struct ResequencerStats {
     pub invalid_dropped: u64,
 }
 
+/// What the receivers charge a held packet of `len` bytes against their limits: its bytes, its
+/// entry `T` in a queue and the header of its buffer's allocation. With bytes alone, a flood of
+/// empty or one-byte packets (a lying peer's: the wire allows them) could fill millions of
+/// entries within the limit, about 0.8 GB for a sequence receiver's 2^24-packet window; charged
+/// this way a receiver holds at most twice its limit in memory, whatever the packets' sizes.
+/// Markers, which carry no bytes, are charged their entry.
+pub(crate) fn charge<T>(len: u32) -> u64 {
+    u64::from(len) + std::mem::size_of::<T>() as u64 + ALLOCATION_HEADER
+}
+
+/// A heap allocation's bookkeeping beyond its bytes, about glibc malloc's.
+const ALLOCATION_HEADER: u64 = 16;
+
 /// The receiver of any mode.
 ///
 /// # Polling
@@ -346,8 +359,69 @@ impl<P> Resequencer<P> {
         dispatch!(self, r => r.total_buffered_bytes())
     }
 
+    /// What everything held costs: payload bytes plus each entry's own size ([`charge`]). It
+    /// never exceeds twice the buffer limit: arrivals past that are dropped.
+    pub fn held_charge(&self) -> u64 {
+        dispatch!(self, r => r.held_charge())
+    }
+
     /// Counters.
     pub fn stats(&self) -> &ResequencerStats {
         dispatch!(self, r => r.stats())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::{SchedulerConfig, SchedulerKind};
+
+    /// A lying peer's flood of empty packets and markers, which cost no bytes, fills no receiver
+    /// past twice its limit, and what it held is all given back.
+    #[test]
+    fn empty_packets_and_markers_are_charged_their_entries() {
+        for mode in [
+            ResequenceMode::Logical,
+            ResequenceMode::Sequence,
+            ResequenceMode::None,
+        ] {
+            let sched = SchedulerConfig::new(SchedulerKind::Rr, vec![1, 1]);
+            let mut c = ResequencerConfig::new(mode, sched);
+            c.buffer_limit_bytes = 64 << 10;
+            c.hold = Some(Duration::from_millis(1));
+            let mut r: Resequencer<Vec<u8>> = Resequencer::new(&c).unwrap();
+            let t = Instant::ZERO;
+            // Path 0 never brings its first packet, so the logical and sequence receivers
+            // hold everything path 1 brings until they give up on it.
+            for k in 1..100_000u64 {
+                r.handle_data(t, PathId(1), Some(k), 0, Vec::new());
+                let number = crate::path::PacketNumber {
+                    round: k,
+                    deficit: 0,
+                };
+                let m = Marker {
+                    path: PathId(1),
+                    number,
+                    tx_bytes: 0,
+                };
+                r.handle_marker(t, PathId(1), m);
+            }
+            let limit = 2 * c.buffer_limit_bytes;
+            assert!(r.held_charge() <= limit, "{mode:?}: {}", r.held_charge());
+            assert!(r.held_charge() > limit / 2, "{mode:?}: {}", r.held_charge());
+            assert!(r.stats().overflow_dropped > 90_000, "{mode:?}");
+            assert_eq!(r.total_buffered_bytes(), 0, "{mode:?}");
+            // Past the hold everything held goes, and its charge with it.
+            let mut now = t + Duration::from_secs(10);
+            for _ in 0..1_000_000 {
+                while r.poll_deliver(now).is_some() {}
+                match r.poll_timeout() {
+                    Some(at) => now = now.max(at),
+                    None => break,
+                }
+            }
+            // (The logical receiver's last marker waits for its path's turn.)
+            assert!(r.held_charge() < 100, "{mode:?}: {}", r.held_charge());
+        }
     }
 }

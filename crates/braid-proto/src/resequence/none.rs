@@ -12,6 +12,8 @@ pub struct Passthrough<P> {
     paths: usize,
     out: VecDeque<Delivery<P>>,
     buffered: u64,
+    /// What `out` costs ([`super::charge`]), against the limit.
+    held: u64,
     limit: u64,
     stats: ResequencerStats,
 }
@@ -24,6 +26,7 @@ impl<P> Passthrough<P> {
             paths,
             out: VecDeque::new(),
             buffered: 0,
+            held: 0,
             limit: config.buffer_limit_bytes,
             stats: ResequencerStats::default(),
         })
@@ -42,10 +45,12 @@ impl<P> Passthrough<P> {
             self.stats.invalid_dropped += 1;
             return;
         }
-        if self.buffered + u64::from(len) > self.limit.saturating_mul(2) {
+        let charge = super::charge::<Delivery<P>>(len);
+        if self.held + charge > self.limit.saturating_mul(2) {
             self.stats.overflow_dropped += 1;
             return;
         }
+        self.held += charge;
         self.buffered += u64::from(len);
         self.out.push_back(Delivery {
             path,
@@ -64,6 +69,7 @@ impl<P> Passthrough<P> {
     pub fn poll_deliver(&mut self, _now: Instant) -> Option<Delivery<P>> {
         let d = self.out.pop_front()?;
         self.buffered -= u64::from(d.len);
+        self.held -= super::charge::<Delivery<P>>(d.len);
         self.stats.delivered += 1;
         self.stats.delivered_bytes += u64::from(d.len);
         Some(d)
@@ -84,6 +90,11 @@ impl<P> Passthrough<P> {
             .filter(|d| d.path == path)
             .map(|d| u64::from(d.len))
             .sum()
+    }
+
+    /// What the packets not yet polled cost ([`super::charge`]).
+    pub fn held_charge(&self) -> u64 {
+        self.held
     }
 
     /// Bytes not yet polled.

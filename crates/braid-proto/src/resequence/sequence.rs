@@ -68,6 +68,8 @@ pub struct SequenceReceiver<P> {
     paths: Vec<RxPath<P>>,
     next: u64,
     total_buffered: u64,
+    /// What the queues and `express` hold costs ([`super::charge`]), against the limit.
+    held: u64,
     limit: u64,
     hold: Option<Duration>,
     gap_since: Option<Instant>,
@@ -149,6 +151,7 @@ impl<P> SequenceReceiver<P> {
             paths,
             next: 0,
             total_buffered: 0,
+            held: 0,
             limit: config.buffer_limit_bytes,
             hold: config.hold,
             gap_since: None,
@@ -257,11 +260,12 @@ impl<P> SequenceReceiver<P> {
         }
         let Some(seq) = seq else {
             // One budget with the reorder buffer: twice the limit in all, as below.
-            let held = self.express_bytes + self.total_buffered;
-            if held + u64::from(len) > self.limit.saturating_mul(2) {
+            let charge = super::charge::<Delivery<P>>(len);
+            if self.held + charge > self.limit.saturating_mul(2) {
                 self.stats.overflow_dropped += 1;
                 return;
             }
+            self.held += charge;
             self.express_bytes += u64::from(len);
             self.express.push_back(Delivery {
                 path,
@@ -279,8 +283,9 @@ impl<P> SequenceReceiver<P> {
             self.stats.invalid_dropped += 1;
             return;
         }
-        if self.total_buffered + self.express_bytes + u64::from(len) > self.limit.saturating_mul(2)
-        {
+        // Charged as the larger of its two entries: a queue's or `express`'s.
+        let charge = super::charge::<SeqRx<P>>(len).max(super::charge::<Delivery<P>>(len));
+        if self.held + charge > self.limit.saturating_mul(2) {
             self.stats.overflow_dropped += 1;
             return;
         }
@@ -296,6 +301,7 @@ impl<P> SequenceReceiver<P> {
             let rx = &mut self.paths[path.index()];
             rx.highest = Some(rx.highest.map_or(seq, |h| h.max(seq)));
             self.early.insert(seq);
+            self.held += super::charge::<Delivery<P>>(len);
             self.express_bytes += u64::from(len);
             self.stats.delivered_early += 1;
             self.express.push_back(Delivery {
@@ -340,6 +346,7 @@ impl<P> SequenceReceiver<P> {
         rx.highest = Some(rx.highest.map_or(seq, |h| h.max(seq)));
         rx.buffered += u64::from(len);
         self.total_buffered += u64::from(len);
+        self.held += super::charge::<SeqRx<P>>(len);
     }
 
     /// Take `path` out of the rotation or put it back: a path out of the rotation is not waited
@@ -423,6 +430,7 @@ impl<P> SequenceReceiver<P> {
             .expect("pop is called on a non-empty queue");
         rx.buffered -= u64::from(item.len);
         self.total_buffered -= u64::from(item.len);
+        self.held -= super::charge::<SeqRx<P>>(item.len);
         self.next = item.seq + 1;
         self.gap_since = None;
         self.drop_below_next();
@@ -448,6 +456,7 @@ impl<P> SequenceReceiver<P> {
         let next = self.next;
         for rx in &mut self.paths {
             while let Some(head) = rx.queue.front().filter(|h| h.seq < next) {
+                self.held -= super::charge::<SeqRx<P>>(head.len);
                 let len = u64::from(head.len);
                 rx.queue.pop_front();
                 rx.buffered -= len;
@@ -470,6 +479,7 @@ impl<P> SequenceReceiver<P> {
     pub fn poll_deliver(&mut self, now: Instant) -> Option<Delivery<P>> {
         if let Some(d) = self.express.pop_front() {
             self.express_bytes -= u64::from(d.len);
+            self.held -= super::charge::<Delivery<P>>(d.len);
             self.stats.delivered += 1;
             self.stats.delivered_bytes += u64::from(d.len);
             return Some(d);
@@ -511,7 +521,8 @@ impl<P> SequenceReceiver<P> {
                 return Some(self.pop(i));
             }
             // Nothing waits, and nothing went ahead of `next` either: no gap.
-            if self.total_buffered == 0 && self.early.is_empty() {
+            // (Queues, not bytes: a lying peer's empty packets wait too.)
+            if self.paths.iter().all(|rx| rx.queue.is_empty()) && self.early.is_empty() {
                 self.gap_since = None;
                 return None;
             }
@@ -567,7 +578,7 @@ impl<P> SequenceReceiver<P> {
                 continue;
             }
             let since = *self.gap_since.get_or_insert(now);
-            if self.total_buffered >= self.limit {
+            if self.held >= self.limit {
                 self.stats.forced_skips += 1;
             } else if let Some(h) = self.gap_hold() {
                 if now < since + h {
@@ -620,6 +631,11 @@ impl<P> SequenceReceiver<P> {
     /// Payload bytes buffered in all.
     pub fn total_buffered_bytes(&self) -> u64 {
         self.total_buffered
+    }
+
+    /// What the queues and the packets going ahead hold costs ([`super::charge`]).
+    pub fn held_charge(&self) -> u64 {
+        self.held
     }
 
     /// Counters.
