@@ -9,6 +9,37 @@ use std::net::Shutdown;
 /// Bytes copied per read.
 const CHUNK: usize = 64 * 1024;
 
+/// TCP keepalive on every forwarded socket, after this long without a segment from its peer.
+/// Splitting a connection means braid's own kernel answers each endpoint's keepalives, so
+/// neither endpoint learns that the one behind the tunnel vanished (a laptop that slept and left
+/// the Wi-Fi, an idle SSH session kept by the server's keepalives). Without its own, the pair
+/// held its socket, its pTCP connection and their buffers for good, and a session's table of
+/// 256 connections filled over weeks, after which every new connection was refused.
+pub const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Between keepalive probes.
+pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Unanswered keepalive probes after which the socket fails: the peer is gone after
+/// `KEEPALIVE_IDLE + KEEPALIVE_PROBES * KEEPALIVE_INTERVAL`, 4 minutes.
+pub const KEEPALIVE_PROBES: u32 = 4;
+
+/// `TCP_USER_TIMEOUT`: data the peer leaves unacknowledged this long fails the socket too (a
+/// half-closed connection whose peer vanished while braid still had data for it).
+pub const USER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Turn on the keepalive and user timeout above. Best effort: a socket that refuses them
+/// still works, as before.
+fn keep_alive(tcp: &TcpStream) {
+    let s = socket2::SockRef::from(tcp);
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_PROBES);
+    let _ = s.set_tcp_keepalive(&ka);
+    let _ = s.set_tcp_user_timeout(Some(USER_TIMEOUT));
+}
+
 /// One forwarded connection: a TCP socket and the pTCP connection it rides.
 pub struct Pair {
     tcp: TcpStream,
@@ -44,8 +75,11 @@ impl Pair {
         &mut self.tcp
     }
 
-    /// A pair of a TCP socket and pTCP connection `id`.
+    /// A pair of a TCP socket and pTCP connection `id`; the socket gets TCP keepalive
+    /// ([`KEEPALIVE_IDLE`]) and a user timeout ([`USER_TIMEOUT`]), so a peer that vanished
+    /// fails it and the pair ends.
     pub fn new(tcp: TcpStream, id: u16) -> Pair {
+        keep_alive(&tcp);
         Pair {
             tcp,
             id,
@@ -126,5 +160,24 @@ impl Pair {
             return true;
         }
         tcp_done && c.state() == State::Closed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pairs_socket_finds_a_vanished_peer_by_keepalive_and_user_timeout() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_accepted, _) = l.accept().unwrap();
+        let pair = Pair::new(TcpStream::from_std(c), 1);
+        let s = socket2::SockRef::from(&pair.tcp);
+        assert!(s.keepalive().unwrap());
+        assert_eq!(s.keepalive_time().unwrap(), KEEPALIVE_IDLE);
+        assert_eq!(s.keepalive_interval().unwrap(), KEEPALIVE_INTERVAL);
+        assert_eq!(s.keepalive_retries().unwrap(), KEEPALIVE_PROBES);
+        assert_eq!(s.tcp_user_timeout().unwrap(), Some(USER_TIMEOUT));
     }
 }
