@@ -984,9 +984,13 @@ impl Daemon {
         // A client starts its handshake clock at or above every timestamp it sent before.
         let (clock_floor, wall) = clock_floor::ClockFloor::for_config(&cfg);
         let mut peers = Vec::new();
-        for p in &cfg.peers {
+        // Each client's session draws its receiver indices with its own tag in the low bits:
+        // no two collide (`SessionConfig::index_tag`).
+        let tag_bits = (usize::BITS - cfg.peers.len().saturating_sub(1).leading_zeros()) as u8;
+        for (i, p) in cfg.peers.iter().enumerate() {
             let seed = random_seed()?;
             let mut scfg = cfg.session_config(p);
+            scfg.index_tag = (i as u32, tag_bits);
             scfg.qos = cfg.qos.clone();
             scfg.duplicate_dscp = cfg.duplicate_dscp;
             scfg.release_pacing_pct = cfg.release_pacing_pct;
