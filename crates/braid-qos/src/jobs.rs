@@ -307,8 +307,9 @@ pub struct ClassStats {
     /// backlogged, with a service rate below its rate bound `f_i`: the bound gave way to
     /// higher classes' minimum rates or to a capacity below it.
     pub rate_bound_violations: u64,
-    /// Sum of the queueing delays of the sent packets, ns (saturating).
-    pub delay_ns_sum: u64,
+    /// Sum of the queueing delays of the sent packets, ns. 128 bits: 64 would fill in about
+    /// eight days at 100,000 packets a second delayed 250 ms each.
+    pub delay_ns_sum: u128,
     /// The largest queueing delay of a sent packet.
     pub delay_max: Duration,
 }
@@ -321,7 +322,11 @@ impl ClassStats {
 
     /// Mean queueing delay of the sent packets.
     pub fn delay_mean(&self) -> Duration {
-        Duration::from_nanos(self.delay_ns_sum.checked_div(self.xmit).unwrap_or(0))
+        let mean = self
+            .delay_ns_sum
+            .checked_div(u128::from(self.xmit))
+            .unwrap_or(0);
+        Duration::from_nanos(u64::try_from(mean).unwrap_or(u64::MAX))
     }
 
     /// Dropped bytes over offered bytes since creation.
@@ -818,7 +823,7 @@ impl<P> Jobs<P> {
         c.stats.xmit += 1;
         c.stats.xmit_bytes += u64::from(p.len);
         let delay_ns = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
-        c.stats.delay_ns_sum = c.stats.delay_ns_sum.saturating_add(delay_ns);
+        c.stats.delay_ns_sum = c.stats.delay_ns_sum.saturating_add(u128::from(delay_ns));
         c.stats.delay_max = c.stats.delay_max.max(delay);
         if c.adc_ns.is_some_and(|d| delay_ns > d) {
             c.stats.delay_bound_violations += 1;
