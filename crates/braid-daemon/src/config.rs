@@ -23,7 +23,7 @@ use std::str::FromStr;
 pub enum ConfigError {
     /// The file cannot be read.
     // Not a `#[source]`: the message already says it, and error chains would say it twice.
-    #[error("cannot read config file {path}: {error}{}", read_hint(error))]
+    #[error("{}", read_message(path, error))]
     Read {
         /// The file.
         path: String,
@@ -167,7 +167,7 @@ fn remote<'de, D: Deserializer<'de>>(d: D) -> Result<RawRemote, D::Error> {
         .rsplit_once(':')
         .filter(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
-        .filter(|&(host, port)| port != 0 && is_host_name(host));
+        .filter(|&(host, _)| is_host_name(host));
     named
         .map(|(host, port)| RawRemote::Host(host.to_owned(), port))
         .ok_or_else(|| {
@@ -219,6 +219,34 @@ pub fn pick_remote(
         .filter(fits)
         .min_by_key(|a| a.is_ipv6())
         .copied()
+}
+
+/// Any TOML number, integer or float: an integer too large for 64 bits is then a value out of
+/// range, which the key's check names, not a type error.
+fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    struct Number;
+    impl de::Visitor<'_> for Number {
+        type Value = f64;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a number")
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<f64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+        fn visit_i128<E: de::Error>(self, v: i128) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+        fn visit_u128<E: de::Error>(self, v: u128) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+    }
+    d.deserialize_any(Number).map(Some)
 }
 
 fn opt_socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
@@ -444,12 +472,19 @@ struct RawPath {
     interface: Option<String>,
     #[serde(deserialize_with = "remote")]
     remote: RawRemote,
+    #[serde(default, deserialize_with = "number")]
     rate_mbit: Option<f64>,
     #[serde(default = "default_path_mtu")]
     mtu: u16,
     #[serde(default)]
     backup: bool,
 }
+
+/// The smallest `rate_mbit`: 1 kbit/s. Below it a rate rounds to a few bit/s, or to none.
+pub const MIN_RATE_MBIT: f64 = 0.001;
+
+/// The largest `rate_mbit`: 1 Tbit/s.
+pub const MAX_RATE_MBIT: f64 = 1e6;
 
 /// The `[bond]` keys a server may set: what each end decides for itself.
 pub const SERVER_BOND_KEYS: [&str; 3] = ["duplicate_dscp", "release_pacing_pct", "shape_egress"];
@@ -543,6 +578,53 @@ pub struct PeerConfig {
     pub catch_all: bool,
 }
 
+/// The key on the line of `text` that holds byte `offset` (`hold_ms` for `hold_ms = -5`), if
+/// that line starts with one.
+fn key_at(text: &str, offset: usize) -> Option<&str> {
+    let start = text.get(..offset)?.rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next()?;
+    let key = line.split_once('=')?.0.trim();
+    (!key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
+    .then_some(key)
+}
+
+/// The parser's message for a number an unsigned integer key cannot take (`invalid value:
+/// integer `-5`, expected u32`, a fraction, or one too large), in plain words with the key's
+/// unit and range.
+fn plain_number(message: &str, key: Option<&str>) -> Option<String> {
+    let (head, ty) = message.rsplit_once(", expected ")?;
+    let max = match ty {
+        "u8" => u64::from(u8::MAX),
+        "u16" => u64::from(u16::MAX),
+        "u32" => u64::from(u32::MAX),
+        "u64" => u64::MAX,
+        _ => return None,
+    };
+    if !(head.starts_with("invalid value: integer ")
+        || head.starts_with("invalid type: integer ")
+        || head.starts_with("invalid type: floating point "))
+    {
+        return None;
+    }
+    let value = head.split('`').nth(1)?;
+    let unit = match key {
+        Some(k) if k.ends_with("_ms") => " of milliseconds",
+        Some(k) if k.ends_with("_s") => " of seconds",
+        Some(k) if k.ends_with("_kb") => " of KiB",
+        Some(k) if k.ends_with("_pct") => " of percent",
+        Some(k) if k.ends_with("_rounds") => " of rounds",
+        Some(k) if k.ends_with("mtu") => " of bytes",
+        _ => "",
+    };
+    let what = key.map_or(format!("`{value}`"), |k| format!("{k} = {value}"));
+    Some(format!(
+        "{what}: must be a whole number{unit} from 0 to {max}"
+    ))
+}
+
 /// What to do about the commonest TOML mistakes, from the parser's message.
 fn parse_hint(message: &str) -> &'static str {
     let last = message.lines().last().unwrap_or_default();
@@ -552,6 +634,7 @@ fn parse_hint(message: &str) -> &'static str {
         "\n(a list: put the value in brackets, e.g. routes = [\"192.168.50.0/24\"])"
     } else if last.starts_with("invalid type: string")
         && (last.ends_with("expected f64")
+            || last.ends_with("expected a number")
             || last.contains("expected u")
             || last.contains("expected i"))
     {
@@ -561,6 +644,17 @@ fn parse_hint(message: &str) -> &'static str {
     } else {
         ""
     }
+}
+
+/// Why a config file cannot be read, and what to do.
+fn read_message(path: &str, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::IsADirectory {
+        return format!(
+            "cannot read config file {path}: it is a directory: give the config file itself with -c, e.g. {}/client.toml",
+            path.trim_end_matches('/')
+        );
+    }
+    format!("cannot read config file {path}: {e}{}", read_hint(e))
 }
 
 /// What to do about a config file that cannot be read.
@@ -658,6 +752,26 @@ pub struct Config {
     pub shape_egress: Option<bool>,
 }
 
+impl Config {
+    /// Refuses a server's `listen` on port 0, for the commands that serve clients (`braid up`,
+    /// also with `--check`, `braid recv`, `braid forward --target`): the system would pick a
+    /// port, which no client's `remote` names. (Not in [`Config::parse`]: a config that only
+    /// has to parse, as in the CLI's own tests of other mistakes, may leave the port to the
+    /// system.) `path` names the file in the message.
+    pub fn check_listen_port(&self, path: &Path) -> Result<(), ConfigError> {
+        match self.listen {
+            Some(l) if l.port() == 0 => Err(ConfigError::Invalid {
+                path: path.display().to_string(),
+                message: format!(
+                    "listen = \"{l}\": port 0 would be a port the system picks, which no client's remote names: give the port the clients' paths send to, e.g. \"{}\"",
+                    SocketAddr::new(l.ip(), 7000)
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Bytes braid adds to an IP packet on a path: outer IP + UDP + transport header + AEAD tag +
 /// inner data header (+ sequence number).
 pub fn overhead(ipv6: bool, with_seq: bool) -> u16 {
@@ -699,7 +813,14 @@ impl Config {
     fn parse_with(text: &str, path: &Path, resolve_names: bool) -> Result<Config, ConfigError> {
         let name = path.display().to_string();
         let raw: Raw = toml::from_str(text).map_err(|e| {
-            let message = e.to_string().trim_end().to_owned();
+            let mut message = e.to_string().trim_end().to_owned();
+            // The parser's "expected u32" in plain words, in place of its last line.
+            let key = e.span().and_then(|s| key_at(text, s.start));
+            if let Some(plain) = plain_number(e.message().trim_end(), key) {
+                if let Some(kept) = message.strip_suffix(e.message().trim_end()) {
+                    message = format!("{kept}{plain}");
+                }
+            }
             let hint = parse_hint(&message);
             ConfigError::Parse {
                 path: name.clone(),
@@ -851,10 +972,12 @@ impl Config {
                     .is_some_and(|b| b.scheduler == SchedulerKind::Pet || b.adaptive);
                 for (i, p) in raw.paths.iter().enumerate() {
                     let rate_bps = match p.rate_mbit {
-                        Some(r) if r.is_finite() && r > 0.0 && r <= 1e6 => (r * 1e6).round() as u64,
+                        Some(r) if (MIN_RATE_MBIT..=MAX_RATE_MBIT).contains(&r) => {
+                            (r * 1e6).round() as u64
+                        }
                         Some(r) => {
                             return Err(invalid(format!(
-                                "path {i}: rate_mbit = {r} must be a positive number of Mbit/s (the path's rate; it sets the striping share)"
+                                "path {i}: rate_mbit = {r}: give the path's rate in Mbit/s, from {MIN_RATE_MBIT} (1 kbit/s) to {MAX_RATE_MBIT} (1 Tbit/s); it sets the striping share"
                             )))
                         }
                         None if pet => PET_PRIOR_RATE_BPS,
@@ -866,6 +989,22 @@ impl Config {
                     };
                     if p.mtu < 576 {
                         return Err(invalid(format!("path {i}: mtu = {} is below 576", p.mtu)));
+                    }
+                    let (shown, port) = match &p.remote {
+                        RawRemote::Addr(a) => (a.to_string(), a.port()),
+                        RawRemote::Host(host, port) => (format!("{host}:{port}"), *port),
+                    };
+                    if port == 0 {
+                        return Err(invalid(format!(
+                            "path {i}: remote = \"{shown}\": port 0 is no server's port: give the port of the server's `listen`, e.g. \"203.0.113.5:7000\""
+                        )));
+                    }
+                    if let Some(dev) = &p.interface {
+                        interface_name_ok(dev).map_err(|why| {
+                            invalid(format!(
+                                "path {i}: interface = {dev:?}: {why}: give the device's name as `ip link` shows it (e.g. \"wwan0\")"
+                            ))
+                        })?;
                     }
                     let want_v6 = p.local.map(|l| l.is_ipv6());
                     let (remote, remote_host) = match &p.remote {
@@ -1084,6 +1223,19 @@ impl Config {
             Some(d) => path.parent().unwrap_or(Path::new(".")).join(d),
             None => PathBuf::from(DEFAULT_STATE_DIR),
         };
+        // Made if missing; but something else of that name would refuse the clock floor at
+        // every start (a server ignores the key).
+        if raw.role == Role::Initiator {
+            if let Ok(meta) = std::fs::metadata(&state_dir) {
+                if !meta.is_dir() {
+                    return Err(invalid(format!(
+                        "state_dir = {:?}: {} is not a directory: give a directory (it is made if missing), or leave state_dir out for {DEFAULT_STATE_DIR}",
+                        raw.state_dir.as_deref().unwrap_or(Path::new(DEFAULT_STATE_DIR)),
+                        state_dir.display()
+                    )));
+                }
+            }
+        }
         host_bits("[interface] routes", &raw.interface.routes).map_err(invalid)?;
         Ok(Config {
             role: raw.role,
@@ -1111,6 +1263,29 @@ impl Config {
             shape_egress,
         })
     }
+}
+
+/// Why `name` cannot be a network device's name (`[[path]] interface`), if it cannot: Linux
+/// takes 1 to 15 bytes (IFNAMSIZ less the terminating NUL), without '/', ':' or white space,
+/// and not `.` or `..`.
+fn interface_name_ok(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the name is empty".into());
+    }
+    if name.len() > 15 {
+        return Err(format!(
+            "{} bytes, but Linux gives a network device at most 15 (IFNAMSIZ)",
+            name.len()
+        ));
+    }
+    if name == "."
+        || name == ".."
+        || name.contains(['/', ':'])
+        || name.contains(char::is_whitespace)
+    {
+        return Err("no network device has this name (no '/', ':' or spaces, not . or ..)".into());
+    }
+    Ok(())
 }
 
 /// The `[[policy]]` tables as the bond's path policies; errors name the table and the fix.
@@ -1256,6 +1431,11 @@ fn peers(raw: &Raw, private_key: &PrivateKey) -> Result<Vec<PeerConfig>, String>
         if k == own {
             return Err(format!(
                 "{what} is this end's own public key: put the other end's key there"
+            ));
+        }
+        if k.0 == [0; 32] {
+            return Err(format!(
+                "{what} is all zeros, which is no one's key (no handshake with it can succeed): put the other end's `braid pubkey` there"
             ));
         }
         Ok(k)
@@ -1454,7 +1634,6 @@ rate_mbit = 5
         // Not a name, not an address.
         for bad in [
             "localhost",
-            "localhost:0",
             "local:host:7000",
             "localhost:+7000",
             "-x.example:7000",
@@ -1464,6 +1643,9 @@ rate_mbit = 5
             let e = parse(&client_remote(bad, None)).unwrap_err();
             assert!(e.contains("nor a host name and port"), "{bad}: {e}");
         }
+        // A name with port 0: a port no server listens on.
+        let e = parse(&client_remote("localhost:0", None)).unwrap_err();
+        assert!(e.contains("port 0 is no server's port"), "{e}");
         // A name that does not resolve (RFC 6761 reserves .invalid): what to do about it.
         let e = parse(&client_remote("braid-test.invalid:7000", None)).unwrap_err();
         assert!(
@@ -1657,6 +1839,150 @@ rate_mbit = 5
         assert_eq!(c.bond.unwrap().scheduler, SchedulerKind::Grr);
         let e = parse(&client("mtu = 1480")).unwrap_err();
         assert!(e.contains("larger than the paths allow (1428"), "{e}");
+    }
+
+    #[test]
+    fn rate_mbit_names_its_range() {
+        for bad in [
+            "1000001",
+            "1e12",
+            "1e-9",
+            "0",
+            "-5",
+            "nan",
+            "inf",
+            "99999999999999999999",
+        ] {
+            let e = parse(&client("").replace("rate_mbit = 5", &format!("rate_mbit = {bad}")))
+                .unwrap_err();
+            assert!(
+                e.contains("path 1: rate_mbit = ")
+                    && e.contains("from 0.001 (1 kbit/s) to 1000000 (1 Tbit/s)"),
+                "{bad}: {e}"
+            );
+            assert!(!e.contains("i128"), "{e}");
+        }
+        for good in ["0.001", "1000000", "7"] {
+            parse(&client("").replace("rate_mbit = 5", &format!("rate_mbit = {good}"))).unwrap();
+        }
+        let c = parse(&client("").replace("rate_mbit = 5", "rate_mbit = 0.001")).unwrap();
+        assert_eq!(c.paths[1].rate_bps, 1000);
+    }
+
+    #[test]
+    fn a_number_a_key_cannot_take_is_said_in_plain_words() {
+        let bond = |line: &str| parse(&client(&format!("[bond]\n{line}"))).unwrap_err();
+        let e = bond("hold_ms = -5");
+        assert!(
+            e.contains("hold_ms = -5: must be a whole number of milliseconds from 0 to 4294967295"),
+            "{e}"
+        );
+        assert!(e.contains("line") && !e.contains("expected u32"), "{e}");
+        let e = bond("hold_ms = 1.5");
+        assert!(
+            e.contains("hold_ms = 1.5: must be a whole number of milliseconds"),
+            "{e}"
+        );
+        let e = bond("queue_kb = 99999999999");
+        assert!(
+            e.contains("whole number of KiB from 0 to 4294967295"),
+            "{e}"
+        );
+        let e = parse(&client("[liveness]\nprobe_interval_ms = -1")).unwrap_err();
+        assert!(
+            e.contains("from 0 to 18446744073709551615") && e.contains("milliseconds"),
+            "{e}"
+        );
+        // A number in quotes keeps its own hint.
+        let e = bond("hold_ms = \"5\"");
+        assert!(e.contains("without quotes"), "{e}");
+    }
+
+    #[test]
+    fn values_that_can_never_work_are_refused() {
+        for remote in ["192.0.2.1:0", "vpn.example.net:0"] {
+            let e = parse(&client_remote(remote, None)).unwrap_err();
+            assert!(
+                e.contains(&format!("path 0: remote = \"{remote}\": port 0")),
+                "{e}"
+            );
+        }
+        let with_interface = |name: &str| {
+            client("").replacen(
+                "remote = \"192.0.2.1:7000\"",
+                &format!("interface = \"{name}\"\nremote = \"192.0.2.1:7000\""),
+                1,
+            )
+        };
+        parse(&with_interface("fifteen-bytes-0")).unwrap();
+        let e = parse(&with_interface("sixteen-bytes-00")).unwrap_err();
+        assert!(
+            e.contains("path 0: interface = \"sixteen-bytes-00\": 16 bytes")
+                && e.contains("IFNAMSIZ"),
+            "{e}"
+        );
+        for bad in ["", "a/b", "a b", ".."] {
+            assert!(parse(&with_interface(bad)).is_err(), "{bad:?}");
+        }
+        let zero = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+        let e = parse(&client("").replace(SERVER_PUB, zero)).unwrap_err();
+        assert!(
+            e.contains("peer_public_key is all zeros") && e.contains("braid pubkey"),
+            "{e}"
+        );
+        let e = parse(&proxy(&format!(
+            "[[client]]\nname = \"van\"\npublic_key = \"{zero}\"\naddress = [\"10.77.0.2\"]\n"
+        )))
+        .unwrap_err();
+        assert!(e.contains("[[client]] van: public_key is all zeros"), "{e}");
+    }
+
+    #[test]
+    fn a_server_listening_on_port_0_is_refused() {
+        let text = proxy(&format!(
+            "[[client]]\npublic_key = \"{SERVER_PUB}\"\naddress = [\"10.77.0.2\"]\n"
+        ));
+        parse(&text)
+            .unwrap()
+            .check_listen_port(Path::new("braid.toml"))
+            .unwrap();
+        let text = text.replace("0.0.0.0:7000", "0.0.0.0:0");
+        let e = parse(&text)
+            .unwrap()
+            .check_listen_port(Path::new("braid.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("listen = \"0.0.0.0:0\": port 0") && e.contains("\"0.0.0.0:7000\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_state_dir_that_is_a_file_is_refused() {
+        let e =
+            parse(&client("").replace("[interface]", "state_dir = \"/etc/passwd\"\n[interface]"))
+                .unwrap_err();
+        assert!(
+            e.contains("state_dir = \"/etc/passwd\": /etc/passwd is not a directory"),
+            "{e}"
+        );
+        // A missing one is made at start.
+        parse(&client("").replace(
+            "[interface]",
+            "state_dir = \"/nonexistent/braid\"\n[interface]",
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn a_config_path_that_is_a_directory_is_named() {
+        let dir = std::env::temp_dir();
+        let e = Config::load(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains("it is a directory: give the config file itself with -c"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -346,8 +346,10 @@ impl<P> Striper<P> {
             return self.all_have_room(len);
         }
         match &self.sched {
-            // EDPF chooses at send time: any path with room will do.
-            Scheduler::Edpf(_) => (0..self.paths.len()).any(|i| self.has_room(i, len)),
+            // EDPF chooses at send time, by the clock, whatever path's queue is full: every
+            // path must have room, as for PET. ("Any path with room" let `send` refuse what
+            // `can_send` had allowed, and the simulator's backlogged source stopped at once.)
+            Scheduler::Edpf(_) => self.all_have_room(len),
             _ => self.has_room(self.sched.select().index(), len),
         }
     }
@@ -905,6 +907,28 @@ mod tests {
         assert_eq!(s.send(Instant::ZERO, 300, 1), Err(SendError::Full(1)));
         assert_eq!(s.send(Instant::ZERO, 501, 2), Err(SendError::TooLarge(2)));
         assert!(!s.can_send(300));
+    }
+
+    /// What `can_send` allows, `send` takes: with EDPF too, whose choice (by the clock) may
+    /// be a path whose queue is full.
+    #[test]
+    fn with_edpf_can_send_means_send_succeeds() {
+        let mut sched = SchedulerConfig::new(SchedulerKind::Edpf, vec![10_000_000, 1_000_000]);
+        sched.max_packet = 500;
+        let mut c = StriperConfig::new(sched);
+        c.sequence_numbers = true;
+        c.queue_limit_bytes = 2_000;
+        let mut s: Striper<u32> = Striper::new(&c).unwrap();
+        let mut sent = 0;
+        for i in 0..100 {
+            if !s.can_send(500) {
+                break;
+            }
+            s.send(Instant::ZERO, 500, i).expect("can_send said yes");
+            sent += 1;
+        }
+        // Path 0 filled first (EDPF's choice while it is the earlier), then `can_send` said no.
+        assert!((4..100).contains(&sent), "{sent}");
     }
 
     #[test]

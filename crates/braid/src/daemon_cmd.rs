@@ -5,7 +5,7 @@ use braid_daemon::config::Config;
 use braid_session::PrivateKey;
 use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -38,6 +38,7 @@ pub struct StatusArgs {
 /// Run one end of a bond in the foreground until SIGINT or SIGTERM.
 pub fn up(args: &UpArgs) -> Result<()> {
     let cfg = Config::load(&args.config)?;
+    cfg.check_listen_port(&args.config)?;
     if args.check {
         let what = if cfg.role == braid_session::Role::Initiator {
             format!("client role, {} path(s)", cfg.paths.len())
@@ -97,8 +98,7 @@ pub fn up(args: &UpArgs) -> Result<()> {
 pub fn genkey() -> Result<()> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness from the OS: {e}"))?;
-    println!("{}", PrivateKey::from_random(bytes).to_base64());
-    Ok(())
+    print_key(&PrivateKey::from_random(bytes).to_base64())
 }
 
 /// Read a private key on stdin, print its public key.
@@ -107,9 +107,132 @@ pub fn pubkey() -> Result<()> {
     std::io::stdin()
         .read_to_string(&mut text)
         .context("cannot read the private key from stdin")?;
-    let key = PrivateKey::from_base64(&text).context("reading the private key on stdin")?;
-    println!("{}", key.public_key());
-    Ok(())
+    print_key(&public_key_of(&text)?)
+}
+
+/// The public key (base64) of the private key in `text`, as `braid pubkey` read it on stdin.
+fn public_key_of(text: &str) -> Result<String> {
+    if text.trim().is_empty() {
+        bail!(
+            "stdin is empty: give the private key on stdin, e.g. `braid pubkey < client.key` or \
+             `braid genkey | tee client.key | braid pubkey`"
+        );
+    }
+    let key = PrivateKey::from_base64(text).context("reading the private key on stdin")?;
+    Ok(key.public_key().to_string())
+}
+
+/// Print a key on stdout, as the last thing the command does: a key that did not reach its
+/// file (a full disk, a closed stdout) is an error, not a panic or a silent success.
+fn print_key(key: &str) -> Result<()> {
+    if stdout_was_closed() {
+        bail!(
+            "cannot write the key to stdout: it was closed when braid started (>&-): \
+             redirect it to a file instead, e.g. `braid genkey > client.key`"
+        );
+    }
+    write_line(&mut std::io::stdout().lock(), key).context("cannot write the key to stdout")
+}
+
+/// Whether descriptor 1 was closed when the program started. Rust's runtime then opens
+/// /dev/null read-write in its place, so writes vanish without an error; no shell
+/// redirection opens /dev/null read-write (`> /dev/null` opens it write-only), so that tells
+/// the two apart.
+fn stdout_was_closed() -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    // SAFETY: fcntl(F_GETFL) only reads descriptor 1's status flags; it has no other effect.
+    let flags = unsafe { libc::fcntl(1, libc::F_GETFL) };
+    if flags == -1 {
+        return true;
+    }
+    if flags & libc::O_ACCMODE != libc::O_RDWR {
+        return false;
+    }
+    match (
+        std::fs::metadata("/proc/self/fd/1"),
+        std::fs::metadata("/dev/null"),
+    ) {
+        (Ok(out), Ok(null)) => out.file_type().is_char_device() && out.rdev() == null.rdev(),
+        _ => false,
+    }
+}
+
+/// `line` and a newline into `w`, flushed.
+fn write_line(w: &mut impl Write, line: &str) -> std::io::Result<()> {
+    writeln!(w, "{line}")?;
+    w.flush()
+}
+
+/// Refuse to run `braid {cmd}` with the config at `config_path` while a daemon of the same
+/// config runs (`braid up`, or `braid forward`, whose control socket answers): on a client it
+/// would take over the daemon's session, and the server, which keeps the newest handshake's
+/// timestamp, would refuse the daemon's handshakes for minutes; on a server both would answer
+/// on the same `listen` port. A daemon that shares only the socket's path (none of its peers
+/// is one of this config's) is no obstacle.
+pub fn refuse_beside_daemon(cfg: &Config, config_path: &Path, cmd: &str) -> Result<()> {
+    let socket = &cfg.control_socket;
+    if std::os::unix::net::UnixStream::connect(socket).is_err() {
+        return Ok(());
+    }
+    let status = braid_daemon::control::query_status(socket)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    if let Some(peers) = status.as_ref().and_then(|v| v["peers"].as_array()) {
+        let theirs: Vec<&str> = peers
+            .iter()
+            .filter_map(|p| p["public_key"].as_str())
+            .collect();
+        let shared = cfg
+            .peers
+            .iter()
+            .any(|p| theirs.contains(&p.public_key.to_base64().as_str()));
+        if !theirs.is_empty() && !shared {
+            return Ok(());
+        }
+    }
+    bail!(
+        "{}",
+        beside_daemon_message(status.as_ref(), cfg, config_path, cmd)
+    )
+}
+
+/// The message of [`refuse_beside_daemon`]: which daemon runs, what would go wrong, the fix.
+fn beside_daemon_message(
+    status: Option<&serde_json::Value>,
+    cfg: &Config,
+    config_path: &Path,
+    cmd: &str,
+) -> String {
+    let who = match status {
+        Some(v) if v["program"].is_string() => "a `braid forward`".to_owned(),
+        Some(v) if v["interface"].is_string() => format!(
+            "a `braid up` (interface {})",
+            v["interface"].as_str().unwrap_or("?")
+        ),
+        _ => "a braid daemon".to_owned(),
+    };
+    let (harm, own) = if cfg.role == braid_session::Role::Initiator {
+        (
+            format!(
+                "`braid {cmd}` would take over its session with the server, which would then \
+                 refuse the running one's handshakes for minutes"
+            ),
+            "another key pair (`braid genkey`, with its public key in the server's config) \
+             and another [control] socket",
+        )
+    } else {
+        (
+            format!("`braid {cmd}` and it would answer the same clients on the same listen port"),
+            "another `listen` port (the client's `braid send --to` names it) and another \
+             [control] socket",
+        )
+    };
+    format!(
+        "{}: {who} of this config is running (its control socket {} answers): {harm}. Stop \
+         it first, or give `braid {cmd}` a copy of the config with {own}",
+        config_path.display(),
+        cfg.control_socket.display()
+    )
 }
 
 /// `braid path`.
@@ -119,7 +242,8 @@ pub struct PathArgs {
     /// probes); `up`: use it again (it rejoins once its probes are answered).
     #[arg(value_parser = ["up", "down"])]
     pub action: String,
-    /// The path's name (`name` in its [[path]] table, or path<i>).
+    /// The path's name (`name` in its [[path]] table), or path<i> for the i-th path (from 0,
+    /// in the config's order) whatever its name.
     pub name: String,
     /// The daemon's control socket (default: /run/braid/braid0.sock, or the one in --config).
     #[arg(short, long, value_name = "PATH")]
@@ -131,20 +255,114 @@ pub struct PathArgs {
 
 /// The control socket named by `--socket`, the config's, or the default.
 fn control_socket(socket: &Option<PathBuf>, config: &Option<PathBuf>) -> Result<PathBuf> {
-    Ok(match (socket, config) {
+    let path = match (socket, config) {
         (Some(s), _) => s.clone(),
         // Only the socket is needed: no DNS for the paths' host names.
         (None, Some(c)) => Config::load_offline(c)?.control_socket,
         (None, None) => PathBuf::from("/run/braid/braid0.sock"),
-    })
+    };
+    is_socket_or_missing(&path)?;
+    Ok(path)
+}
+
+/// An error unless `path` is a socket, or nothing (then connecting says no daemon runs).
+fn is_socket_or_missing(path: &Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    let t = meta.file_type();
+    if t.is_socket() {
+        return Ok(());
+    }
+    let what = if t.is_dir() {
+        "a directory"
+    } else if t.is_file() {
+        "a regular file"
+    } else {
+        "not a socket either"
+    };
+    bail!(
+        "{} is not a socket ({what}): give the daemon's control socket with --socket (its \
+         config's [control] socket, by default /run/braid/<interface name>.sock), or its \
+         config with -c",
+        path.display()
+    )
+}
+
+/// What `braid path ACTION NAME` asks the daemon for, from its status (`v`): the path's name
+/// as the daemon knows it (`path<i>` stands for the i-th path, whatever its name), or an
+/// error that says where the path can be taken down.
+fn path_target(v: &serde_json::Value, action: &str, name: &str) -> Result<String> {
+    let empty = Vec::new();
+    let peers = v["peers"].as_array().unwrap_or(&empty);
+    let names_of = |peer: &serde_json::Value| -> Vec<String> {
+        peer["paths"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .map(|p| p["name"].as_str().unwrap_or("?").to_owned())
+            .collect()
+    };
+    match v["role"].as_str() {
+        Some("server") => {
+            let shown: Vec<String> = peers
+                .iter()
+                .filter(|p| p["paths"].as_array().is_some_and(|a| !a.is_empty()))
+                .map(|p| {
+                    let names = names_of(p).join(", ");
+                    if peers.len() == 1 {
+                        names
+                    } else {
+                        format!("{names} of client {}", p["name"].as_str().unwrap_or("?"))
+                    }
+                })
+                .collect();
+            let shown = if shown.is_empty() {
+                "none yet: no client has connected".to_owned()
+            } else {
+                shown.join("; ")
+            };
+            bail!(
+                "this is a server: the paths its `braid status` shows ({shown}) are its \
+                 clients', and a client takes its own paths out of use: run `braid path \
+                 {action} {name}` on the client"
+            )
+        }
+        Some("client") => {
+            let names = peers.first().map(names_of).unwrap_or_default();
+            if names.is_empty() || names.iter().any(|n| n == name) {
+                return Ok(name.to_owned());
+            }
+            let index = name
+                .strip_prefix("path")
+                .filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|i| i.parse::<usize>().ok());
+            match index {
+                Some(i) if i < names.len() => Ok(names[i].clone()),
+                _ => bail!(
+                    "no path is named `{name}` here: the paths are {} (or path0 to path{}, by \
+                     their order in the config)",
+                    names.join(", "),
+                    names.len() - 1
+                ),
+            }
+        }
+        // Not a status this version knows: let the daemon judge the name.
+        _ => Ok(name.to_owned()),
+    }
 }
 
 /// Take a path out of use or give it back.
 pub fn path(args: &PathArgs) -> Result<()> {
     let socket = control_socket(&args.socket, &args.config)?;
-    let text =
-        braid_daemon::control::request(&socket, &format!("path {} {}", args.action, args.name))
-            .map_err(anyhow::Error::msg)?;
+    let status = braid_daemon::control::query_status(&socket).map_err(anyhow::Error::msg)?;
+    let name = match serde_json::from_str::<serde_json::Value>(&status) {
+        Ok(v) => path_target(&v, &args.action, &args.name)?,
+        Err(_) => args.name.clone(),
+    };
+    let text = braid_daemon::control::request(&socket, &format!("path {} {name}", args.action))
+        .map_err(anyhow::Error::msg)?;
     let v: serde_json::Value =
         serde_json::from_str(&text).context("the daemon's answer is not JSON")?;
     if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
@@ -505,5 +723,196 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
             peer["ptcp_connections"], p["sent"], p["received"], p["unsent"], p["dropped"],
             peer["ptcp_unknown_conn"]
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A writer whose disk is full.
+    struct Full;
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_key_that_cannot_be_written_is_an_error() {
+        let e = write_line(&mut Full, "key").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        let mut out = Vec::new();
+        write_line(&mut out, "key").unwrap();
+        assert_eq!(out, b"key\n");
+    }
+
+    #[test]
+    fn pubkey_says_when_stdin_is_empty() {
+        for empty in ["", "\n", "  \n"] {
+            let e = public_key_of(empty).unwrap_err().to_string();
+            assert!(e.contains("stdin is empty"), "{e}");
+        }
+        let e = format!("{:#}", public_key_of("short").unwrap_err());
+        assert!(e.contains("44 characters"), "{e}");
+        let key = PrivateKey::from_random([7; 32]);
+        assert_eq!(
+            public_key_of(&format!("{}\n", key.to_base64())).unwrap(),
+            key.public_key().to_base64()
+        );
+    }
+
+    fn client_status(names: &[&str]) -> serde_json::Value {
+        let paths: Vec<_> = names.iter().map(|n| json!({ "name": n })).collect();
+        json!({ "role": "client", "peers": [{ "name": "server", "paths": paths }] })
+    }
+
+    #[test]
+    fn braid_path_takes_a_name_or_the_index_form_for_any_path() {
+        let v = client_status(&["dsl", "lte"]);
+        assert_eq!(path_target(&v, "down", "lte").unwrap(), "lte");
+        assert_eq!(path_target(&v, "down", "path1").unwrap(), "lte");
+        assert_eq!(path_target(&v, "down", "path0").unwrap(), "dsl");
+        let e = path_target(&v, "down", "path2").unwrap_err().to_string();
+        assert!(
+            e.contains("dsl, lte") && e.contains("path0 to path1"),
+            "{e}"
+        );
+        let e = path_target(&v, "down", "wifi").unwrap_err().to_string();
+        assert!(e.contains("no path is named `wifi`"), "{e}");
+        // A path named like another's index is that path.
+        let v = client_status(&["path1", "lte"]);
+        assert_eq!(path_target(&v, "down", "path1").unwrap(), "path1");
+        assert_eq!(path_target(&v, "up", "path0").unwrap(), "path1");
+        // A status this version does not know: the daemon judges the name.
+        assert_eq!(path_target(&json!({}), "down", "x").unwrap(), "x");
+    }
+
+    #[test]
+    fn braid_path_on_a_server_names_the_paths_its_status_shows() {
+        let one = json!({ "role": "server", "peers": [
+            { "name": "client", "paths": [{ "name": "dsl" }, { "name": "lte" }] }
+        ] });
+        let e = path_target(&one, "down", "lte").unwrap_err().to_string();
+        assert!(
+            e.contains("(dsl, lte)") && e.contains("run `braid path down lte` on the client"),
+            "{e}"
+        );
+        assert!(!e.contains("path0"), "{e}");
+        let two = json!({ "role": "server", "peers": [
+            { "name": "home", "paths": [{ "name": "dsl" }] },
+            { "name": "van", "paths": [{ "name": "path0" }, { "name": "path1" }] }
+        ] });
+        let e = path_target(&two, "up", "dsl").unwrap_err().to_string();
+        assert!(
+            e.contains("dsl of client home; path0, path1 of client van"),
+            "{e}"
+        );
+        let none = json!({ "role": "server", "peers": [{ "name": "client", "paths": [] }] });
+        let e = path_target(&none, "up", "dsl").unwrap_err().to_string();
+        assert!(e.contains("no client has connected"), "{e}");
+    }
+
+    #[test]
+    fn a_control_socket_that_is_no_socket_is_named() {
+        let e = is_socket_or_missing(Path::new("/etc/passwd"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/etc/passwd is not a socket (a regular file)") && e.contains("--socket"),
+            "{e}"
+        );
+        let e = is_socket_or_missing(Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a directory"), "{e}");
+        is_socket_or_missing(Path::new("/nonexistent/braid.sock")).unwrap();
+    }
+
+    /// A client config whose control socket is `socket`, talking to `server`.
+    fn client_config(socket: &Path, server: &PrivateKey) -> Config {
+        let text = format!(
+            "role = \"client\"\nprivate_key = \"{}\"\npeer_public_key = \"{}\"\n\
+             [interface]\naddress = [\"10.77.0.2/30\"]\n\
+             [[path]]\nremote = \"192.0.2.1:7000\"\nrate_mbit = 10\n\
+             [control]\nsocket = \"{}\"\n",
+            PrivateKey::from_random([1; 32]).to_base64(),
+            server.public_key().to_base64(),
+            socket.display()
+        );
+        Config::parse(&text, Path::new("client.toml")).unwrap()
+    }
+
+    /// Answers `status` on `socket` with `status`, for `connections` connections.
+    fn fake_daemon(
+        socket: &Path,
+        status: serde_json::Value,
+        connections: usize,
+    ) -> std::thread::JoinHandle<()> {
+        let listener = std::os::unix::net::UnixListener::bind(socket).unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(connections) {
+                let Ok(mut s) = stream else { continue };
+                let mut line = String::new();
+                let _ = s.read_to_string(&mut line);
+                if line.trim() == "status" {
+                    let _ = s.write_all(status.to_string().as_bytes());
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn send_and_forward_refuse_to_run_beside_a_daemon_of_their_config() {
+        let dir = std::env::temp_dir().join(format!("braid-beside-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("c.sock");
+        let server = PrivateKey::from_random([2; 32]);
+        let cfg = client_config(&socket, &server);
+        // Nothing answers: free to run.
+        refuse_beside_daemon(&cfg, Path::new("client.toml"), "send").unwrap();
+
+        let up = json!({ "interface": "braid0", "role": "client",
+            "peers": [{ "name": "server", "public_key": server.public_key().to_base64() }] });
+        // One connection to see that it answers, one for its status.
+        let daemon = fake_daemon(&socket, up, 2);
+        let e = refuse_beside_daemon(&cfg, Path::new("client.toml"), "send")
+            .unwrap_err()
+            .to_string();
+        daemon.join().unwrap();
+        assert!(
+            e.contains("client.toml: a `braid up` (interface braid0) of this config is running")
+                && e.contains("take over its session")
+                && e.contains("Stop it first")
+                && e.contains("another key pair"),
+            "{e}"
+        );
+        std::fs::remove_file(&socket).unwrap();
+
+        // A daemon of another bond that only shares the socket's path is no obstacle.
+        let other = json!({ "interface": "braid0", "role": "client",
+            "peers": [{ "name": "server",
+                        "public_key": PrivateKey::from_random([3; 32]).public_key().to_base64() }] });
+        let daemon = fake_daemon(&socket, other, 2);
+        refuse_beside_daemon(&cfg, Path::new("client.toml"), "forward").unwrap();
+        daemon.join().unwrap();
+        std::fs::remove_file(&socket).unwrap();
+
+        // One whose status cannot be read is taken for this config's.
+        let daemon = fake_daemon(&socket, json!("garbled"), 2);
+        let e = refuse_beside_daemon(&cfg, Path::new("client.toml"), "forward")
+            .unwrap_err()
+            .to_string();
+        daemon.join().unwrap();
+        assert!(
+            e.contains("a braid daemon of this config is running"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -92,6 +92,8 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
             args.config.display()
         ),
     };
+    cfg.check_listen_port(&args.config)?;
+    crate::daemon_cmd::refuse_beside_daemon(&cfg, &args.config, "forward")?;
     let options = NodeOptions {
         congestion: crate::transfer_cmd::congestion(&args.congestion_control)?,
         ..NodeOptions::default()

@@ -126,7 +126,8 @@ enum SimCommand {
     TcpCheck(TcpCheckArgs),
     /// All the experiments, one subdirectory of --out each.
     All(ExperimentArgs),
-    /// List the experiments.
+    /// List the experiments (all of them run by `sim all` but tcp-check, which needs a lab
+    /// scenario).
     List,
     /// Run one scenario of your own and print what it measured.
     Run(Box<RunArgs>),
@@ -184,7 +185,8 @@ struct RunArgs {
     /// Example: --link 10mbit,delay=5ms --link 20mbit,delay=30ms,jitter=3ms,loss=1%
     #[arg(long = "link", required = true, value_name = "SPEC")]
     links: Vec<String>,
-    /// Striping scheduler: srr, grr, rr or rfq.
+    /// Striping scheduler: srr, grr (or wrr), rr, rfq, edpf (on the links' rates) or pet
+    /// (edpf and pet need --resequence sequence or none; pet needs sequence).
     #[arg(long, default_value = "srr")]
     scheduler: String,
     /// Resequencing at the receiver: logical, sequence or none.
@@ -303,6 +305,11 @@ fn sim(command: SimCommand) -> Result<()> {
             for name in experiments::NAMES {
                 println!("{name}");
             }
+            // Not in `sim all`: it needs a lab scenario (--scenario).
+            println!("tcp-check");
+            eprintln!(
+                "(tcp-check needs --scenario SCENARIO.toml, so `braid sim all` leaves it out)"
+            );
             return Ok(());
         }
         SimCommand::Run(args) => return run_scenario(&args),
@@ -422,6 +429,26 @@ fn qosbox(args: &QosboxArgs) -> Result<()> {
     })?)
 }
 
+/// `--scheduler` and `--resequence` that work together, or the flag to give: the logical
+/// receiver simulates the sender's scheduler, which pet (it looks at the packet and the
+/// clock) does not allow, and pet's striper numbers its packets only for `sequence`.
+fn causal_enough(kind: SchedulerKind, mode: ResequenceMode) -> Result<()> {
+    match (kind, mode) {
+        (SchedulerKind::Pet, ResequenceMode::Sequence) => Ok(()),
+        (SchedulerKind::Pet, _) => bail!(
+            "--scheduler pet needs --resequence sequence: it is not causal (it looks at the \
+             packet and the clock), so a logical receiver cannot simulate it, and its pairs \
+             are told apart by sequence numbers"
+        ),
+        // EDPF is not causal either: the receiver needs the sequence numbers.
+        (SchedulerKind::Edpf, ResequenceMode::Logical) => bail!(
+            "--scheduler edpf needs --resequence sequence (or none): it is not causal (it \
+             looks at the clock), so a logical receiver cannot simulate it"
+        ),
+        _ => Ok(()),
+    }
+}
+
 fn run_scenario(args: &RunArgs) -> Result<()> {
     let links = args
         .links
@@ -433,6 +460,7 @@ fn run_scenario(args: &RunArgs) -> Result<()> {
     }
     let kind: SchedulerKind = args.scheduler.parse()?;
     let mode: ResequenceMode = args.resequence.parse().map_err(anyhow::Error::msg)?;
+    causal_enough(kind, mode)?;
     let position: MarkerPosition = args.marker_position.parse().map_err(anyhow::Error::msg)?;
     let sizes = spec::sizes(&args.sizes)?;
     let rates: Vec<u64> = links.iter().map(|l| l.rate_bps).collect();
@@ -608,4 +636,42 @@ fn print_summary(name: &str, output: &Output, dir: &Path, secs: f64) {
     let mut files = vec!["results.json".to_owned(), "results.csv".to_owned()];
     files.extend(output.plots.iter().map(|p| p.0.clone()));
     println!("  wrote {} in {}", files.join(", "), dir.display());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sim_run_names_the_flag_a_scheduler_needs() {
+        let e = causal_enough(SchedulerKind::Pet, ResequenceMode::Logical)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--resequence sequence"), "{e}");
+        assert!(
+            !e.contains("resequence = "),
+            "a TOML key is no CLI flag: {e}"
+        );
+        causal_enough(SchedulerKind::Pet, ResequenceMode::Sequence).unwrap();
+        causal_enough(SchedulerKind::Srr, ResequenceMode::Logical).unwrap();
+        causal_enough(SchedulerKind::Edpf, ResequenceMode::Sequence).unwrap();
+        let e = causal_enough(SchedulerKind::Edpf, ResequenceMode::Logical)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--resequence sequence"), "{e}");
+    }
+
+    #[test]
+    fn sim_run_help_lists_every_scheduler_it_runs() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let run = cli
+            .find_subcommand_mut("sim")
+            .and_then(|s| s.find_subcommand_mut("run"))
+            .expect("sim run");
+        let help = run.render_long_help().to_string();
+        for name in ["srr", "grr", "rr", "rfq", "edpf", "pet"] {
+            assert!(help.contains(name), "{name} missing from: {help}");
+        }
+    }
 }

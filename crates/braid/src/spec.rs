@@ -24,8 +24,11 @@ pub fn rate_bps(s: &str) -> Result<u64> {
     let v: f64 = num
         .parse()
         .ok()
-        .filter(|v: &f64| v.is_finite() && *v > 0.0)
+        .filter(|v: &f64| !v.is_nan())
         .with_context(|| format!("`{s}` is not a rate: write e.g. 10mbit, 500kbit or 1gbit"))?;
+    if v <= 0.0 {
+        bail!("rate `{s}`: a link's rate must be positive, e.g. 10mbit, 500kbit or 1gbit");
+    }
     let bps = (v * mult).round();
     if !(1.0..=1e12).contains(&bps) {
         bail!("rate `{s}` is out of range (1 bit/s to 1000 gbit)");
@@ -182,7 +185,18 @@ mod tests {
         assert_eq!(rate_bps("1.5Gbit").unwrap(), 1_500_000_000);
         assert_eq!(rate_bps("64000").unwrap(), 64_000);
         assert!(rate_bps("fast").is_err());
-        assert!(rate_bps("0mbit").is_err());
+        assert!(rate_bps("0mbit")
+            .unwrap_err()
+            .to_string()
+            .contains("must be positive"));
+        assert!(rate_bps("-3mbit")
+            .unwrap_err()
+            .to_string()
+            .contains("must be positive"));
+        assert!(rate_bps("infmbit")
+            .unwrap_err()
+            .to_string()
+            .contains("out of range"));
         assert_eq!(duration("5ms").unwrap(), Duration::from_millis(5));
         assert_eq!(duration("1.5s").unwrap(), Duration::from_millis(1500));
         assert!(duration("5")

@@ -71,9 +71,14 @@ pub struct RecvArgs {
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
     /// Where to write: a directory (the sender's file name inside it) or a file name. Default:
-    /// the sender's file name in the current directory.
+    /// the sender's file name in the current directory. Checked before waiting for a sender;
+    /// an existing file is refused unless --force.
     #[arg(long, value_name = "DIR|FILE")]
     pub out: Option<PathBuf>,
+    /// Overwrite the file if it exists (without it, an existing file is refused and left
+    /// alone).
+    #[arg(long)]
+    pub force: bool,
     /// Congestion control of every micro-flow: bbr (default), cubic or reno.
     #[arg(long, value_name = "NAME", default_value = "bbr")]
     pub congestion_control: String,
@@ -199,23 +204,37 @@ fn resolve(to: &str) -> Result<SocketAddr> {
         .with_context(|| format!("--to {to}: the name has no address"))
 }
 
+/// The file `braid send` sends, checked before the handshake: open for reading, a regular
+/// file, with a UTF-8 name of at most 255 bytes. Its length and name come with it.
+fn open_source(path: &Path) -> Result<(File, u64, String)> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot open {shown}"))?;
+    if meta.is_dir() {
+        bail!(
+            "cannot send {shown}: it is a directory; braid send sends one file (pack a \
+             directory first, e.g. tar -cf dir.tar DIR)"
+        );
+    }
+    if !meta.is_file() {
+        bail!("cannot send {shown}: not a regular file (a device, FIFO or socket); give a file");
+    }
+    let file = File::open(path).with_context(|| format!("cannot open {shown} for reading"))?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{shown}: the file's name is not UTF-8: rename it"))?;
+    if name.len() > 255 {
+        bail!("{shown}: the file's name is longer than 255 bytes: rename it");
+    }
+    Ok((file, meta.len(), name.to_owned()))
+}
+
 /// `braid send FILE -c client.toml`.
 pub fn send(args: &SendArgs) -> Result<()> {
     let cfg = load(&args.config, Role::Initiator, "send")?;
-    let mut file =
-        File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?;
-    let len = file
-        .metadata()
-        .with_context(|| format!("cannot read the size of {}", args.file.display()))?
-        .len();
-    let name = args
-        .file
-        .file_name()
-        .and_then(|n| n.to_str())
-        .context("the file's name is not UTF-8: rename it")?;
-    if name.len() > 255 {
-        bail!("the file's name is longer than 255 bytes: rename it");
-    }
+    let (mut file, len, name) = open_source(&args.file)?;
+    let name = name.as_str();
+    crate::daemon_cmd::refuse_beside_daemon(&cfg, &args.config, "send")?;
     let options = NodeOptions {
         congestion: congestion(&args.congestion_control)?,
         remote_override: args.to.as_deref().map(resolve).transpose()?,
@@ -354,28 +373,47 @@ pub fn send(args: &SendArgs) -> Result<()> {
         node.turn(TURN)?;
     }
     let conn = node.conn(id).context("the connection vanished")?;
-    let summary = format!(
-        "{len} bytes in {secs:.2} s, {:.2} Mbit/s; paths (bytes on the wire): {}; {}",
-        len as f64 * 8.0 / secs.max(1e-9) / 1e6,
-        shares(&node, true),
-        retransmissions(conn)
-    );
+    let acked = last_acked.saturating_sub(18 + name.len() as u64).min(len);
+    let line = outcome(verdict, &args.file, len, acked, secs, || {
+        format!(
+            "paths (bytes on the wire): {}; {}",
+            shares(&node, true),
+            retransmissions(conn)
+        )
+    })?;
+    println!("{line}");
+    Ok(())
+}
+
+/// The sender's last word on the receiver's `verdict`: the summary line of a verified
+/// transfer (`len` bytes in `secs`, with the rate and `details`), or the error. A rate only for
+/// a transfer that succeeded: a refused one moved a part of the file (`acked` bytes), or none.
+fn outcome(
+    verdict: Option<u8>,
+    file: &Path,
+    len: u64,
+    acked: u64,
+    secs: f64,
+    details: impl FnOnce() -> String,
+) -> Result<String> {
+    let failed = format!("{acked} of {len} bytes acknowledged in {secs:.2} s");
     match verdict {
-        Some(VERDICT_OK) => {
-            println!(
-                "sent {}: {summary}; the receiver verified the length and SHA-256",
-                args.file.display()
-            );
-            Ok(())
-        }
+        Some(VERDICT_OK) => Ok(format!(
+            "sent {}: {len} bytes in {secs:.2} s, {:.2} Mbit/s; {}; the receiver verified the \
+             length and SHA-256",
+            file.display(),
+            len as f64 * 8.0 / secs.max(1e-9) / 1e6,
+            details()
+        )),
         Some(VERDICT_DIGEST) => bail!(
             "the receiver's SHA-256 of {} does not match: the file changed while being sent, or \
-             the data was corrupted; send it again ({summary})",
-            args.file.display()
+             the data was corrupted; send it again ({failed})",
+            file.display()
         ),
         Some(VERDICT_WRITE) => bail!(
-            "the receiver could not write the file (see its error); nothing is wrong with the \
-             transfer ({summary})"
+            "the receiver could not write the file, so it did not take it ({failed}): its \
+             error says why (a file of that name exists and it has no --force, or its --out \
+             is not writable); fix that there and send again"
         ),
         other => bail!("the receiver answered {other:?}, which this version does not know"),
     }
@@ -401,6 +439,93 @@ fn out_path(out: Option<&Path>, name: &str) -> Result<PathBuf> {
         Some(o) if o.is_dir() => o.join(base),
         Some(o) => o.to_path_buf(),
         None => PathBuf::from(base),
+    })
+}
+
+/// Checks `--out` (`out`) before anything is received, so that a transfer is not wasted on a
+/// place it cannot be written: a directory this user may write in, or a file name in one. An
+/// existing file is refused unless `force`.
+fn check_out(out: Option<&Path>, force: bool) -> Result<()> {
+    let Some(o) = out else {
+        return writable_dir(Path::new("."))
+            .context("cannot write in the current directory: give --out DIR");
+    };
+    let shown = o.display();
+    match std::fs::metadata(o) {
+        Ok(m) if m.is_dir() => writable_dir(o)
+            .with_context(|| format!("--out {shown}: cannot write in this directory")),
+        Ok(_) if !force => {
+            bail!("--out {shown}: the file exists: give --force to overwrite it, or another --out")
+        }
+        Ok(_) => std::fs::OpenOptions::new()
+            .write(true)
+            .open(o)
+            .map(drop)
+            .with_context(|| format!("--out {shown}: cannot write to this file")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if o.as_os_str().as_encoded_bytes().ends_with(b"/") {
+                bail!(
+                    "--out {shown}: no such directory: create it first (mkdir -p), or give another"
+                );
+            }
+            let dir = o
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => writable_dir(dir)
+                    .with_context(|| format!("--out {shown}: cannot write in {}", dir.display())),
+                Ok(_) => bail!("--out {shown}: {} is not a directory", dir.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+                    "--out {shown}: its directory {0} does not exist: create it first (mkdir -p \
+                     {0}), or give another",
+                    dir.display()
+                ),
+                Err(e) => bail!(
+                    "--out {shown}: cannot reach its directory {}: {e}",
+                    dir.display()
+                ),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => bail!(
+            "--out {shown}: a part of the path before the last is a file, not a directory: give \
+             a directory, or a file name in one"
+        ),
+        Err(e) => bail!("--out {shown}: {e}"),
+    }
+}
+
+/// Whether this process may make a file in `dir` (what the permission bits say is not the
+/// whole answer for root, or on a read-only file system): makes one and removes it.
+fn writable_dir(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".braid-recv-{}.probe", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)?;
+    std::fs::remove_file(&probe)
+}
+
+/// Opens the file `braid recv` writes: a new one, or with `force` an existing one, truncated.
+fn create_out(path: &Path, force: bool) -> Result<File> {
+    let shown = path.display();
+    let opened = if force {
+        File::create(path)
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+    };
+    opened.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            anyhow::anyhow!(
+                "{shown} exists (the sender's file name): it is left as it is; give --force to \
+                 overwrite it, or another --out"
+            )
+        } else {
+            anyhow::anyhow!("cannot create {shown}: {e}: give a writable --out")
+        }
     })
 }
 
@@ -431,6 +556,9 @@ fn parse_header(buf: &[u8]) -> Result<Option<(u64, String, usize)>> {
 /// `braid recv -c server.toml`.
 pub fn recv(args: &RecvArgs) -> Result<()> {
     let cfg = load(&args.config, Role::Responder, "recv")?;
+    cfg.check_listen_port(&args.config)?;
+    check_out(args.out.as_deref(), args.force)?;
+    crate::daemon_cmd::refuse_beside_daemon(&cfg, &args.config, "recv")?;
     let options = NodeOptions {
         congestion: congestion(&args.congestion_control)?,
         ..NodeOptions::default()
@@ -473,13 +601,10 @@ pub fn recv(args: &RecvArgs) -> Result<()> {
                     continue;
                 };
                 let path = out_path(args.out.as_deref(), &name)?;
-                let f = match File::create(&path) {
+                let f = match create_out(&path, args.force) {
                     Ok(f) => f,
                     Err(e) => {
-                        problem = Some(anyhow::anyhow!(
-                            "cannot create {}: {e}: give a writable --out",
-                            path.display()
-                        ));
+                        problem = Some(e);
                         verdict = VERDICT_WRITE;
                         break 'outer;
                     }
@@ -576,10 +701,18 @@ pub fn recv(args: &RecvArgs) -> Result<()> {
              file is corrupt; have it sent again"
         );
     }
+    // A server's node knows the client's paths by number only.
+    let unnamed = (0..node.paths()).all(|i| node.path_name(i) == format!("path{i}"));
     println!(
         "received {shown}: {got} bytes in {secs:.2} s, {:.2} Mbit/s; paths (bytes on the \
-         wire): {}; length and SHA-256 verified",
+         wire{}): {}; length and SHA-256 verified",
         got as f64 * 8.0 / secs.max(1e-9) / 1e6,
+        if unnamed {
+            ", numbered in the order of the sender's [[path]] tables: this end does not learn \
+             their names"
+        } else {
+            ""
+        },
         shares(&node, false)
     );
     Ok(())
@@ -604,6 +737,104 @@ mod tests {
         );
         h[0] = b'x';
         assert!(parse_header(&h).is_err());
+    }
+
+    /// A fresh directory under the system's temporary one, removed by the caller.
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("braid-transfer-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn send_checks_its_file_before_the_handshake() {
+        let dir = scratch("source");
+        let e = open_source(&dir).unwrap_err().to_string();
+        assert!(e.contains("is a directory") && e.contains("tar"), "{e}");
+        let e = open_source(&dir.join("missing")).unwrap_err().to_string();
+        assert!(e.contains("cannot open"), "{e}");
+        let e = open_source(Path::new("/dev/null")).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let file = dir.join("a.bin");
+        std::fs::write(&file, b"hello").unwrap();
+        let (_, len, name) = open_source(&file).unwrap();
+        assert_eq!((len, name.as_str()), (5, "a.bin"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn recv_checks_out_at_start_and_overwrites_only_with_force() {
+        let dir = scratch("out");
+        check_out(Some(&dir), false).unwrap();
+        check_out(Some(&dir.join("new.bin")), false).unwrap();
+        let e = check_out(Some(&dir.join("nodir/")), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no such directory") && e.contains("mkdir"),
+            "{e}"
+        );
+        let e = check_out(Some(&dir.join("nodir/x.bin")), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("does not exist") && e.contains("mkdir -p"),
+            "{e}"
+        );
+        let old = dir.join("old.bin");
+        std::fs::write(&old, b"keep me").unwrap();
+        let e = check_out(Some(&old), false).unwrap_err().to_string();
+        assert!(e.contains("exists") && e.contains("--force"), "{e}");
+        check_out(Some(&old), true).unwrap();
+        let e = check_out(Some(&old.join("x")), false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a directory"), "{e}");
+        // The sender's name, in a directory that already has it: refused and left alone,
+        // unless --force.
+        let e = create_out(&old, false).unwrap_err().to_string();
+        assert!(
+            e.contains("old.bin exists") && e.contains("--force") && e.contains("left as it is"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(&old).unwrap(), b"keep me");
+        drop(create_out(&old, true).unwrap());
+        assert!(std::fs::read(&old).unwrap().is_empty());
+        // Nothing left behind by the checks.
+        let mut left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["old.bin"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn only_a_verified_transfer_reports_a_rate() {
+        let file = Path::new("big.iso");
+        let ok = outcome(Some(VERDICT_OK), file, 1_000_000, 1_000_000, 1.0, || {
+            "paths".into()
+        })
+        .unwrap();
+        assert!(
+            ok.contains("8.00 Mbit/s") && ok.contains("verified"),
+            "{ok}"
+        );
+        for verdict in [VERDICT_WRITE, VERDICT_DIGEST] {
+            let e = outcome(Some(verdict), file, 1_000_000, 28_000, 0.01, || {
+                unreachable!("no summary for a failed transfer")
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(!e.contains("Mbit/s"), "{e}");
+            assert!(e.contains("28000 of 1000000 bytes acknowledged"), "{e}");
+        }
+        let e = outcome(Some(VERDICT_WRITE), file, 10, 0, 0.0, String::new)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--force"), "{e}");
     }
 
     #[test]
