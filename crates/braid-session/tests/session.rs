@@ -1189,10 +1189,11 @@ fn pet_pads_every_path_when_the_bond_comes_up_and_with_traffic_but_not_when_idle
     net.step(Duration::from_secs(5));
     assert_eq!(padding(&net), idle, "an idle bond sends no padding");
     // One data packet after 7 s of silence: each path unmeasured for that long gets a pair,
-    // but the one the packet itself opened a data pair on.
+    // the one the packet went on too (a data pair measures a path only once its second
+    // arrived behind the first further than it was sent, and a lone packet has no second).
     assert!(net.client.send(net.now, &packet(0, 1200)));
     net.step(Duration::from_millis(150));
-    assert_eq!(padding(&net), idle + 2);
+    assert_eq!(padding(&net), idle + 3);
     assert_eq!(net.to_server, [packet(0, 1200)]);
     let pet = net.client.status().pet.unwrap();
     assert_eq!(pet.startup_pairs, 0, "{pet:?}");

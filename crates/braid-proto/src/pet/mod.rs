@@ -35,7 +35,8 @@
 //! Departures, each documented where it is coded: a pair whose second packet would reach the
 //! bottleneck after the first had left it (by the estimates) is no pair, the packet starts a
 //! new one; a pair whose second arrived no further behind the first than it was sent may show
-//! the sender's spacing, and may raise the estimate but not lower it; the estimate EDPF uses
+//! the sender's spacing, and may raise the estimate but not lower it, nor undo a held-back
+//! outlier, nor count as measuring the path for its padding; the estimate EDPF uses
 //! is the pair estimate capped by what the path delivered while busy ([`DeliveryRate`]:
 //! behind a token bucket, pairs read the wire's speed); the RTT of each path is also kept
 //! (SIG-ACK arrival minus send time), for the driver's timers; SIG-ACKs are batched.
@@ -255,6 +256,9 @@ struct PetPath {
     /// Smoothed RTT from SIG-ACKs (RFC 6298 gains).
     srtt: Option<Duration>,
     last_pair: Option<Instant>,
+    /// When a pair last measured the path: its second arrived further behind the first than
+    /// it was sent, so the path, not the sender, spaced them.
+    last_measured: Option<Instant>,
     /// When the last padding pair started on this path.
     pad_sent: Option<Instant>,
     down: bool,
@@ -301,8 +305,9 @@ pub struct PetStats {
     /// Of those, samples from overload windows: a path that lost a tenth or more of what it
     /// was sent (a policer), not one whose queue filled.
     pub overload_samples: u64,
-    /// Pairs whose second arrived no further behind the first than it was sent, reading
-    /// below the estimate: they showed the sender's spacing, and did not lower it.
+    /// Pairs whose second arrived no further behind the first than it was sent, which did
+    /// not raise the estimate: they showed the sender's spacing, and read below it or more
+    /// than `OUTLIER_FACTOR` above it.
     pub spaced_pairs: u64,
     /// Packets sent unpaired (retransmissions, and firsts whose pair expired).
     pub singles: u64,
@@ -388,6 +393,7 @@ impl Pet {
                 probe_delay: None,
                 srtt: None,
                 last_pair: None,
+                last_measured: None,
                 pad_sent: None,
                 down: false,
                 disabled: false,
@@ -702,10 +708,18 @@ impl Pet {
     }
 
     /// When path `i` is due a padding pair, if it will be while the bond carries traffic: an
-    /// unmeasured path every quarter `probe_interval`, a measured one once it has carried no
-    /// pair for `probe_interval`. Padding is due only before `probe_interval` has passed since
-    /// the last traffic, so an idle bond sends none, and a lone packet costs one pair on each
-    /// path that was not measured in the last `probe_interval`.
+    /// unmeasured path every quarter `probe_interval`, a measured one once no pair has
+    /// measured it for `probe_interval` and none was padding then. Padding is due only before
+    /// `probe_interval` has passed since the last traffic, so an idle bond sends none, and a
+    /// lone packet costs one pair on each path that was not measured in the last
+    /// `probe_interval`.
+    ///
+    /// Data pairs that only show the sender's spacing do not count as measuring: a path EDPF
+    /// under-uses because its estimate is low carries its data spaced, and such pairs may
+    /// neither lower its estimate nor raise it past the sender's pace. Counted, they kept
+    /// padding off the path, and its estimate stayed low for good (a client restarted while
+    /// its bond carried light traffic took a 20 Mbit/s path's first pair at 0.36 Mbit/s and
+    /// kept that for the 90 s left of the run, benchmarks.md "A soak").
     fn padding_due(&self, i: usize) -> Option<Instant> {
         self.config.padding?;
         let busy_until = self.last_traffic? + self.config.probe_interval;
@@ -717,7 +731,8 @@ impl Pet {
             p.pad_sent
                 .map_or(Instant::ZERO, |t| t + self.config.probe_interval / 4)
         } else {
-            p.last_pair
+            p.last_measured
+                .max(p.pad_sent)
                 .map_or(Instant::ZERO, |t| t + self.config.probe_interval)
         };
         (due < busy_until).then_some(due)
@@ -1054,14 +1069,19 @@ impl Pet {
             // not lower it: taken at face value it dragged an under-used path's estimate down
             // to the sender's pace, the shaper followed, and the path stayed under-used.
             let spaced = dispersion <= gap + gap / 8 + pair::MIN_DISPERSION;
-            let below = PacketPair::sample_rate(wire2, dispersion)
-                .zip(p.pair.estimate_bps())
-                .is_some_and(|(r, e)| r <= e);
-            if spaced && below {
-                self.stats.spaced_pairs += 1;
+            if spaced {
+                // A lower bound: it may raise the estimate, or give a path its first, but
+                // padding keeps measuring the path until a pair does (`padding_due`).
+                if p.pair.raise(wire2, dispersion).is_some() {
+                    self.stats.samples += 1;
+                    sampled = true;
+                } else {
+                    self.stats.spaced_pairs += 1;
+                }
             } else if p.pair.sample(wire2, dispersion).is_some() {
                 self.stats.samples += 1;
                 sampled = true;
+                p.last_measured = Some(now);
             }
         }
         if sustained.is_some() {

@@ -98,6 +98,48 @@ impl PacketPair {
             }
         }
         self.suspect_low = None;
+        Some(self.take(rate))
+    }
+
+    /// Take a pair whose second arrived no further behind the first than it was sent: it
+    /// shows only that the path is at least as fast as the sender's spacing, so it may raise
+    /// the estimate but never lower it. Returns the new estimate, or `None` if it was not
+    /// above the estimate or was held back.
+    ///
+    /// More than [`OUTLIER_FACTOR`] times above the estimate it is an outlier, held back and
+    /// taken when the next pair of either kind is that far above too, as in
+    /// [`sample`](Self::sample) (a sender speeding up, as TCP out of slow start). Within that,
+    /// it raises the estimate and leaves a held-back outlier alone. A path EDPF under-uses
+    /// carries a stream of such pairs at the sender's pace; taken as samples, each one undid
+    /// the outlier a measuring pair (a padding pair) had left, so the next measuring pair, a
+    /// second later, was held back again, and a path whose estimate had fallen far too low
+    /// never got it back (benchmarks.md, "A soak").
+    pub fn raise(&mut self, wire_bytes: u64, dispersion: Duration) -> Option<u64> {
+        let rate = Self::sample_rate(wire_bytes, dispersion)?;
+        if let Some(old) = self.estimate_bps {
+            if rate <= old {
+                return None;
+            }
+            if rate > old.saturating_mul(OUTLIER_FACTOR) && self.suspect_low != Some(false) {
+                self.suspect_low = Some(false);
+                self.rejected += 1;
+                return None;
+            }
+        }
+        if rate
+            > self
+                .estimate_bps
+                .unwrap_or(0)
+                .saturating_mul(OUTLIER_FACTOR)
+        {
+            // The second far above in a row: taken, as a change.
+            self.suspect_low = None;
+        }
+        Some(self.take(rate))
+    }
+
+    /// Mix `rate` into the estimate (the first is taken as it is).
+    fn take(&mut self, rate: u64) -> u64 {
         self.samples += 1;
         let new = match self.estimate_bps {
             None => rate,
@@ -109,7 +151,7 @@ impl PacketPair {
         };
         self.estimate_bps = Some(new);
         self.peak_bps = Some(self.peak_bps.map_or(new, |p| p.max(new)));
-        Some(new)
+        new
     }
 }
 
@@ -171,5 +213,33 @@ mod tests {
         q.sample(1500, Duration::from_micros(1200));
         assert_eq!(q.sample(1500, Duration::from_micros(2400)), Some(6_000_000));
         assert_eq!(q.peak_bps(), Some(10_000_000));
+    }
+
+    #[test]
+    fn pairs_at_the_senders_pace_only_raise_and_leave_a_held_outlier_alone() {
+        let mut p = PacketPair::new();
+        // A 20 Mbit/s path whose estimate fell to 400 kbit/s (30 ms for 1500 bytes).
+        assert_eq!(p.sample(1500, Duration::from_millis(30)), Some(400_000));
+        // Below the estimate: nothing. Within four times above it: raised.
+        assert_eq!(p.raise(1500, Duration::from_millis(60)), None);
+        assert_eq!(p.raise(1500, Duration::from_millis(20)), Some(560_000));
+        // A padding pair measures the path at 20 Mbit/s: an outlier, held back.
+        assert_eq!(p.sample(1500, Duration::from_micros(600)), None);
+        // The stream of pairs at the sender's pace in between does not undo it...
+        assert_eq!(p.raise(1500, Duration::from_millis(15)), Some(752_000));
+        assert_eq!(p.raise(1500, Duration::from_millis(12)), Some(950_400));
+        // ... so the next measuring pair confirms it.
+        assert_eq!(p.sample(1500, Duration::from_micros(600)), Some(16_190_080));
+        // Taken as samples, those pairs would have undone it.
+        let mut q = PacketPair::new();
+        q.sample(1500, Duration::from_millis(30));
+        assert_eq!(q.sample(1500, Duration::from_micros(600)), None);
+        q.sample(1500, Duration::from_millis(15));
+        assert_eq!(q.sample(1500, Duration::from_micros(600)), None);
+        // A sender that sped up (TCP out of slow start): far above, twice in a row, taken.
+        let mut r = PacketPair::new();
+        r.sample(1500, Duration::from_millis(30));
+        assert_eq!(r.raise(1500, Duration::from_micros(600)), None);
+        assert_eq!(r.raise(1500, Duration::from_micros(600)), Some(16_080_000));
     }
 }

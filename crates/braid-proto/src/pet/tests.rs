@@ -654,3 +654,28 @@ proptest! {
         }
     }
 }
+
+/// A path whose data pairs show only the sender's spacing is not measured by them: padding
+/// goes there once no pair has measured it for `probe_interval`, however many data pairs it
+/// carries. Counted as measuring, those pairs kept padding off a path whose estimate had
+/// fallen far too low, and nothing else could raise it (benchmarks.md, "A soak").
+#[test]
+fn data_pairs_that_measured_nothing_do_not_keep_padding_off_a_path() {
+    let mut m = Model::with_padding(&[2_000_000, 2_000_000], &[10, 10]);
+    m.offer(at(0), Duration::from_secs(3), 3_000_000);
+    assert!(m.pet.estimated());
+    let now = at(3_000);
+    m.pet.note_traffic(now);
+    // Path 1: a data pair just started, the last measuring pair and the last padding 2 s ago.
+    let p = &mut m.pet.paths[1];
+    p.last_pair = Some(now);
+    p.last_measured = Some(at(1_000));
+    p.pad_sent = Some(at(1_000));
+    assert!(m.pet.padding_due(1).is_some_and(|t| t <= now));
+    // Measured half a second ago, by a pair of either kind: not due for another half.
+    m.pet.paths[1].last_measured = Some(at(2_500));
+    assert_eq!(m.pet.padding_due(1), Some(at(3_500)));
+    m.pet.paths[1].last_measured = Some(at(1_000));
+    m.pet.paths[1].pad_sent = Some(at(2_500));
+    assert_eq!(m.pet.padding_due(1), Some(at(3_500)));
+}
