@@ -17,6 +17,7 @@ mod gso;
 pub mod loop_timing;
 mod metrics;
 mod net;
+pub use net::taken_by_other_device;
 pub mod ptcp_node;
 pub mod ptcp_table;
 mod resolver;
@@ -54,6 +55,14 @@ pub enum DaemonError {
         err: io::Error,
         /// What to do.
         hint: &'static str,
+    },
+    /// The TUN device's name belongs to an interface that is no TUN device.
+    #[error("cannot create TUN device {name}: {why}")]
+    TunNameTaken {
+        /// Interface name.
+        name: String,
+        /// What is in the way, and what to do ([`taken_by_other_device`]).
+        why: String,
     },
     /// Configuring addresses or routes failed.
     #[error("cannot configure {what}: {detail}")]

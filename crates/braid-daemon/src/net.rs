@@ -285,10 +285,30 @@ pub(crate) fn install_routes<'a>(
     }
 }
 
+/// Why `name` cannot be braid's TUN device, if an interface of that name exists that is no
+/// TUN device (a veth, the loopback, an Ethernet card): the kernel then refuses the TUN with a
+/// bare "Invalid argument". TUN and TAP devices have `tun_flags` in sysfs.
+pub fn taken_by_other_device(name: &str) -> Option<String> {
+    let dir = std::path::Path::new("/sys/class/net").join(name);
+    if !dir.exists() || dir.join("tun_flags").exists() {
+        return None;
+    }
+    Some(format!(
+        "an interface named {name} already exists and is no TUN device (`ip link show {name}`): \
+         choose another interface.name"
+    ))
+}
+
 /// Create the TUN device with its MTU, addresses and routes, up and non-blocking. With
 /// `offload`, ask for the kernel's TSO/USO offloads; if the kernel refuses, say so once and
 /// fall back to one packet per system call.
 pub fn open_tun(cfg: &Config, mtu: u16) -> Result<Tun, DaemonError> {
+    if let Some(why) = taken_by_other_device(&cfg.ifname) {
+        return Err(DaemonError::TunNameTaken {
+            name: cfg.ifname.clone(),
+            why,
+        });
+    }
     let tun_err = |e: io::Error| {
         let hint = match e.kind() {
             io::ErrorKind::PermissionDenied => PRIVILEGE_HINT,
@@ -771,6 +791,18 @@ pub(crate) fn has_address(all: &[(String, IpAddr)], dev: &str, v6: bool) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The loopback is no TUN device: a TUN of its name is refused with a message naming it,
+    /// not the kernel's bare "Invalid argument". A name nothing holds is free.
+    #[test]
+    fn a_tun_name_held_by_another_kind_of_device_is_named() {
+        let why = taken_by_other_device("lo").expect("lo is no TUN device");
+        assert!(
+            why.contains("lo") && why.contains("interface.name"),
+            "{why}"
+        );
+        assert_eq!(taken_by_other_device("braid-none-9"), None);
+    }
 
     #[test]
     fn a_route_is_held_by_its_device_or_its_type_at_the_metric_braid_would_replace() {

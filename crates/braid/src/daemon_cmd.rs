@@ -52,6 +52,9 @@ pub fn up(args: &UpArgs) -> Result<()> {
             cfg.mtu
                 .map_or("from the handshake".to_owned(), |m| m.to_string())
         );
+        if let Some(why) = braid_daemon::taken_by_other_device(&cfg.ifname) {
+            bail!("{}: interface.name: {why}", args.config.display());
+        }
         // What the paths' host names resolve to now (braid up resolves them again as it runs).
         for p in &cfg.paths {
             if let Some((host, port)) = &p.remote_host {
