@@ -228,12 +228,10 @@ impl PtcpNode {
         self.session.paths()
     }
 
-    /// Path names (client: from the config; server: `path<i>`).
+    /// Path names (client: from the config; server: the ones the client sent in its handshake,
+    /// else `path<i>`).
     pub fn path_name(&self, i: usize) -> String {
-        self.names
-            .get(i)
-            .cloned()
-            .unwrap_or_else(|| format!("path{i}"))
+        crate::path_name(self.role, &self.names, &self.session, i)
     }
 
     /// The session's status (per-path RTT, rates, bytes, drops, pTCP counters).

@@ -701,15 +701,14 @@ pub fn recv(args: &RecvArgs) -> Result<()> {
              file is corrupt; have it sent again"
         );
     }
-    // A server's node knows the client's paths by number only.
+    // The client's names come in its handshake; a client that named none has numbers only.
     let unnamed = (0..node.paths()).all(|i| node.path_name(i) == format!("path{i}"));
     println!(
         "received {shown}: {got} bytes in {secs:.2} s, {:.2} Mbit/s; paths (bytes on the \
          wire{}): {}; length and SHA-256 verified",
         got as f64 * 8.0 / secs.max(1e-9) / 1e6,
         if unnamed {
-            ", numbered in the order of the sender's [[path]] tables: this end does not learn \
-             their names"
+            ", numbered in the order of the sender's [[path]] tables, which it did not name"
         } else {
             ""
         },
