@@ -568,9 +568,7 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
         },
         s["handshakes"],
     );
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header([
+    let headers = [
         "path",
         "peer",
         "state",
@@ -584,13 +582,32 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
         "queued",
         "downs",
         "PET Mbit/s",
-    ]);
+    ];
     let empty = Vec::new();
     let infos = peer["paths"].as_array().unwrap_or(&empty);
     let paths = s["paths"].as_array().unwrap_or(&empty);
+    // Columns that say nothing on this bond are left out: credits when off, the holds when
+    // not resequencing by sequence numbers, PET's estimate without PET.
+    let shown = |k: &str| paths.iter().any(|p| !p[k].is_null());
+    let keep = [
+        true,
+        true,
+        true,
+        true,
+        true,
+        true,
+        true,
+        shown("credit_bytes"),
+        true,
+        shown("holds"),
+        true,
+        true,
+        shown("pet_estimate_bps"),
+    ];
+    let mut rows: Vec<[String; 13]> = Vec::new();
     for (i, p) in paths.iter().enumerate() {
         let info = infos.get(i);
-        t.add_row([
+        rows.push([
             info.and_then(|x| x["name"].as_str())
                 .unwrap_or("?")
                 .to_owned(),
@@ -633,10 +650,44 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
             }),
         ]);
     }
-    println!("{t}");
+    let table = |keep: [bool; 13]| {
+        let kept = |row: &[String; 13]| -> Vec<String> {
+            row.iter()
+                .zip(keep)
+                .filter(|(_, k)| *k)
+                .map(|(c, _)| c.clone())
+                .collect()
+        };
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED);
+        t.set_header(kept(&headers.map(str::to_owned)));
+        for r in &rows {
+            t.add_row(kept(r));
+        }
+        t
+    };
+    let t = table(keep);
+    // Too wide for the terminal: the columns that matter most, rather than wrapped lines.
+    let too_wide = t.width().is_some_and(|w| {
+        t.lines()
+            .next()
+            .is_some_and(|l| l.chars().count() > usize::from(w))
+    });
+    if too_wide {
+        let essential = [
+            true, false, true, true, true, true, true, false, false, false, false, false, true,
+        ];
+        println!(
+            "{}",
+            table(std::array::from_fn(|i| keep[i] && essential[i]))
+        );
+        println!("(a narrow terminal: peer, credits, reorder buffer, holds, queued and downs left out; a wider one or --json shows them)");
+    } else {
+        println!("{t}");
+    }
     println!(
-        "delivered {} (ahead of their turn {})  lost {}  misordering repairs (marker/hold/forced skips, late) {}  receiver dropped {}  not taken (no session yet, or the bond full) {}  NACKs sent {}  resent {}  abandoned {}  duplicated {}",
-        s["delivered_packets"], s["delivered_early"], s["lost_packets"], s["resync"], s["receiver_dropped"], s["send_dropped"],
+        "delivered {} (ahead of their turn {})  lost {}  misordering repairs: marker skips {}, hold skips {}, forced skips {}, late {}  receiver dropped (stale, invalid or over its buffer) {}  not taken (no session yet, or the bond full) {}  NACKs sent {}  resent {}  abandoned {}  duplicated {}",
+        s["delivered_packets"], s["delivered_early"], s["lost_packets"], s["resync"][0], s["resync"][1], s["resync"][2], s["resync"][3], s["receiver_dropped"], s["send_dropped"],
         s["nacks_sent"], s["retransmitted_packets"], s["abandoned_packets"], s["duplicated_packets"]
     );
     if let Some(r) = s["release_rate_bps"].as_f64() {
