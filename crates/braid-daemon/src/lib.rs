@@ -2887,7 +2887,15 @@ impl Daemon {
                                 )
                             })
                             .collect(),
-                        session: p.session.status(),
+                        session: {
+                            // Each path's name beside its figures, not only in `paths`.
+                            let mut st = p.session.status();
+                            for (i, ps) in st.paths.iter_mut().enumerate() {
+                                ps.name =
+                                    Some(path_name(self.cfg.role, &self.names, &p.session, i));
+                            }
+                            st
+                        },
                         spoofed_packets: p.spoofed,
                         link_local_packets: p.link_local,
                         ptcp_connections: p.ptcp.len(),

@@ -233,6 +233,10 @@ fn drop_index(r: DropReason) -> usize {
 /// What one path is doing.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct PathStatus {
+    /// The path's name, for readers of the JSON (the driver's: a client's from its config, a
+    /// server's from the client's handshake); `None` from the session itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// `up`, `down` (nothing heard on it), `one-way` (the peer's packets come in, this end's
     /// probes go unanswered, or the peer's probes say it hears nothing: out of the sending
     /// half), `standby` (a backup path, up, carrying nothing while another path is up),
@@ -2419,6 +2423,7 @@ impl Session {
                 let path = PathId(i as u8);
                 let holds = e.and_then(|e| e.receiver().path_holds(path));
                 PathStatus {
+                    name: None,
                     state: match (p.disabled, p.up, p.deaf) {
                         (true, _, _) => "disabled",
                         (false, true, _) if p.standby => "standby",
