@@ -750,6 +750,9 @@ pub struct Config {
     /// `[bond] shape_egress`: shape this end's egress as one class when there is no `[qos]`;
     /// `None`: when the bond runs `scheduler = "pet"`.
     pub shape_egress: Option<bool>,
+    /// Files that hold this end's private key (the config itself with `private_key`, or
+    /// `private_key_file`) and that users other than the owner may read: `braid up` warns.
+    pub exposed_secrets: Vec<PathBuf>,
 }
 
 impl Config {
@@ -831,15 +834,28 @@ impl Config {
             path: name.clone(),
             message,
         };
+        // Who else may read the key: a file that group or others can read leaks it.
+        let exposed = |f: &Path| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(f).is_ok_and(|m| m.permissions().mode() & 0o044 != 0)
+        };
+        let mut exposed_secrets = Vec::new();
         let private_key = match (&raw.private_key, &raw.private_key_file) {
-            (Some(k), None) => PrivateKey::from_base64(k)
-                .map_err(|e| invalid(format!("private_key: {e}")))?,
+            (Some(k), None) => {
+                if exposed(path) {
+                    exposed_secrets.push(path.to_path_buf());
+                }
+                PrivateKey::from_base64(k).map_err(|e| invalid(format!("private_key: {e}")))?
+            }
             (None, Some(f)) => {
                 let base = path.parent().unwrap_or(Path::new("."));
                 let file = base.join(f);
                 let text = std::fs::read_to_string(&file).map_err(|e| {
                     invalid(format!("private_key_file: cannot read {}: {e}", file.display()))
                 })?;
+                if exposed(&file) {
+                    exposed_secrets.push(file.clone());
+                }
                 PrivateKey::from_base64(&text).map_err(|e| {
                     invalid(format!("private_key_file {}: {e}", file.display()))
                 })?
@@ -1261,6 +1277,7 @@ impl Config {
             release_pacing_pct,
             tcp,
             shape_egress,
+            exposed_secrets,
         })
     }
 }
@@ -1973,6 +1990,19 @@ rate_mbit = 5
             "state_dir = \"/nonexistent/braid\"\n[interface]",
         ))
         .unwrap();
+    }
+
+    #[test]
+    fn a_private_key_others_may_read_is_noted() {
+        use std::os::unix::fs::PermissionsExt;
+        let f = std::env::temp_dir().join(format!("braid-exposed-{}.toml", std::process::id()));
+        std::fs::write(&f, client("")).unwrap();
+        for (mode, exposed) in [(0o644, true), (0o640, true), (0o600, false)] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            let cfg = Config::load(&f).unwrap();
+            assert_eq!(cfg.exposed_secrets == [f.clone()], exposed, "{mode:o}");
+        }
+        std::fs::remove_file(&f).unwrap();
     }
 
     #[test]

@@ -39,6 +39,12 @@ pub struct StatusArgs {
 pub fn up(args: &UpArgs) -> Result<()> {
     let cfg = Config::load(&args.config)?;
     cfg.check_listen_port(&args.config)?;
+    for f in &cfg.exposed_secrets {
+        eprintln!(
+            "braid: warning: {} holds this end's private key and users other than its owner may read it: chmod 600 {0}",
+            f.display()
+        );
+    }
     if args.check {
         let what = if cfg.role == braid_session::Role::Initiator {
             format!("client role, {} path(s)", cfg.paths.len())

@@ -144,6 +144,12 @@ impl TunnelLauncher for DaemonLauncher {
         }
         std::fs::write(dir.join("server.toml"), server).map_err(io("writing server.toml"))?;
         std::fs::write(dir.join("client.toml"), client).map_err(io("writing client.toml"))?;
+        // They hold private keys: the owner's alone, or `braid up` warns.
+        for f in ["server.toml", "client.toml"] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o600))
+                .map_err(io("restricting a config's permissions"))?;
+        }
         let exe = std::env::current_exe().map_err(io("finding the braid binary"))?;
         let exe = exe.to_string_lossy().into_owned();
         let mut tunnel = DaemonTunnel {
