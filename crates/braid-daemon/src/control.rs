@@ -59,6 +59,28 @@ pub(crate) fn say_path_command(name: &str, enabled: bool) {
     );
 }
 
+/// The other sockets in `socket`'s directory (daemons of other interfaces in `/run/braid`),
+/// as "; sockets there: ...", or nothing.
+fn others_beside(socket: &Path) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    let Some(dir) = socket.parent() else {
+        return String::new();
+    };
+    let mut found: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()) && e.path() != socket)
+        .map(|e| e.path().display().to_string())
+        .collect();
+    found.sort();
+    if found.is_empty() {
+        String::new()
+    } else {
+        format!("; sockets there: {}", found.join(", "))
+    }
+}
+
 /// Send `request` to the daemon behind `socket`; its answer, as JSON text.
 pub fn request(socket: &Path, request: &str) -> Result<String, String> {
     let mut s = UnixStream::connect(socket).map_err(|e| {
@@ -67,7 +89,11 @@ pub fn request(socket: &Path, request: &str) -> Result<String, String> {
         } else {
             "is `braid up` running? pass its control socket with --socket"
         };
-        format!("cannot reach the daemon at {}: {e} ({hint})", socket.display())
+        format!(
+            "cannot reach the daemon at {}: {e} ({hint}){}",
+            socket.display(),
+            others_beside(socket)
+        )
     })?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok();
     s.write_all(format!("{request}\n").as_bytes())
@@ -179,6 +205,22 @@ pub(crate) fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Asked for a socket that is not there, the error lists the sockets that are beside it
+    /// (another interface's daemon in /run/braid).
+    #[test]
+    fn a_missing_socket_names_the_ones_beside_it() {
+        let dir = std::env::temp_dir().join(format!("braid-socks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let other = dir.join("wan0.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&other).unwrap();
+        let e = request(&dir.join("braid0.sock"), "status").unwrap_err();
+        assert!(
+            e.contains(&format!("sockets there: {}", other.display())),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn requests_are_answered_and_path_commands_queued() {
