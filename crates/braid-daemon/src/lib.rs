@@ -2865,6 +2865,14 @@ impl Daemon {
                 .iter()
                 .map(|p| {
                     let n = p.session.paths().max(self.names.len());
+                    let names: Vec<String> = (0..n)
+                        .map(|i| path_name(self.cfg.role, &self.names, &p.session, i))
+                        .collect();
+                    // Each path's name beside its figures too, not only in `paths`.
+                    let mut session = p.session.status();
+                    for (ps, name) in session.paths.iter_mut().zip(&names) {
+                        ps.name = Some(name.clone());
+                    }
                     PeerStatus {
                         name: p.cfg.name.clone(),
                         public_key: p.cfg.public_key.to_base64(),
@@ -2873,7 +2881,7 @@ impl Daemon {
                         paths: (0..n)
                             .map(|i| {
                                 PathInfo::new(
-                                    path_name(self.cfg.role, &self.names, &p.session, i),
+                                    names[i].clone(),
                                     p.addrs.get(i).copied().flatten(),
                                     self.cfg.paths.get(i),
                                     self.admin_down.get(i) == Some(&true),
@@ -2887,15 +2895,7 @@ impl Daemon {
                                 )
                             })
                             .collect(),
-                        session: {
-                            // Each path's name beside its figures, not only in `paths`.
-                            let mut st = p.session.status();
-                            for (i, ps) in st.paths.iter_mut().enumerate() {
-                                ps.name =
-                                    Some(path_name(self.cfg.role, &self.names, &p.session, i));
-                            }
-                            st
-                        },
+                        session,
                         spoofed_packets: p.spoofed,
                         link_local_packets: p.link_local,
                         ptcp_connections: p.ptcp.len(),

@@ -765,30 +765,25 @@ mod tests {
     #[test]
     fn recv_checks_out_at_start_and_overwrites_only_with_force() {
         let dir = scratch("out");
+        let refused = |out: &Path| check_out(Some(out), false).unwrap_err().to_string();
         check_out(Some(&dir), false).unwrap();
         check_out(Some(&dir.join("new.bin")), false).unwrap();
-        let e = check_out(Some(&dir.join("nodir/")), false)
-            .unwrap_err()
-            .to_string();
+        let e = refused(&dir.join("nodir/"));
         assert!(
             e.contains("no such directory") && e.contains("mkdir"),
             "{e}"
         );
-        let e = check_out(Some(&dir.join("nodir/x.bin")), false)
-            .unwrap_err()
-            .to_string();
+        let e = refused(&dir.join("nodir/x.bin"));
         assert!(
             e.contains("does not exist") && e.contains("mkdir -p"),
             "{e}"
         );
         let old = dir.join("old.bin");
         std::fs::write(&old, b"keep me").unwrap();
-        let e = check_out(Some(&old), false).unwrap_err().to_string();
+        let e = refused(&old);
         assert!(e.contains("exists") && e.contains("--force"), "{e}");
         check_out(Some(&old), true).unwrap();
-        let e = check_out(Some(&old.join("x")), false)
-            .unwrap_err()
-            .to_string();
+        let e = refused(&old.join("x"));
         assert!(e.contains("not a directory"), "{e}");
         // The sender's name, in a directory that already has it: refused and left alone,
         // unless --force.

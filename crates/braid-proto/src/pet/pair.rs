@@ -120,20 +120,15 @@ impl PacketPair {
             if rate <= old {
                 return None;
             }
-            if rate > old.saturating_mul(OUTLIER_FACTOR) && self.suspect_low != Some(false) {
-                self.suspect_low = Some(false);
-                self.rejected += 1;
-                return None;
+            if rate > old.saturating_mul(OUTLIER_FACTOR) {
+                if self.suspect_low != Some(false) {
+                    self.suspect_low = Some(false);
+                    self.rejected += 1;
+                    return None;
+                }
+                // The second far above in a row: taken, as a change.
+                self.suspect_low = None;
             }
-        }
-        if rate
-            > self
-                .estimate_bps
-                .unwrap_or(0)
-                .saturating_mul(OUTLIER_FACTOR)
-        {
-            // The second far above in a row: taken, as a change.
-            self.suspect_low = None;
         }
         Some(self.take(rate))
     }
