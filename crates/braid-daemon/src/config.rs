@@ -319,6 +319,7 @@ struct RawTcp {
     listen_port: Option<u16>,
     congestion: Option<String>,
     transparent: Option<bool>,
+    memory_mib: Option<u64>,
 }
 
 /// The port a client's redirected TCP lands on unless `[tcp] listen_port` says otherwise.
@@ -337,6 +338,9 @@ pub struct TcpConfig {
     /// Server: connect onward from the client's own address (`[tcp] transparent`, default
     /// on), so the destination sees the client as it would through the striped tunnel.
     pub transparent: bool,
+    /// What one session's accelerated connections may commit in each direction, in bytes
+    /// (`[tcp] memory_mib`, default 256 MiB; `ptcp_table::TableOptions::memory_budget`).
+    pub memory_budget: u64,
 }
 
 /// A client's `[[policy]]` table: which paths a class may use, and how it is striped.
@@ -1213,6 +1217,20 @@ impl Config {
                         "[tcp] congestion without accelerate = true: add accelerate = true, or remove the [tcp] table".into(),
                     ));
                 }
+                if !t.accelerate && t.memory_mib.is_some() {
+                    return Err(invalid(
+                        "[tcp] memory_mib without accelerate = true: add accelerate = true, or remove the [tcp] table".into(),
+                    ));
+                }
+                let memory_budget = match t.memory_mib {
+                    None => crate::ptcp_table::DEFAULT_MEMORY_BUDGET,
+                    Some(m @ 1..=1_048_576) => m << 20,
+                    Some(m) => {
+                        return Err(invalid(format!(
+                            "[tcp] memory_mib = {m}: give what one session's accelerated connections may hold each way in MiB, 1-1048576 (default 256)"
+                        )))
+                    }
+                };
                 let congestion = match &t.congestion {
                     None => braid_ptcp::CongestionAlgorithm::Bbr,
                     Some(name) => name.parse().map_err(|_| {
@@ -1225,6 +1243,7 @@ impl Config {
                     listen_port: t.listen_port.unwrap_or(DEFAULT_TCP_LISTEN_PORT),
                     congestion,
                     transparent: t.transparent.unwrap_or(true),
+                    memory_budget,
                 })
             }
             None => None,
@@ -1726,8 +1745,18 @@ rate_mbit = 5
                 listen_port: DEFAULT_TCP_LISTEN_PORT,
                 congestion: braid_ptcp::CongestionAlgorithm::Bbr,
                 transparent: true,
+                memory_budget: 256 << 20,
             })
         );
+        let c = parse(&client("[tcp]\naccelerate = true\nmemory_mib = 32")).unwrap();
+        assert_eq!(c.tcp.unwrap().memory_budget, 32 << 20);
+        let e = parse(&client("[tcp]\naccelerate = true\nmemory_mib = 0")).unwrap_err();
+        assert!(
+            e.contains("memory_mib = 0") && e.contains("1-1048576"),
+            "{e}"
+        );
+        let e = parse(&client("[tcp]\nmemory_mib = 32")).unwrap_err();
+        assert!(e.contains("accelerate = true"), "{e}");
         // Transparency is the server's choice.
         let e = parse(&client("[tcp]\naccelerate = true\ntransparent = false")).unwrap_err();
         assert!(e.contains("only a server's [tcp]"), "{e}");

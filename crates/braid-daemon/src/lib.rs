@@ -286,6 +286,11 @@ pub struct PeerStatus {
     pub ptcp_connections: usize,
     /// pTCP segments for a connection not held (and no SYN this end accepts), dropped.
     pub ptcp_unknown_conn: u64,
+    /// What this peer's pTCP connections commit: bytes sent and not yet acknowledged, and
+    /// receive windows offered (`[tcp] memory_mib` bounds each).
+    pub ptcp_unacked_bytes: u64,
+    /// See [`PeerStatus::ptcp_unacked_bytes`].
+    pub ptcp_window_bytes: u64,
 }
 
 /// A path's identity in `status`.
@@ -1017,6 +1022,10 @@ impl Daemon {
                     mss: ptcp_table::mss_of(&cfg),
                     // A server takes a client's pTCP connections only to accelerate TCP.
                     accept: cfg.role == Role::Responder && cfg.tcp.is_some(),
+                    memory_budget: cfg
+                        .tcp
+                        .as_ref()
+                        .map_or(ptcp_table::DEFAULT_MEMORY_BUDGET, |t| t.memory_budget),
                 },
             )
             .with_first_id(random_id()?);
@@ -2900,6 +2909,8 @@ impl Daemon {
                         link_local_packets: p.link_local,
                         ptcp_connections: p.ptcp.len(),
                         ptcp_unknown_conn: p.ptcp.unknown_conn(),
+                        ptcp_unacked_bytes: p.ptcp.committed_bytes().0,
+                        ptcp_window_bytes: p.ptcp.committed_bytes().1,
                     }
                 })
                 .collect(),

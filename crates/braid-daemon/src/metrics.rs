@@ -327,6 +327,18 @@ pub fn render(st: &Status) -> String {
         "pTCP connections held (TCP acceleration)",
         &|p| p.ptcp_connections as f64,
     );
+    per_peer(
+        &mut reg,
+        "ptcp_unacked_bytes",
+        "Bytes the pTCP connections sent and have not had acknowledged (bounded by [tcp] memory_mib)",
+        &|p| p.ptcp_unacked_bytes as f64,
+    );
+    per_peer(
+        &mut reg,
+        "ptcp_window_bytes",
+        "Receive windows the pTCP connections offered: what the peer may make this end hold (bounded by [tcp] memory_mib)",
+        &|p| p.ptcp_window_bytes as f64,
+    );
     if let Some(t) = &st.tcp {
         scalar(
             &mut reg,

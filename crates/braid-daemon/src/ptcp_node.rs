@@ -169,6 +169,14 @@ impl PtcpNode {
                 receive_buffer_bytes: options.receive_buffer_bytes,
                 mss: mss_of(cfg),
                 accept: true,
+                // A larger buffer asked for on the command line raises it.
+                memory_budget: cfg
+                    .tcp
+                    .as_ref()
+                    .map_or(crate::ptcp_table::DEFAULT_MEMORY_BUDGET, |t| {
+                        t.memory_budget
+                    })
+                    .max(options.receive_buffer_bytes.unwrap_or(0)),
             },
         )
         .with_first_id(random_id()?);
@@ -405,6 +413,8 @@ impl PtcpNode {
             link_local_packets: 0,
             ptcp_connections: self.table.conn_ids().len(),
             ptcp_unknown_conn: self.table.unknown_conn(),
+            ptcp_unacked_bytes: self.table.committed_bytes().0,
+            ptcp_window_bytes: self.table.committed_bytes().1,
         };
         let stats = self.stats();
         serde_json::json!({

@@ -27,6 +27,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// again) and counted.
 pub const MAX_CONNECTIONS: usize = 256;
 
+/// What a connection may always commit in each direction, whatever the others hold of the
+/// table's memory budget ([`TableOptions::memory_budget`]): Linux's default receive buffer.
+pub const MEMORY_FLOOR: u64 = 128 << 10;
+
+/// The default of [`TableOptions::memory_budget`]: 256 MiB each way.
+pub const DEFAULT_MEMORY_BUDGET: u64 = 256 << 20;
+
 /// Resets a table sends at most per [`PtcpTable::transmit`].
 const MAX_RESETS: usize = 64;
 
@@ -88,6 +95,13 @@ pub struct TableOptions {
     /// Responder: open a connection for a peer's SYN. A table that does not accept drops
     /// and counts every segment for a connection it does not hold.
     pub accept: bool,
+    /// What all the connections together may commit in each direction, in bytes: data
+    /// written and not yet acknowledged, and receive windows offered (what the peer may make
+    /// this end hold). A connection grows only into what the others leave of it, and always to
+    /// [`MEMORY_FLOOR`], so the table commits at most this plus [`MEMORY_FLOOR`] per
+    /// connection each way, whatever the peer declares or sends (the buffers themselves follow
+    /// the paths' rates, which the peer declares).
+    pub memory_budget: u64,
 }
 
 /// The pTCP connections of one session. See the module docs.
@@ -114,6 +128,13 @@ pub struct PtcpTable {
     peer_restarts: Option<u64>,
     /// The `[qos]` class each connection's segments queue in ([`PtcpTable::set_class`]).
     classes: BTreeMap<u16, ClassId>,
+    /// What each connection committed when last counted, (sent and unacknowledged, receive
+    /// window offered), and the sums ([`TableOptions::memory_budget`]).
+    committed: BTreeMap<u16, (u64, u64)>,
+    committed_total: (u64, u64),
+    /// The connection [`PtcpTable::conn_mut`] lent out last: what it commits may have grown
+    /// since it was counted. Nothing else grows a connection's commitments.
+    lent: Option<u16>,
 }
 
 impl PtcpTable {
@@ -134,7 +155,50 @@ impl PtcpTable {
             resets_sent: 0,
             peer_restarts: None,
             classes: BTreeMap::new(),
+            committed: BTreeMap::new(),
+            committed_total: (0, 0),
+            lent: None,
         }
+    }
+
+    /// Counts again what connection `id` commits ([`TableOptions::memory_budget`]); a
+    /// connection no longer held commits nothing.
+    fn settle(&mut self, id: u16) {
+        let now = self
+            .conns
+            .get(&id)
+            .map(|c| (c.unacked_bytes(), c.receive_window_bytes()));
+        let old = match now {
+            Some(v) => self.committed.insert(id, v),
+            None => self.committed.remove(&id),
+        }
+        .unwrap_or((0, 0));
+        let new = now.unwrap_or((0, 0));
+        let t = &mut self.committed_total;
+        t.0 = t.0 - old.0 + new.0;
+        t.1 = t.1 - old.1 + new.1;
+    }
+
+    /// Lets connection `id` grow into what the others leave of the memory budget (at least
+    /// [`MEMORY_FLOOR`]), and counts what it then commits: a larger limit may widen its
+    /// receive window at once.
+    fn grant(&mut self, id: u16) {
+        let own = self.committed.get(&id).copied().unwrap_or((0, 0));
+        let (sent, offered) = self.committed_total;
+        let budget = self.options.memory_budget;
+        let share = |total: u64, own: u64| budget.saturating_sub(total - own).max(MEMORY_FLOOR);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.set_memory_limits(share(sent, own.0), share(offered, own.1));
+        }
+        self.settle(id);
+    }
+
+    /// What the connections commit now, in all: (sent and unacknowledged, receive windows
+    /// offered) ([`TableOptions::memory_budget`]).
+    pub fn committed_bytes(&self) -> (u64, u64) {
+        self.conns.values().fold((0, 0), |(s, r), c| {
+            (s + c.unacked_bytes(), r + c.receive_window_bytes())
+        })
     }
 
     /// From now on connection `id`'s segments queue in the session's `[qos]` shaper, in
@@ -268,6 +332,7 @@ impl PtcpTable {
         self.next_conn = id.wrapping_add(1).max(1);
         let conn = StripedConnection::connect(self.connection_config(session), now, &paths);
         self.conns.insert(id, conn);
+        self.grant(id);
         Some(id)
     }
 
@@ -281,8 +346,19 @@ impl PtcpTable {
         self.conns.get(&id)
     }
 
-    /// A connection, to read, write or close.
+    /// A connection, to read, write or close. It may grow only into what the other
+    /// connections leave of the memory budget ([`TableOptions::memory_budget`]); what it
+    /// committed is counted again at the next call of the table.
     pub fn conn_mut(&mut self, id: u16) -> Option<&mut StripedConnection> {
+        if let Some(lent) = self.lent.take() {
+            self.settle(lent);
+        }
+        if !self.conns.contains_key(&id) {
+            return None;
+        }
+        self.settle(id);
+        self.grant(id);
+        self.lent = Some(id);
         self.conns.get_mut(&id)
     }
 
@@ -303,6 +379,10 @@ impl PtcpTable {
         self.accepted.retain(|&a| a != id);
         self.touched.remove(&id);
         self.classes.remove(&id);
+        self.settle(id);
+        if self.lent == Some(id) {
+            self.lent = None;
+        }
         c
     }
 
@@ -366,12 +446,19 @@ impl PtcpTable {
                 }
                 let c = StripedConnection::accept(self.connection_config(session));
                 self.conns.insert(seg.conn, c);
+                // Its window within the budget before it is first advertised.
+                self.grant(seg.conn);
                 self.accepted.push_back(seg.conn);
             }
             if let Some(c) = self.conns.get_mut(&seg.conn) {
                 c.handle_datagram(now, seg.path, &seg.segment);
                 self.touched.insert(seg.conn);
             }
+        }
+        // Acknowledgements free what was sent; an abort frees everything.
+        let touched: Vec<u16> = self.touched.iter().copied().collect();
+        for id in touched {
+            self.settle(id);
         }
     }
 
@@ -390,6 +477,10 @@ impl PtcpTable {
                 c.handle_timeout(now);
                 self.touched.insert(id);
             }
+        }
+        let touched: Vec<u16> = self.touched.iter().copied().collect();
+        for id in touched {
+            self.settle(id);
         }
     }
 
@@ -477,6 +568,7 @@ mod tests {
             receive_buffer_bytes: Some(1 << 20),
             mss: 1300,
             accept,
+            memory_budget: DEFAULT_MEMORY_BUDGET,
         }
     }
 
@@ -722,6 +814,77 @@ mod tests {
         // Both ends closed and forgot the connection, and nothing arrived for a forgotten id.
         assert!(n.ends[0].1.is_empty() && n.ends[1].1.is_empty());
         assert_eq!(n.ends[0].1.unknown_conn() + n.ends[1].1.unknown_conn(), 0);
+    }
+
+    #[test]
+    fn a_memory_budget_bounds_what_all_connections_commit_and_every_byte_still_arrives() {
+        let mut n = Pair::established();
+        // 1 MiB each way for the table, where each connection's buffer alone is 1 MiB.
+        let budget = 1u64 << 20;
+        let small = |accept| TableOptions {
+            memory_budget: budget,
+            ..options(accept)
+        };
+        n.ends[0].1 = PtcpTable::new(Role::Initiator, small(false));
+        n.ends[1].1 = PtcpTable::new(Role::Responder, small(true));
+        let conns = 8usize;
+        let bound = budget + conns as u64 * MEMORY_FLOOR;
+        let per_conn = 1usize << 20;
+        let data: Vec<Vec<u8>> = (0..conns)
+            .map(|k| (0..per_conn).map(|i| (i * 7 + k) as u8).collect())
+            .collect();
+        let ids: Vec<u16> = (0..conns).map(|_| n.connect().unwrap()).collect();
+        let mut sent = vec![0usize; conns];
+        let mut got: BTreeMap<u16, Vec<u8>> = BTreeMap::new();
+        let mut buf = vec![0u8; 65_536];
+        let reading_from = n.now + Duration::from_secs(3);
+        let mut most_held = 0u64;
+        while got.values().map(Vec::len).sum::<usize>() < conns * per_conn {
+            for (k, &id) in ids.iter().enumerate() {
+                if let Some(c) = n.ends[0].1.conn_mut(id) {
+                    sent[k] += c.write(&data[k][sent[k]..]);
+                }
+            }
+            let (sent_total, _) = n.ends[0].1.committed_bytes();
+            assert!(
+                sent_total <= bound,
+                "the client holds {sent_total} unacknowledged"
+            );
+            let t1 = &mut n.ends[1].1;
+            while let Some(a) = t1.accept() {
+                got.insert(a, Vec::new());
+            }
+            // The server's application reads nothing for 3 s, then everything.
+            if n.now >= reading_from {
+                for (&id, v) in &mut got {
+                    while let Some(c) = t1.conn_mut(id) {
+                        let k = c.read(&mut buf);
+                        if k == 0 {
+                            break;
+                        }
+                        v.extend_from_slice(&buf[..k]);
+                    }
+                }
+            }
+            let held: u64 = got
+                .keys()
+                .filter_map(|&id| t1.conn(id))
+                .map(|c| c.receive_buffered_bytes())
+                .sum();
+            let (_, offered) = t1.committed_bytes();
+            assert!(
+                held <= offered && offered <= bound,
+                "{held} held, {offered} offered"
+            );
+            most_held = most_held.max(held);
+            n.step();
+            assert!(n.now < reading_from + Duration::from_secs(30), "stalled");
+        }
+        // The windows filled to the budget (8 MiB without it) and drained to the last byte.
+        assert!(most_held > budget / 2, "{most_held}");
+        for (k, &id) in ids.iter().enumerate() {
+            assert!(got[&id] == data[k], "connection {id}'s bytes");
+        }
     }
 
     #[test]

@@ -259,6 +259,8 @@ pub struct StripedConnection {
     /// Each capped path's rate cap, in payload bytes per second
     /// ([`StripedConnection::set_rate_cap`]).
     rate_caps: Vec<(PathId, u64)>,
+    /// `write` keeps unacknowledged data below this ([`StripedConnection::set_memory_limits`]).
+    send_limit: u64,
 }
 
 impl StripedConnection {
@@ -292,6 +294,7 @@ impl StripedConnection {
             last_heard: None,
             heard: false,
             rate_caps: Vec::new(),
+            send_limit: u64::MAX,
         }
     }
 
@@ -494,6 +497,7 @@ impl StripedConnection {
         let room = self
             .config
             .send_buffer_bytes
+            .min(self.send_limit)
             .saturating_sub(self.send_buf.len() as u64);
         let n = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
         self.send_buf.extend(&data[..n]);
@@ -506,15 +510,53 @@ impl StripedConnection {
     /// Reads in-order data; returns how many bytes (0 when nothing is readable).
     pub fn read(&mut self, buf: &mut [u8]) -> usize {
         let n = self.recv.read(buf);
+        if n > 0 {
+            self.update_window();
+        }
+        n
+    }
+
+    /// Tells the peer of a right edge that moved a quarter of the window (or an MSS) past what
+    /// was advertised.
+    fn update_window(&mut self) {
         let grown = self.recv.right_edge() - self.advertised_right_edge.min(self.recv.right_edge());
         let mss = self.config.flow.congestion.mss;
-        if n > 0 && grown >= (self.recv.capacity() / 4).max(mss) {
+        if grown >= (self.recv.offered() / 4).max(mss) {
             // A window update on every flow: tiny, and one of them is on a live, fast path.
             for f in &mut self.flows {
                 f.request_ack();
             }
         }
-        n
+    }
+
+    /// Limits what the connection holds from now on, as its share of a memory budget that
+    /// several connections draw on (the daemon's, per session): `write` takes data only while
+    /// fewer than `send` bytes are unacknowledged, and the receive window offers at most
+    /// `receive` bytes past the next byte to read. Neither takes back what was taken or
+    /// advertised before; both start unlimited, within the configured buffers.
+    pub fn set_memory_limits(&mut self, send: u64, receive: u64) {
+        self.send_limit = send;
+        self.recv.set_limit(receive, self.advertised_right_edge);
+        self.update_window();
+    }
+
+    /// Bytes the receive buffer offered the peer and may have to hold: from the next byte to
+    /// read to the advertised right edge (a share of a memory budget counts these, as it
+    /// counts [`StripedConnection::unacked_bytes`] on the send side).
+    pub fn receive_window_bytes(&self) -> u64 {
+        self.recv.right_edge() - self.recv.read_offset()
+    }
+
+    /// What holding the received bytes costs, each held run of bytes charged its entry
+    /// ([`crate::recv_buffer::CHUNK_ENTRY_BYTES`]).
+    pub fn receive_held_charge(&self) -> u64 {
+        self.recv.held_charge()
+    }
+
+    /// Bytes inside the window that arrived out of order and were not held, to keep the
+    /// buffer's charge within its window and a quarter; the peer sends them again.
+    pub fn receive_refused_bytes(&self) -> u64 {
+        self.recv.dropped_over_charge_bytes
     }
 
     /// No more data will be written: once everything written is acknowledged, every flow
@@ -1329,6 +1371,34 @@ mod tests {
             more.iter().map(|x| x.2.end - x.2.start).sum::<u64>(),
             16 << 10
         );
+    }
+
+    #[test]
+    fn memory_limits_bound_the_window_and_the_send_buffer_and_updates_still_flow() {
+        let server = Config {
+            receive_buffer_bytes: 1 << 20,
+            ..Config::default()
+        };
+        let (mut c, mut s) = open_pair_with(1, server);
+        // The initial window of 1 MiB was offered already; a limit holds back its regrowth.
+        s.set_memory_limits(u64::MAX, 64 << 10);
+        c.set_memory_limits(100_000, u64::MAX);
+        assert_eq!(c.write(&[1; 200_000]), 100_000, "the send limit caps write");
+        let mut got = 0;
+        let mut buf = vec![0; 1 << 20];
+        for step in 1..400 {
+            exchange(&mut c, &mut s, ms(step), |_, _| true);
+            got += s.read(&mut buf);
+            c.write(&[1; 200_000]);
+            assert!(c.unacked_bytes() <= 100_000);
+            // Once the first megabyte is read, the edge never runs more than the limit ahead.
+            if got >= 1 << 20 {
+                assert!(s.receive_window_bytes() <= 64 << 10);
+            }
+        }
+        // The window updates of a 64 KiB window (a quarter of it, not of the 1 MiB buffer)
+        // kept the data moving well past the first megabyte.
+        assert!(got > 3 << 20, "read {got}");
     }
 
     #[test]

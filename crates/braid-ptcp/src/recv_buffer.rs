@@ -2,20 +2,39 @@
 //!
 //! Data arriving on any micro-flow is queued here by its stream offset (section 3.1: "any
 //! packet from the lower layer is queued onto the recv buffer based on its sequence number").
-//! The buffer accepts bytes in `[read_offset, read_offset + capacity)` only, so it never holds
-//! more than `capacity` bytes whatever a peer sends; the right edge of that window is what the
-//! SM advertises, and it never moves left. Bytes outside it and bytes already held are dropped
-//! and counted.
+//! The buffer accepts bytes below its right edge only, the edge the SM advertises: at most
+//! `capacity` bytes past the next byte to read, fewer while a memory limit holds it back
+//! ([`RecvBuffer::set_limit`]); it never moves left. Bytes outside it and bytes already held
+//! are dropped and counted.
+//!
+//! What the buffer costs is more than the bytes it holds: each run of bytes is an entry
+//! ([`CHUNK_ENTRY_BYTES`]). Bytes that arrive in order join the run before them, so a
+//! stream of tiny segments costs one entry per [`CHUNK_MAX`] bytes; bytes out of order are kept
+//! only while the buffer's charge (bytes plus entries) stays within its window and a quarter,
+//! so a peer that sends every other byte cannot make a window of `W` bytes cost dozens of
+//! times `W`. An honest sender's out-of-order segments of 512 bytes or more always fit.
 
 use std::collections::BTreeMap;
 
 use crate::ranges::RangeSet;
+
+/// What one held run of bytes costs beyond its bytes: its map entry and allocation, and its
+/// range in the set of what is held (about 100 bytes with a one-byte run; on the high side).
+pub const CHUNK_ENTRY_BYTES: u64 = 128;
+
+/// Bytes arriving in order join the run before them up to this length.
+const CHUNK_MAX: usize = 16 << 10;
 
 /// Out-of-order reassembly by stream offset, bounded by `capacity` bytes.
 #[derive(Clone, Debug)]
 pub struct RecvBuffer {
     read_offset: u64,
     capacity: u64,
+    /// At most this many bytes past `read_offset` are offered when the edge next moves
+    /// ([`RecvBuffer::set_limit`]).
+    limit: u64,
+    /// The advertised right edge; never moves left.
+    edge: u64,
     chunks: BTreeMap<u64, Vec<u8>>,
     have: RangeSet,
     fin: Option<u64>,
@@ -23,6 +42,10 @@ pub struct RecvBuffer {
     pub dropped_outside_bytes: u64,
     /// Bytes that arrived a second time.
     pub duplicate_bytes: u64,
+    /// Bytes inside the window that arrived out of order when holding them would have taken
+    /// the buffer's charge past its allowance ([`RecvBuffer::held_charge`]); the sender sends
+    /// them again.
+    pub dropped_over_charge_bytes: u64,
 }
 
 impl RecvBuffer {
@@ -31,11 +54,14 @@ impl RecvBuffer {
         RecvBuffer {
             read_offset: 0,
             capacity,
+            limit: u64::MAX,
+            edge: capacity,
             chunks: BTreeMap::new(),
             have: RangeSet::new(),
             fin: None,
             dropped_outside_bytes: 0,
             duplicate_bytes: 0,
+            dropped_over_charge_bytes: 0,
         }
     }
 
@@ -45,8 +71,43 @@ impl RecvBuffer {
     pub(crate) fn starting_at(offset: u64, capacity: u64) -> Self {
         RecvBuffer {
             read_offset: offset,
+            edge: offset.saturating_add(capacity),
             ..Self::new(capacity)
         }
+    }
+
+    /// Offer at most `limit` bytes past the next byte to read from now on (a share of a
+    /// memory budget): the edge grows only up to there. It moves left to there too, but never
+    /// left of `advertised` (what the peer was told; the edge never moves left of that) nor of
+    /// a byte held.
+    pub fn set_limit(&mut self, limit: u64, advertised: u64) {
+        self.limit = limit;
+        let held = self.have.iter().next_back().map_or(0, |r| r.end);
+        self.edge = advertised.max(held).min(self.edge);
+        self.advance_edge();
+    }
+
+    /// How far past the next byte to read the edge moves: the capacity, or the limit.
+    pub fn offered(&self) -> u64 {
+        self.capacity.min(self.limit)
+    }
+
+    fn advance_edge(&mut self) {
+        let offer = self.read_offset.saturating_add(self.offered());
+        self.edge = self.edge.max(offer);
+    }
+
+    /// What holding the buffer's bytes costs: the bytes and each run's entry
+    /// ([`CHUNK_ENTRY_BYTES`]).
+    pub fn held_charge(&self) -> u64 {
+        self.buffered_bytes() + self.chunks.len() as u64 * CHUNK_ENTRY_BYTES
+    }
+
+    /// The charge out-of-order bytes may take the buffer to: its window and a quarter (and at
+    /// least 16 entries' worth, for tiny windows).
+    fn allowance(&self) -> u64 {
+        let window = self.edge - self.read_offset;
+        window.saturating_add((window / 4).max(16 * CHUNK_ENTRY_BYTES))
     }
 
     /// The capacity in bytes.
@@ -61,7 +122,7 @@ impl RecvBuffer {
 
     /// One past the last byte the buffer may hold: the advertised right edge.
     pub fn right_edge(&self) -> u64 {
-        self.read_offset.saturating_add(self.capacity)
+        self.edge
     }
 
     /// The next byte not yet received in order: the cumulative acknowledgement.
@@ -81,7 +142,9 @@ impl RecvBuffer {
         self.contiguous_end() - self.read_offset
     }
 
-    /// Queues `data` found at stream `offset`; returns how many new bytes were kept.
+    /// Queues `data` found at stream `offset`; returns how many new bytes were kept. Bytes in
+    /// order are kept whenever they lie below the right edge; bytes out of order only while
+    /// the buffer's charge stays within its allowance (see the module docs).
     pub fn insert(&mut self, offset: u64, data: &[u8]) -> u64 {
         let end = offset.saturating_add(data.len() as u64);
         let lo = offset.max(self.read_offset);
@@ -92,6 +155,7 @@ impl RecvBuffer {
             return 0;
         }
         let mut kept = 0;
+        let mut refused = 0;
         for r in self.have.missing(lo..hi) {
             // In range of `data` by construction: offset <= lo <= r.start < r.end <= hi <= end.
             let (Ok(a), Ok(b)) = (
@@ -103,11 +167,28 @@ impl RecvBuffer {
             let Some(bytes) = data.get(a..b) else {
                 continue;
             };
-            self.chunks.insert(r.start, bytes.to_vec());
-            kept += r.end - r.start;
+            let len = r.end - r.start;
+            let in_order = r.start == self.contiguous_end();
+            if !in_order && self.held_charge() + len + CHUNK_ENTRY_BYTES > self.allowance() {
+                refused += len;
+                continue;
+            }
+            let before = self.chunks.range_mut(..r.start).next_back();
+            match before {
+                Some((&at, run))
+                    if at + run.len() as u64 == r.start && run.len() + bytes.len() <= CHUNK_MAX =>
+                {
+                    run.extend_from_slice(bytes);
+                }
+                _ => {
+                    self.chunks.insert(r.start, bytes.to_vec());
+                }
+            }
+            kept += len;
             self.have.insert(r);
         }
-        self.duplicate_bytes += inside - kept;
+        self.dropped_over_charge_bytes += refused;
+        self.duplicate_bytes += inside - kept - refused;
         kept
     }
 
@@ -128,6 +209,7 @@ impl RecvBuffer {
             }
         }
         self.have.remove_below(self.read_offset);
+        self.advance_edge();
         n
     }
 
@@ -181,5 +263,82 @@ mod tests {
         assert!(b.set_fin(10));
         assert!(b.is_finished());
         assert!(!b.set_fin(11));
+    }
+
+    #[test]
+    fn bytes_in_order_join_one_run_and_tiny_segments_cost_little() {
+        let mut b = RecvBuffer::new(1 << 20);
+        for i in 0..40_000u64 {
+            assert_eq!(b.insert(i, &[i as u8]), 1);
+        }
+        // 40,000 one-byte segments: three runs of at most 16 KiB, not 40,000 entries.
+        assert_eq!(b.chunks.len(), 3);
+        assert_eq!(b.held_charge(), 40_000 + 3 * CHUNK_ENTRY_BYTES);
+        let mut out = vec![0u8; 50_000];
+        assert_eq!(b.read(&mut out), 40_000);
+        assert!(out[..40_000].iter().enumerate().all(|(i, &x)| x == i as u8));
+    }
+
+    #[test]
+    fn a_peer_sending_every_other_byte_is_held_to_the_window_and_a_quarter() {
+        let window = 64u64 << 10;
+        let mut b = RecvBuffer::new(window);
+        for at in (1..window).step_by(2) {
+            b.insert(at, &[1]);
+        }
+        // Each byte would be its own run: the charge stops at the allowance.
+        assert!(b.held_charge() <= window + window / 4);
+        assert!(b.held_charge() > window);
+        assert!(b.dropped_over_charge_bytes > window / 3);
+        assert_eq!(b.duplicate_bytes, 0);
+        // The hole at the head still fills, and in order all the way.
+        assert_eq!(b.insert(0, &[0]), 1);
+        assert!(b.contiguous_end() > 1);
+    }
+
+    #[test]
+    fn an_honest_senders_window_held_out_of_order_is_kept_whole() {
+        let window = 4u64 << 20;
+        let mss = 512u64;
+        let mut b = RecvBuffer::new(window);
+        // Every segment but the first arrives: all of them out of order.
+        let mut at = mss;
+        while at < window {
+            let len = mss.min(window - at);
+            assert_eq!(b.insert(at, &vec![7; len as usize]), len, "at {at}");
+            at += len;
+        }
+        assert_eq!(b.dropped_over_charge_bytes, 0);
+        assert_eq!(b.insert(0, &vec![7; mss as usize]), mss);
+        assert_eq!(b.readable_bytes(), window);
+    }
+
+    #[test]
+    fn a_limit_holds_the_edge_back_and_the_edge_never_moves_left() {
+        let mut b = RecvBuffer::new(100);
+        assert_eq!(b.right_edge(), 100);
+        // Nothing advertised yet: the edge moves back to the limit.
+        b.set_limit(10, 0);
+        assert_eq!(b.right_edge(), 10);
+        b.set_limit(u64::MAX, 0);
+        assert_eq!(b.right_edge(), 100);
+        // What was advertised stays offered.
+        b.set_limit(10, 100);
+        assert_eq!(b.right_edge(), 100);
+        assert_eq!(b.insert(0, &[1; 60]), 60);
+        let mut out = [0u8; 60];
+        assert_eq!(b.read(&mut out), 60);
+        // Read to 60: the edge offers 10 past it, less than before, so it stays.
+        assert_eq!(b.right_edge(), 100);
+        assert_eq!(b.insert(60, &[1; 40]), 40);
+        let mut out = [0u8; 40];
+        assert_eq!(b.read(&mut out), 40);
+        assert_eq!(b.right_edge(), 110);
+        b.set_limit(u64::MAX, 110);
+        assert_eq!(b.right_edge(), 200);
+        // Nor left of a byte held (a peer that sent past what it was told).
+        assert_eq!(b.insert(150, &[1; 10]), 10);
+        b.set_limit(0, 110);
+        assert_eq!(b.right_edge(), 160);
     }
 }

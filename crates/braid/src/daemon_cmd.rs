@@ -405,8 +405,11 @@ pub fn status(args: &StatusArgs) -> Result<()> {
         for peer in v["peers"].as_array().unwrap_or(&empty) {
             print_peer(peer, false);
             println!(
-                "pTCP connections {}  unknown-connection segments dropped {}",
-                peer["ptcp_connections"], peer["ptcp_unknown_conn"]
+                "pTCP connections {}  unknown-connection segments dropped {}  unacknowledged {}  windows offered {}",
+                peer["ptcp_connections"],
+                peer["ptcp_unknown_conn"],
+                bytes(&peer["ptcp_unacked_bytes"]),
+                bytes(&peer["ptcp_window_bytes"])
             );
         }
         return Ok(());
@@ -779,17 +782,42 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
     }
     if let Some(p) = s["ptcp"].as_object() {
         println!(
-            "pTCP: connections {}  segments sent {} received {} unsent {} dropped {}  for no connection {}",
+            "pTCP: connections {}  segments sent {} received {} unsent {} dropped {}  for no connection {}  unacknowledged {}  windows offered {}",
             peer["ptcp_connections"], p["sent"], p["received"], p["unsent"], p["dropped"],
-            peer["ptcp_unknown_conn"]
+            peer["ptcp_unknown_conn"],
+            bytes(&peer["ptcp_unacked_bytes"]),
+            bytes(&peer["ptcp_window_bytes"])
         );
     }
+}
+
+/// A byte count for people: `812 B`, `64.0 KiB`, `3.5 MiB`, `1.2 GiB` (`?` when absent).
+fn bytes(v: &serde_json::Value) -> String {
+    let Some(n) = v.as_u64() else {
+        return "?".into();
+    };
+    let units = [("GiB", 30), ("MiB", 20), ("KiB", 10)];
+    units
+        .iter()
+        .find(|&&(_, shift)| n >= 1u64 << shift)
+        .map_or(format!("{n} B"), |&(unit, shift)| {
+            format!("{:.1} {unit}", n as f64 / (1u64 << shift) as f64)
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn byte_counts_read_in_their_unit() {
+        assert_eq!(bytes(&json!(812)), "812 B");
+        assert_eq!(bytes(&json!(65_536)), "64.0 KiB");
+        assert_eq!(bytes(&json!(3_670_016)), "3.5 MiB");
+        assert_eq!(bytes(&json!(1_288_490_189u64)), "1.2 GiB");
+        assert_eq!(bytes(&json!(null)), "?");
+    }
 
     /// A writer whose disk is full.
     struct Full;
