@@ -109,6 +109,10 @@ pub enum PolicyStriping {
 /// one of this size per path for each client.
 pub const MAX_QUEUE_LIMIT_BYTES: u32 = 64 << 20;
 
+/// The most all of a bond's path queues may hold together, bytes (`queue_kb` times the
+/// paths): without it a client of 64 paths could make the server keep 4 GiB of queue.
+pub const MAX_QUEUES_BYTES: u64 = 256 << 20;
+
 /// The largest credit buffer a bond may ask for, bytes (`credit_buffer_kb` 1,048,576).
 pub const MAX_CREDIT_BUFFER_BYTES: u64 = 1 << 30;
 
@@ -219,6 +223,11 @@ impl BondParams {
         if self.queue_limit_bytes > MAX_QUEUE_LIMIT_BYTES {
             return Err(ConfigError::Invalid(
                 "each path's queue is at most 64 MiB (queue_kb = 65536)",
+            ));
+        }
+        if u64::from(self.queue_limit_bytes) * self.rates_bps.len() as u64 > MAX_QUEUES_BYTES {
+            return Err(ConfigError::Invalid(
+                "the paths' queues together are at most 256 MiB (queue_kb times the paths at most 262144)",
             ));
         }
         // Credits are the server's receive buffer for the client: bounded like its queues.
@@ -623,6 +632,21 @@ mod tests {
             BondParams::decode(&p.encode()).is_err(),
             "refused in a handshake too"
         );
+        // Four paths of 64 MiB fill the 256 MiB all queues may hold; a fifth does not fit,
+        // nor do 64 paths of 4 MiB and a packet.
+        let mut p = example(4);
+        p.queue_limit_bytes = MAX_QUEUE_LIMIT_BYTES;
+        assert!(p.validate().is_ok());
+        let mut p = example(5);
+        p.queue_limit_bytes = MAX_QUEUE_LIMIT_BYTES;
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("256 MiB"), "{e}");
+        assert!(BondParams::decode(&p.encode()).is_err());
+        let mut p = example(64);
+        p.queue_limit_bytes = 4 << 20;
+        assert!(p.validate().is_ok());
+        p.queue_limit_bytes += 1500;
+        assert!(p.validate().is_err());
         let mut p = example(2);
         p.credit_buffer_bytes = MAX_CREDIT_BUFFER_BYTES;
         assert!(p.validate().is_ok());
