@@ -12,8 +12,11 @@
 //! retransmission (TCP's own definition: it covers bytes already sent). Sequence numbers are
 //! compared modulo 2^32 (RFC 9293 section 3.4). A SYN or a RST forgets the flow: a new
 //! connection on the same ports starts from a new initial sequence number. The table holds
-//! [`MAX_FLOWS`] flows and forgets the oldest first; a forgotten flow's next segment just
-//! counts as new. Nothing here allocates per packet once a flow is known.
+//! [`MAX_FLOWS`] flows; when full it forgets the flow least recently sent on, near enough (the
+//! CLOCK algorithm: the oldest flow goes unless it sent since it was last passed over, in which
+//! case it gets a second chance), so a long transfer outlives thousands of short connections
+//! beside it. A forgotten flow's next segment just counts as new. Forgetting a flow is O(1),
+//! and nothing here allocates per packet once a flow is known.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -42,9 +45,22 @@ pub struct Segment {
 /// The highest end of data seen per TCP flow.
 #[derive(Debug, Default)]
 pub struct TcpRetransmits {
-    highest: HashMap<FlowKey, u32>,
-    /// Flows in the order they were first seen, for eviction.
-    order: VecDeque<FlowKey>,
+    highest: HashMap<FlowKey, Entry>,
+    /// Flows in the order they were queued for eviction, each with the generation it was
+    /// queued under: an entry whose flow was forgotten (or forgotten and seen again, under a
+    /// new generation) is stale and skipped.
+    order: VecDeque<(FlowKey, u64)>,
+    generation: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// The highest end of data sent.
+    end: u32,
+    /// The generation of the flow's entry in `order`.
+    generation: u64,
+    /// Sent on since the eviction hand last passed it (CLOCK's reference bit).
+    recent: bool,
 }
 
 /// What a TCP packet means to the table.
@@ -120,34 +136,60 @@ impl TcpRetransmits {
     pub fn is_retransmission(&self, seg: &Segment) -> bool {
         self.highest
             .get(&seg.flow)
-            .is_some_and(|&high| !after(seg.end, high))
+            .is_some_and(|e| !after(seg.end, e.end))
     }
 
     /// `seg` was sent: its end is the flow's highest if it is past the one before.
     pub fn record(&mut self, seg: &Segment) {
-        match self.highest.get_mut(&seg.flow) {
-            Some(high) => {
-                if after(seg.end, *high) {
-                    *high = seg.end;
-                }
+        if let Some(e) = self.highest.get_mut(&seg.flow) {
+            if after(seg.end, e.end) {
+                e.end = seg.end;
             }
-            None => {
-                if self.order.len() >= MAX_FLOWS {
-                    if let Some(old) = self.order.pop_front() {
-                        self.highest.remove(&old);
-                    }
-                }
-                self.order.push_back(seg.flow);
-                self.highest.insert(seg.flow, seg.end);
+            e.recent = true;
+            return;
+        }
+        if self.highest.len() >= MAX_FLOWS {
+            self.evict();
+        }
+        self.generation += 1;
+        self.order.push_back((seg.flow, self.generation));
+        self.highest.insert(
+            seg.flow,
+            Entry {
+                end: seg.end,
+                generation: self.generation,
+                recent: false,
+            },
+        );
+        // Stale entries (flows forgotten by a SYN or RST) never outnumber the live ones.
+        if self.order.len() > 2 * MAX_FLOWS {
+            let highest = &self.highest;
+            self.order
+                .retain(|(f, g)| highest.get(f).is_some_and(|e| e.generation == *g));
+        }
+    }
+
+    /// Forgets one flow: the oldest in the queue that has not sent since it was last passed
+    /// over. One pass over at most every flow, each passed over at most once.
+    fn evict(&mut self) {
+        while let Some((flow, g)) = self.order.pop_front() {
+            let Some(e) = self.highest.get_mut(&flow).filter(|e| e.generation == g) else {
+                continue;
+            };
+            if e.recent {
+                e.recent = false;
+                self.order.push_back((flow, g));
+            } else {
+                self.highest.remove(&flow);
+                return;
             }
         }
     }
 
     /// A SYN or RST of `flow` was sent: forget its sequence numbers.
     pub fn forget(&mut self, flow: &FlowKey) {
-        if self.highest.remove(flow).is_some() {
-            self.order.retain(|f| f != flow);
-        }
+        // Its entry in `order` goes stale.
+        self.highest.remove(flow);
     }
 
     /// Flows remembered now.
@@ -274,6 +316,45 @@ mod tests {
         assert_eq!(
             sent(&mut t, &v4(MAX_FLOWS as u16 + 9, 1, 100, 0x10)),
             Some(true)
+        );
+    }
+
+    #[test]
+    fn a_flow_that_keeps_sending_outlives_new_ones_and_forgetting_leaves_no_trace() {
+        let mut t = TcpRetransmits::new();
+        // A long transfer on port 1, then thousands of short connections, the transfer
+        // sending between them.
+        sent(&mut t, &v4(1, 1, 100, 0x10));
+        for port in 2..(3 * MAX_FLOWS as u16) {
+            sent(&mut t, &v4(port, 1, 100, 0x10));
+            if port % 512 == 0 {
+                sent(&mut t, &v4(1, u32::from(port) * 100, 100, 0x10));
+            }
+        }
+        assert_eq!(t.flows(), MAX_FLOWS);
+        assert_eq!(
+            sent(&mut t, &v4(1, 1, 100, 0x10)),
+            Some(true),
+            "the transfer is known"
+        );
+        // A flood of connections opened and reset leaves the queue no longer than twice the
+        // table.
+        for round in 0..10u32 {
+            for port in 20_000..(20_000 + MAX_FLOWS as u16) {
+                sent(&mut t, &v4(port, round * 1000 + 1, 100, 0x10));
+                let Some(TcpPacket::Restart(flow)) = classify(&v4(port, 0, 0, 0x04)) else {
+                    panic!("a RST restarts its flow");
+                };
+                t.forget(&flow);
+            }
+        }
+        // Each reset flow took one place and gave it back: one flow was evicted in all.
+        assert!(t.order.len() <= 2 * MAX_FLOWS);
+        assert_eq!(t.flows(), MAX_FLOWS - 1);
+        assert_eq!(
+            sent(&mut t, &v4(1, 1, 100, 0x10)),
+            Some(true),
+            "the transfer is known"
         );
     }
 
