@@ -311,6 +311,9 @@ impl PtcpTable {
             .receive_buffer_bytes
             .unwrap_or(rule.clamp(2 << 20, 64 << 20));
         c.send_buffer_bytes = c.receive_buffer_bytes.max(4 << 20);
+        // A window offered counts against the memory budget: an idle connection should not
+        // hold one of many megabytes.
+        c.autotune_receive_window = true;
         c
     }
 
@@ -885,6 +888,53 @@ mod tests {
         for (k, &id) in ids.iter().enumerate() {
             assert!(got[&id] == data[k], "connection {id}'s bytes");
         }
+    }
+
+    #[test]
+    fn an_idle_connection_keeps_a_small_window_and_leaves_the_budget_to_a_busy_one() {
+        let mut n = Pair::established();
+        // Buffers of 4 MiB, a budget of 4 MiB: offered whole, the idle connection's window
+        // would leave the busy one 128 KiB.
+        let opts = |accept| TableOptions {
+            memory_budget: 4 << 20,
+            receive_buffer_bytes: Some(4 << 20),
+            ..options(accept)
+        };
+        n.ends[0].1 = PtcpTable::new(Role::Initiator, opts(false));
+        n.ends[1].1 = PtcpTable::new(Role::Responder, opts(true));
+        let idle = n.connect().unwrap();
+        let busy = n.connect().unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let chunk = vec![5u8; 1 << 16];
+        let mut widest = 0;
+        for step in 0..20_000 {
+            if let Some(c) = n.ends[0].1.conn_mut(busy) {
+                c.write(&chunk);
+            }
+            let t1 = &mut n.ends[1].1;
+            while t1.accept().is_some() {}
+            // The busy connection's reader reads in bursts, so its sender fills the window.
+            if step % 50 == 0 {
+                if let Some(c) = t1.conn_mut(busy) {
+                    while c.read(&mut buf) > 0 {}
+                    widest = widest.max(c.receive_window_bytes());
+                }
+            }
+            if widest >= 2 << 20 {
+                break;
+            }
+            n.step();
+        }
+        let t1 = &n.ends[1].1;
+        let idle_window = t1.conn(idle).unwrap().receive_window_bytes();
+        assert_eq!(
+            idle_window,
+            braid_ptcp::recv_buffer::AUTOTUNE_INITIAL_WINDOW
+        );
+        assert!(
+            widest >= 2 << 20,
+            "the busy connection's window reached only {widest}"
+        );
     }
 
     #[test]

@@ -3,16 +3,27 @@
 //! Data arriving on any micro-flow is queued here by its stream offset (section 3.1: "any
 //! packet from the lower layer is queued onto the recv buffer based on its sequence number").
 //! The buffer accepts bytes below its right edge only, the edge the SM advertises: at most
-//! `capacity` bytes past the next byte to read, fewer while a memory limit holds it back
-//! ([`RecvBuffer::set_limit`]); it never moves left. Bytes outside it and bytes already held
+//! `capacity` bytes past the next byte to read, fewer while a memory limit
+//! ([`RecvBuffer::set_limit`]) or the window's tuning ([`RecvBuffer::autotuned`]) holds it
+//! back; it never moves left of what was advertised. Bytes outside it and bytes already held
 //! are dropped and counted.
 //!
 //! What the buffer costs is more than the bytes it holds: each run of bytes is an entry
-//! ([`CHUNK_ENTRY_BYTES`]). Bytes that arrive in order join the run before them, so a
-//! stream of tiny segments costs one entry per [`CHUNK_MAX`] bytes; bytes out of order are kept
-//! only while the buffer's charge (bytes plus entries) stays within its window and a quarter,
-//! so a peer that sends every other byte cannot make a window of `W` bytes cost dozens of
-//! times `W`. An honest sender's out-of-order segments of 512 bytes or more always fit.
+//! ([`CHUNK_ENTRY_BYTES`]). Bytes join the run before them, and the run after them joins
+//! theirs, up to [`CHUNK_MAX`] bytes a run, so a stream of tiny segments costs one entry per
+//! 16 KiB once its holes are filled. A segment wholly out of order is admitted
+//! ([`RecvBuffer::admits`]) only while the buffer's charge (bytes plus entries) stays within
+//! its window and a quarter, so a peer that sends every other byte cannot make a window of `W`
+//! bytes cost dozens of times `W`. The SM asks before its micro-flow takes the segment: one
+//! not admitted is dropped as if the path had lost it, and the peer's flow sends it again
+//! (a byte the flow had acknowledged would never come again).
+//!
+//! # Tuning the window
+//! A window offered is memory promised, whether the peer uses it or not. An autotuned buffer
+//! ([`RecvBuffer::autotuned`], as Linux's receive-buffer autotuning) starts with a small window
+//! and doubles it, up to its capacity, each time a segment lands in the window's last quarter:
+//! the peer is sending as fast as the window lets it. An idle or slow sender never gets past
+//! the first window.
 
 use std::collections::BTreeMap;
 
@@ -22,8 +33,11 @@ use crate::ranges::RangeSet;
 /// range in the set of what is held (about 100 bytes with a one-byte run; on the high side).
 pub const CHUNK_ENTRY_BYTES: u64 = 128;
 
-/// Bytes arriving in order join the run before them up to this length.
+/// Runs of bytes join up to this length.
 const CHUNK_MAX: usize = 16 << 10;
+
+/// The first window of an autotuned buffer ([`RecvBuffer::autotuned`]): 256 KiB.
+pub const AUTOTUNE_INITIAL_WINDOW: u64 = 256 << 10;
 
 /// Out-of-order reassembly by stream offset, bounded by `capacity` bytes.
 #[derive(Clone, Debug)]
@@ -33,8 +47,15 @@ pub struct RecvBuffer {
     /// At most this many bytes past `read_offset` are offered when the edge next moves
     /// ([`RecvBuffer::set_limit`]).
     limit: u64,
-    /// The advertised right edge; never moves left.
+    /// The right edge; never moves left of what was advertised.
     edge: u64,
+    /// The window the sender has shown it needs ([`RecvBuffer::autotuned`]); `u64::MAX` when
+    /// not tuned.
+    tuned: u64,
+    /// A segment landed in the window's last quarter since the window last moved.
+    wants_more: bool,
+    /// Bytes held (`have.covered()`, kept as a count).
+    held: u64,
     chunks: BTreeMap<u64, Vec<u8>>,
     have: RangeSet,
     fin: Option<u64>,
@@ -42,8 +63,8 @@ pub struct RecvBuffer {
     pub dropped_outside_bytes: u64,
     /// Bytes that arrived a second time.
     pub duplicate_bytes: u64,
-    /// Bytes inside the window that arrived out of order when holding them would have taken
-    /// the buffer's charge past its allowance ([`RecvBuffer::held_charge`]); the sender sends
+    /// Bytes of segments not admitted ([`RecvBuffer::admits`]): wholly out of order when
+    /// holding them would have taken the buffer's charge past its allowance; the sender sends
     /// them again.
     pub dropped_over_charge_bytes: u64,
 }
@@ -56,6 +77,9 @@ impl RecvBuffer {
             capacity,
             limit: u64::MAX,
             edge: capacity,
+            tuned: u64::MAX,
+            wants_more: false,
+            held: 0,
             chunks: BTreeMap::new(),
             have: RangeSet::new(),
             fin: None,
@@ -76,6 +100,17 @@ impl RecvBuffer {
         }
     }
 
+    /// An empty buffer of `capacity` bytes whose window starts at [`AUTOTUNE_INITIAL_WINDOW`]
+    /// and grows as the sender shows it needs more (the module docs, "Tuning the window").
+    pub fn autotuned(capacity: u64) -> Self {
+        let first = capacity.min(AUTOTUNE_INITIAL_WINDOW);
+        RecvBuffer {
+            tuned: first,
+            edge: first,
+            ..Self::new(capacity)
+        }
+    }
+
     /// Offer at most `limit` bytes past the next byte to read from now on (a share of a
     /// memory budget): the edge grows only up to there. It moves left to there too, but never
     /// left of `advertised` (what the peer was told; the edge never moves left of that) nor of
@@ -87,12 +122,17 @@ impl RecvBuffer {
         self.advance_edge();
     }
 
-    /// How far past the next byte to read the edge moves: the capacity, or the limit.
+    /// How far past the next byte to read the edge moves: the capacity, the limit or the
+    /// tuned window, whichever is least.
     pub fn offered(&self) -> u64 {
-        self.capacity.min(self.limit)
+        self.capacity.min(self.limit).min(self.tuned)
     }
 
     fn advance_edge(&mut self) {
+        if self.wants_more {
+            self.wants_more = false;
+            self.tuned = self.tuned.saturating_mul(2).min(self.capacity);
+        }
         let offer = self.read_offset.saturating_add(self.offered());
         self.edge = self.edge.max(offer);
     }
@@ -100,7 +140,21 @@ impl RecvBuffer {
     /// What holding the buffer's bytes costs: the bytes and each run's entry
     /// ([`CHUNK_ENTRY_BYTES`]).
     pub fn held_charge(&self) -> u64 {
-        self.buffered_bytes() + self.chunks.len() as u64 * CHUNK_ENTRY_BYTES
+        self.held + self.chunks.len() as u64 * CHUNK_ENTRY_BYTES
+    }
+
+    /// Whether a segment of `len` bytes at `offset` may be taken: one that starts at or before
+    /// the next byte expected always, one wholly out of order only while the charge stays
+    /// within the allowance (the module docs). The SM asks before its micro-flow sees the
+    /// segment, and counts one refused ([`RecvBuffer::refused`]).
+    pub fn admits(&self, offset: u64, len: u64) -> bool {
+        offset <= self.contiguous_end()
+            || self.held_charge() + len + CHUNK_ENTRY_BYTES <= self.allowance()
+    }
+
+    /// Counts `len` bytes of a segment not admitted ([`RecvBuffer::admits`]).
+    pub fn refused(&mut self, len: u64) {
+        self.dropped_over_charge_bytes += len;
     }
 
     /// The charge out-of-order bytes may take the buffer to: its window and a quarter (and at
@@ -134,7 +188,7 @@ impl RecvBuffer {
 
     /// Bytes held (received, not yet read); never more than the capacity.
     pub fn buffered_bytes(&self) -> u64 {
-        self.have.covered()
+        self.held
     }
 
     /// Bytes readable now.
@@ -142,9 +196,8 @@ impl RecvBuffer {
         self.contiguous_end() - self.read_offset
     }
 
-    /// Queues `data` found at stream `offset`; returns how many new bytes were kept. Bytes in
-    /// order are kept whenever they lie below the right edge; bytes out of order only while
-    /// the buffer's charge stays within its allowance (see the module docs).
+    /// Queues `data` found at stream `offset`; returns how many new bytes were kept (every byte
+    /// below the right edge not held already: ask [`RecvBuffer::admits`] first).
     pub fn insert(&mut self, offset: u64, data: &[u8]) -> u64 {
         let end = offset.saturating_add(data.len() as u64);
         let lo = offset.max(self.read_offset);
@@ -154,8 +207,12 @@ impl RecvBuffer {
         if lo >= hi {
             return 0;
         }
+        // The sender pushes against the window: tune it wider at its next move.
+        let offered = self.offered();
+        if self.tuned != u64::MAX && hi > self.edge.saturating_sub(offered / 4) {
+            self.wants_more = true;
+        }
         let mut kept = 0;
-        let mut refused = 0;
         for r in self.have.missing(lo..hi) {
             // In range of `data` by construction: offset <= lo <= r.start < r.end <= hi <= end.
             let (Ok(a), Ok(b)) = (
@@ -167,29 +224,41 @@ impl RecvBuffer {
             let Some(bytes) = data.get(a..b) else {
                 continue;
             };
-            let len = r.end - r.start;
-            let in_order = r.start == self.contiguous_end();
-            if !in_order && self.held_charge() + len + CHUNK_ENTRY_BYTES > self.allowance() {
-                refused += len;
-                continue;
-            }
-            let before = self.chunks.range_mut(..r.start).next_back();
-            match before {
-                Some((&at, run))
-                    if at + run.len() as u64 == r.start && run.len() + bytes.len() <= CHUNK_MAX =>
-                {
-                    run.extend_from_slice(bytes);
-                }
-                _ => {
-                    self.chunks.insert(r.start, bytes.to_vec());
-                }
-            }
-            kept += len;
+            self.keep(r.start, bytes);
+            kept += r.end - r.start;
             self.have.insert(r);
         }
-        self.dropped_over_charge_bytes += refused;
-        self.duplicate_bytes += inside - kept - refused;
+        self.held += kept;
+        self.duplicate_bytes += inside - kept;
         kept
+    }
+
+    /// Holds `bytes` found at `at` (not held yet): in the run before them if it ends there,
+    /// and the run after them joins theirs, each while a run stays within [`CHUNK_MAX`].
+    fn keep(&mut self, at: u64, bytes: &[u8]) {
+        let end = at + bytes.len() as u64;
+        let start = match self.chunks.range_mut(..at).next_back() {
+            Some((&k, run))
+                if k + run.len() as u64 == at && run.len() + bytes.len() <= CHUNK_MAX =>
+            {
+                run.extend_from_slice(bytes);
+                k
+            }
+            _ => {
+                self.chunks.insert(at, bytes.to_vec());
+                at
+            }
+        };
+        let fits = |a: usize, b: usize| a + b <= CHUNK_MAX;
+        let next_len = self.chunks.get(&end).map(Vec::len);
+        let own_len = self.chunks.get(&start).map_or(0, Vec::len);
+        if next_len.is_some_and(|n| fits(own_len, n)) {
+            if let Some(next) = self.chunks.remove(&end) {
+                if let Some(run) = self.chunks.get_mut(&start) {
+                    run.extend_from_slice(&next);
+                }
+            }
+        }
     }
 
     /// Copies readable bytes into `buf`; returns how many.
@@ -209,6 +278,7 @@ impl RecvBuffer {
             }
         }
         self.have.remove_below(self.read_offset);
+        self.held -= n as u64;
         self.advance_edge();
         n
     }
@@ -279,21 +349,40 @@ mod tests {
         assert!(out[..40_000].iter().enumerate().all(|(i, &x)| x == i as u8));
     }
 
+    /// As the SM offers a segment: refused unless admitted.
+    fn offer(b: &mut RecvBuffer, at: u64, data: &[u8]) -> u64 {
+        if b.admits(at, data.len() as u64) {
+            b.insert(at, data)
+        } else {
+            b.refused(data.len() as u64);
+            0
+        }
+    }
+
     #[test]
     fn a_peer_sending_every_other_byte_is_held_to_the_window_and_a_quarter() {
         let window = 64u64 << 10;
         let mut b = RecvBuffer::new(window);
         for at in (1..window).step_by(2) {
-            b.insert(at, &[1]);
+            offer(&mut b, at, &[1]);
         }
         // Each byte would be its own run: the charge stops at the allowance.
         assert!(b.held_charge() <= window + window / 4);
         assert!(b.held_charge() > window);
         assert!(b.dropped_over_charge_bytes > window / 3);
         assert_eq!(b.duplicate_bytes, 0);
-        // The hole at the head still fills, and in order all the way.
-        assert_eq!(b.insert(0, &[0]), 1);
+        assert_eq!(b.buffered_bytes(), b.have.covered());
+        // The hole at the head is always admitted; the bytes after it follow in order.
+        assert_eq!(offer(&mut b, 0, &[0]), 1);
         assert!(b.contiguous_end() > 1);
+        // The sender sends again what was refused: everything arrives.
+        for at in 2..window {
+            offer(&mut b, at, &[1]);
+        }
+        assert_eq!(b.contiguous_end(), window);
+        // Filling the holes joined the runs: 4 of 16 KiB, not 32,768.
+        assert_eq!(b.chunks.len(), 4);
+        assert_eq!(b.buffered_bytes(), b.have.covered());
     }
 
     #[test]
@@ -305,12 +394,35 @@ mod tests {
         let mut at = mss;
         while at < window {
             let len = mss.min(window - at);
-            assert_eq!(b.insert(at, &vec![7; len as usize]), len, "at {at}");
+            assert_eq!(offer(&mut b, at, &vec![7; len as usize]), len, "at {at}");
             at += len;
         }
         assert_eq!(b.dropped_over_charge_bytes, 0);
-        assert_eq!(b.insert(0, &vec![7; mss as usize]), mss);
+        assert_eq!(offer(&mut b, 0, &vec![7; mss as usize]), mss);
         assert_eq!(b.readable_bytes(), window);
+        assert_eq!(b.buffered_bytes(), window);
+    }
+
+    #[test]
+    fn an_autotuned_window_grows_only_when_the_sender_fills_it() {
+        let mut b = RecvBuffer::autotuned(4 << 20);
+        let first = AUTOTUNE_INITIAL_WINDOW;
+        assert_eq!(b.right_edge(), first);
+        let mut out = vec![0u8; 1 << 20];
+        // A sender that sends little: the window stays where it started.
+        for k in 0..100u64 {
+            b.insert(k * 100, &[1; 100]);
+            b.read(&mut out);
+        }
+        assert_eq!(b.offered(), first);
+        // One that fills it to the edge: the window doubles at each move, to the capacity.
+        for round in 1..=5u32 {
+            let edge = b.right_edge();
+            let from = b.read_offset();
+            b.insert(from, &vec![1; (edge - from) as usize]);
+            b.read(&mut out);
+            assert_eq!(b.offered(), (first << round).min(4 << 20), "round {round}");
+        }
     }
 
     #[test]
