@@ -312,8 +312,9 @@ impl PtcpTable {
             .unwrap_or(rule.clamp(2 << 20, 64 << 20));
         c.send_buffer_bytes = c.receive_buffer_bytes.max(4 << 20);
         // A window offered counts against the memory budget: an idle connection should not
-        // hold one of many megabytes.
-        c.autotune_receive_window = true;
+        // hold one of many megabytes. The window widens each loaded round trip to twice
+        // what arrived in it.
+        c.autotune_receive_window = Some(loaded);
         c
     }
 

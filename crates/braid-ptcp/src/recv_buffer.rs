@@ -20,10 +20,10 @@
 //!
 //! # Tuning the window
 //! A window offered is memory promised, whether the peer uses it or not. An autotuned buffer
-//! ([`RecvBuffer::autotuned`], as Linux's receive-buffer autotuning) starts with a small window
-//! and doubles it, up to its capacity, each time a segment lands in the window's last quarter:
-//! the peer is sending as fast as the window lets it. An idle or slow sender never gets past
-//! the first window.
+//! ([`RecvBuffer::autotuned`]) starts with a small window and is widened by its SM
+//! ([`RecvBuffer::widen_to`]) as the peer's sending shows it needs more (Linux's receive-buffer
+//! autotuning, which the SM runs: `StripedConnection`), up to its capacity. An idle or slow
+//! sender never gets past the first window.
 
 use std::collections::BTreeMap;
 
@@ -52,8 +52,6 @@ pub struct RecvBuffer {
     /// The window the sender has shown it needs ([`RecvBuffer::autotuned`]); `u64::MAX` when
     /// not tuned.
     tuned: u64,
-    /// A segment landed in the window's last quarter since the window last moved.
-    wants_more: bool,
     /// Bytes held (`have.covered()`, kept as a count).
     held: u64,
     chunks: BTreeMap<u64, Vec<u8>>,
@@ -78,7 +76,6 @@ impl RecvBuffer {
             limit: u64::MAX,
             edge: capacity,
             tuned: u64::MAX,
-            wants_more: false,
             held: 0,
             chunks: BTreeMap::new(),
             have: RangeSet::new(),
@@ -101,13 +98,22 @@ impl RecvBuffer {
     }
 
     /// An empty buffer of `capacity` bytes whose window starts at [`AUTOTUNE_INITIAL_WINDOW`]
-    /// and grows as the sender shows it needs more (the module docs, "Tuning the window").
+    /// and grows as its SM widens it (the module docs, "Tuning the window").
     pub fn autotuned(capacity: u64) -> Self {
         let first = capacity.min(AUTOTUNE_INITIAL_WINDOW);
         RecvBuffer {
             tuned: first,
             edge: first,
             ..Self::new(capacity)
+        }
+    }
+
+    /// An autotuned buffer's window grows to `bytes` (never past the capacity, never smaller);
+    /// nothing for a buffer not tuned.
+    pub fn widen_to(&mut self, bytes: u64) {
+        if self.tuned != u64::MAX && bytes > self.tuned {
+            self.tuned = bytes.min(self.capacity);
+            self.advance_edge();
         }
     }
 
@@ -129,10 +135,6 @@ impl RecvBuffer {
     }
 
     fn advance_edge(&mut self) {
-        if self.wants_more {
-            self.wants_more = false;
-            self.tuned = self.tuned.saturating_mul(2).min(self.capacity);
-        }
         let offer = self.read_offset.saturating_add(self.offered());
         self.edge = self.edge.max(offer);
     }
@@ -206,11 +208,6 @@ impl RecvBuffer {
         self.dropped_outside_bytes += data.len() as u64 - inside;
         if lo >= hi {
             return 0;
-        }
-        // The sender pushes against the window: tune it wider at its next move.
-        let offered = self.offered();
-        if self.tuned != u64::MAX && hi > self.edge.saturating_sub(offered / 4) {
-            self.wants_more = true;
         }
         let mut kept = 0;
         for r in self.have.missing(lo..hi) {
@@ -404,25 +401,20 @@ mod tests {
     }
 
     #[test]
-    fn an_autotuned_window_grows_only_when_the_sender_fills_it() {
+    fn an_autotuned_window_starts_small_and_widens_to_the_capacity_at_most() {
         let mut b = RecvBuffer::autotuned(4 << 20);
-        let first = AUTOTUNE_INITIAL_WINDOW;
-        assert_eq!(b.right_edge(), first);
-        let mut out = vec![0u8; 1 << 20];
-        // A sender that sends little: the window stays where it started.
-        for k in 0..100u64 {
-            b.insert(k * 100, &[1; 100]);
-            b.read(&mut out);
-        }
-        assert_eq!(b.offered(), first);
-        // One that fills it to the edge: the window doubles at each move, to the capacity.
-        for round in 1..=5u32 {
-            let edge = b.right_edge();
-            let from = b.read_offset();
-            b.insert(from, &vec![1; (edge - from) as usize]);
-            b.read(&mut out);
-            assert_eq!(b.offered(), (first << round).min(4 << 20), "round {round}");
-        }
+        assert_eq!(b.right_edge(), AUTOTUNE_INITIAL_WINDOW);
+        b.widen_to(1 << 20);
+        assert_eq!((b.offered(), b.right_edge()), (1 << 20, 1 << 20));
+        // Never narrower, never past the capacity.
+        b.widen_to(1 << 10);
+        assert_eq!(b.offered(), 1 << 20);
+        b.widen_to(1 << 30);
+        assert_eq!(b.offered(), 4 << 20);
+        // A buffer not tuned offers its capacity and ignores it.
+        let mut b = RecvBuffer::new(4 << 20);
+        b.widen_to(1 << 30);
+        assert_eq!(b.offered(), 4 << 20);
     }
 
     #[test]
