@@ -26,6 +26,8 @@ enum Input {
     Write(usize),
     Read(usize),
     Wait(u64),
+    /// `set_memory_limits(send, receive)` on the target.
+    Limits(u64, u64),
 }
 
 fn small_or_any() -> impl Strategy<Value = u64> {
@@ -64,6 +66,7 @@ fn arb_input() -> impl Strategy<Value = Input> {
         (0usize..20_000).prop_map(Input::Write),
         (0usize..20_000).prop_map(Input::Read),
         (0u64..3000).prop_map(Input::Wait),
+        (small_or_any(), small_or_any()).prop_map(|(a, b)| Input::Limits(a, b)),
     ]
 }
 
@@ -94,9 +97,11 @@ proptest! {
             CongestionAlgorithm::Cubic,
             CongestionAlgorithm::Bbr,
         ]),
+        autotune in prop::option::of(1u64..2000),
     ) {
         let mut cfg = Config { receive_buffer_bytes: 64 << 10, ..Config::default() };
         cfg.flow.congestion.algorithm = algorithm;
+        cfg.autotune_receive_window = autotune.map(Duration::from_millis);
         let mut now = Instant::ZERO;
         let mut c = StripedConnection::connect(cfg, now, &[PathId(0), PathId(1)]);
         let mut s = StripedConnection::accept(cfg);
@@ -126,6 +131,7 @@ proptest! {
                 Input::Read(n) => {
                     target.read(&mut buf[..n]);
                 }
+                Input::Limits(send, receive) => target.set_memory_limits(send, receive),
                 Input::Wait(ms) => {
                     now = now + Duration::from_millis(ms);
                     if c.poll_timeout().is_some_and(|t| t <= now) {
@@ -137,8 +143,17 @@ proptest! {
                 }
             }
             pump(&mut c, &mut s, now);
-            prop_assert!(c.receive_buffered_bytes() <= 64 << 10);
-            prop_assert!(s.receive_buffered_bytes() <= 64 << 10);
+            for end in [&c, &s] {
+                prop_assert!(end.receive_buffered_bytes() <= 64 << 10);
+                prop_assert!(end.receive_window_bytes() <= 64 << 10);
+                // Bytes and entries: the window and a quarter out of order, an entry per
+                // KiB or so in order; a peer's every-other-byte once cost 50 times the window.
+                prop_assert!(
+                    end.receive_held_charge() <= 96 << 10,
+                    "charge {}",
+                    end.receive_held_charge()
+                );
+            }
             while c.poll_event().is_some() {}
             while s.poll_event().is_some() {}
         }
