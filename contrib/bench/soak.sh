@@ -22,7 +22,10 @@
 # queries; and whether both daemons answered `braid status` at the end. With KEEP_DIR, each
 # sample also appends both daemons' `braid status --json` (with `t`) to c-status.jsonl and
 # s-status.jsonl there, and the configs and logs stay.
-# Needs root, python3, tc (tbf). docs/benchmarks.md, "A soak", has the figures.
+# With SOAK_ACCEL=1 both ends set `[tcp] accelerate = true`, so the TCP rides pTCP connections
+# (and the status samples carry their committed bytes, `ptcp_unacked_bytes`/`ptcp_window_bytes`).
+# Needs root, python3, tc (tbf); nft too with SOAK_ACCEL. docs/benchmarks.md, "A soak", has the
+# figures.
 set -u
 BIN=$(readlink -f "$1"); MIN=$2; RATE=${3:-40}; KEEP=${4:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -52,6 +55,10 @@ for i in 1 2; do
   PATHS="$PATHS[[path]]\nname = \"$name\"\nlocal = \"10.95.$i.1\"\nremote = \"10.95.$i.2:7000\"\n"
 done
 bed_configs "$BIN" "$D" "$PATHS" 'scheduler = "pet"\n'
+if [ -n "${SOAK_ACCEL:-}" ]; then
+  printf '[tcp]\naccelerate = true\n' >> "$D/c.toml"
+  printf '[tcp]\naccelerate = true\n' >> "$D/s.toml"
+fi
 start_client() { ip netns exec sa "$BIN" up -c "$D/c.toml" >> "$D/c.log" 2>&1 & }
 ip netns exec sb "$BIN" up -c "$D/s.toml" > "$D/s.log" 2>&1 &
 sleep 0.3

@@ -436,28 +436,11 @@ pub fn status(args: &StatusArgs) -> Result<()> {
     for peer in peers {
         print_peer(peer, peers.len() > 1);
     }
-    if let Some(t) = v["tcp"].as_object() {
-        if t["server_accepts"] == false {
-            println!(
-                "TCP acceleration: off, the server does not take accelerated TCP (no [tcp] accelerate = true there, or no handshake yet); TCP rides the striped tunnel"
-            );
-        } else {
-            let port = t["listen_port"]
-                .as_u64()
-                .map_or(String::new(), |p| format!("redirected to port {p}, "));
-            let capped = t["rate_capped"]
-                .as_u64()
-                .filter(|&n| n > 0)
-                .map_or(String::new(), |n| {
-                    format!("  in [qos], capped at the paths' rates {n}")
-                });
-            println!(
-                "TCP accelerated over pTCP: {port}connections {}  active {}  refused {}{capped}",
-                t["connections"], t["active"], t["refused"]
-            );
-        }
+    if let Some(line) = tcp_line(&v["tcp"]) {
+        println!("{line}");
     }
-    if let Some(g) = v["handshake_guard"].as_object() {
+    // JSON values index to null where a key is absent (a map would panic).
+    if let Some(g) = Some(&v["handshake_guard"]).filter(|g| g.is_object()) {
         let n = |k: &str| g.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
         let under_load = g.get("under_load").and_then(|x| x.as_bool()) == Some(true);
         if under_load || n("bad_mac") + n("cookies_sent") + n("rate_limited") > 0 {
@@ -526,6 +509,33 @@ pub fn status(args: &StatusArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `braid status`'s line on TCP acceleration, from the status's `tcp` (none without it). A
+/// server's has no `listen_port`: indexing the JSON map for it panicked ("no entry found for
+/// key"), so `braid status` of every accelerating server did until a soak found it.
+fn tcp_line(t: &serde_json::Value) -> Option<String> {
+    if !t.is_object() {
+        return None;
+    }
+    if t["server_accepts"] == false {
+        return Some(
+            "TCP acceleration: off, the server does not take accelerated TCP (no [tcp] accelerate = true there, or no handshake yet); TCP rides the striped tunnel".into(),
+        );
+    }
+    let port = t["listen_port"]
+        .as_u64()
+        .map_or(String::new(), |p| format!("redirected to port {p}, "));
+    let capped = t["rate_capped"]
+        .as_u64()
+        .filter(|&n| n > 0)
+        .map_or(String::new(), |n| {
+            format!("  in [qos], capped at the paths' rates {n}")
+        });
+    Some(format!(
+        "TCP accelerated over pTCP: {port}connections {}  active {}  refused {}{capped}",
+        t["connections"], t["active"], t["refused"]
+    ))
 }
 
 /// One peer's part of `braid status`: its session line, paths, counters and classes.
@@ -705,14 +715,14 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
     if let Some(r) = s["shaping_rate_bps"].as_f64() {
         println!("egress shaped at {:.2} Mbit/s", r / 1e6);
     }
-    if let Some(c) = s["compression"].as_object() {
+    if let Some(c) = Some(&s["compression"]).filter(|c| c.is_object()) {
         println!(
             "TCP headers: sent compressed {} (saved {} bytes), whole {} (awaiting ack {}, no context {})  received compressed {}, undecodable {}",
             c["compressed"], c["bytes_saved"], c["whole"], c["awaiting_ack"], c["no_context"],
             c["decompressed"], c["undecodable"]
         );
     }
-    if let Some(pet) = s["pet"].as_object() {
+    if let Some(pet) = Some(&s["pet"]).filter(|p| p.is_object()) {
         println!(
             "PET: SIG-ACKs sent {} received {} dropped {}  pairs {} (start-up {}) samples {} probes {}  padding pairs {} ({} bytes)  blackouts {}",
             pet["sig_acks_sent"], pet["sig_acks_received"], pet["sig_acks_dropped"], pet["pairs"],
@@ -780,7 +790,7 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
             peer["spoofed_packets"]
         );
     }
-    if let Some(p) = s["ptcp"].as_object() {
+    if let Some(p) = Some(&s["ptcp"]).filter(|p| p.is_object()) {
         println!(
             "pTCP: connections {}  segments sent {} received {} unsent {} dropped {}  for no connection {}  unacknowledged {}  windows offered {}",
             peer["ptcp_connections"], p["sent"], p["received"], p["unsent"], p["dropped"],
@@ -809,6 +819,25 @@ fn bytes(v: &serde_json::Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_servers_tcp_line_has_no_port_and_does_not_panic() {
+        let server = json!({ "connections": 5, "active": 1, "refused": 0,
+            "server_accepts": true, "transparent": 5, "rate_capped": 0 });
+        assert_eq!(
+            tcp_line(&server).unwrap(),
+            "TCP accelerated over pTCP: connections 5  active 1  refused 0"
+        );
+        let client = json!({ "listen_port": 7199, "connections": 2, "active": 0,
+            "refused": 0, "server_accepts": true, "rate_capped": 1 });
+        assert!(tcp_line(&client)
+            .unwrap()
+            .starts_with("TCP accelerated over pTCP: redirected to port 7199, connections 2"));
+        assert!(tcp_line(&json!({ "server_accepts": false }))
+            .unwrap()
+            .contains("off"));
+        assert_eq!(tcp_line(&serde_json::Value::Null), None);
+    }
 
     #[test]
     fn byte_counts_read_in_their_unit() {
