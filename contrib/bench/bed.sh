@@ -35,6 +35,8 @@ bed_configs() {
     "$sk" "$cp" "$d" > "$d/s.toml"
   printf "role = \"client\"\nprivate_key = \"%s\"\npeer_public_key = \"%s\"\nstate_dir = \"%s\"\n[interface]\nname = \"braid0\"\naddress = [\"10.77.0.2/30\"]\n[control]\nsocket = \"%s/c.sock\"\n${4:+[bond]\\n$4}$3" \
     "$ck" "$SP" "$d" "$d" > "$d/c.toml"
+  # They hold private keys: braid warns of a key file others may read.
+  chmod 600 "$d/s.toml" "$d/c.toml"
 }
 
 bed_down() {
