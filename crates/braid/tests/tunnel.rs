@@ -621,6 +621,26 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     assert_eq!(s["tcp"]["connections"], total, "server: {s}");
     assert_eq!(s["tcp"]["transparent"], total, "server: {s}");
     assert_eq!(s["tcp"]["refused"], 0, "server: {s}");
+    // The human form too, at both ends: a server's tcp status has no listen_port, and the
+    // printer once panicked on it.
+    for side in ["c", "s"] {
+        let out = Command::new(BRAID)
+            .args(["status", "-s"])
+            .arg(bed.dir.join(format!("{side}.sock")))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{side}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("TCP accelerated over pTCP:")
+                && text.contains(&format!("connections {total}")),
+            "{side}: {text}"
+        );
+    }
     // Four megabytes went as pTCP segments of about 1.4 kB each.
     let sent = c["peers"][0]["session"]["ptcp"]["sent"].as_u64().unwrap();
     let received = s["peers"][0]["session"]["ptcp"]["received"]
