@@ -1022,10 +1022,7 @@ impl Daemon {
                     mss: ptcp_table::mss_of(&cfg),
                     // A server takes a client's pTCP connections only to accelerate TCP.
                     accept: cfg.role == Role::Responder && cfg.tcp.is_some(),
-                    memory_budget: cfg
-                        .tcp
-                        .as_ref()
-                        .map_or(ptcp_table::DEFAULT_MEMORY_BUDGET, |t| t.memory_budget),
+                    memory_budget: ptcp_table::memory_budget_of(&cfg),
                 },
             )
             .with_first_id(random_id()?);
@@ -2878,6 +2875,7 @@ impl Daemon {
                         .map(|i| path_name(self.cfg.role, &self.names, &p.session, i))
                         .collect();
                     // Each path's name beside its figures too, not only in `paths`.
+                    let committed = p.ptcp.committed_bytes();
                     let mut session = p.session.status();
                     for (ps, name) in session.paths.iter_mut().zip(&names) {
                         ps.name = Some(name.clone());
@@ -2909,8 +2907,8 @@ impl Daemon {
                         link_local_packets: p.link_local,
                         ptcp_connections: p.ptcp.len(),
                         ptcp_unknown_conn: p.ptcp.unknown_conn(),
-                        ptcp_unacked_bytes: p.ptcp.committed_bytes().0,
-                        ptcp_window_bytes: p.ptcp.committed_bytes().1,
+                        ptcp_unacked_bytes: committed.0,
+                        ptcp_window_bytes: committed.1,
                     }
                 })
                 .collect(),

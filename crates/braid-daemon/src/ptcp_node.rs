@@ -170,12 +170,7 @@ impl PtcpNode {
                 mss: mss_of(cfg),
                 accept: true,
                 // A larger buffer asked for on the command line raises it.
-                memory_budget: cfg
-                    .tcp
-                    .as_ref()
-                    .map_or(crate::ptcp_table::DEFAULT_MEMORY_BUDGET, |t| {
-                        t.memory_budget
-                    })
+                memory_budget: crate::ptcp_table::memory_budget_of(cfg)
                     .max(options.receive_buffer_bytes.unwrap_or(0)),
             },
         )
@@ -398,6 +393,7 @@ impl PtcpNode {
                 )
             })
             .collect();
+        let committed = self.table.committed_bytes();
         let peer = crate::PeerStatus {
             name: if self.role == Role::Initiator {
                 "server".into()
@@ -413,8 +409,8 @@ impl PtcpNode {
             link_local_packets: 0,
             ptcp_connections: self.table.conn_ids().len(),
             ptcp_unknown_conn: self.table.unknown_conn(),
-            ptcp_unacked_bytes: self.table.committed_bytes().0,
-            ptcp_window_bytes: self.table.committed_bytes().1,
+            ptcp_unacked_bytes: committed.0,
+            ptcp_window_bytes: committed.1,
         };
         let stats = self.stats();
         serde_json::json!({

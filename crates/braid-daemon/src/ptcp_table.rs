@@ -82,6 +82,14 @@ pub fn mss_of(cfg: &crate::config::Config) -> u64 {
     mss_for(mtu, ipv6)
 }
 
+/// The memory budget of a config's tables: `[tcp] memory_mib`, or
+/// [`DEFAULT_MEMORY_BUDGET`] without a `[tcp]` table.
+pub fn memory_budget_of(cfg: &crate::config::Config) -> u64 {
+    cfg.tcp
+        .as_ref()
+        .map_or(DEFAULT_MEMORY_BUDGET, |t| t.memory_budget)
+}
+
 /// How a table runs its connections.
 #[derive(Clone, Debug)]
 pub struct TableOptions {
@@ -177,6 +185,15 @@ impl PtcpTable {
         let t = &mut self.committed_total;
         t.0 = t.0 - old.0 + new.0;
         t.1 = t.1 - old.1 + new.1;
+    }
+
+    /// [`PtcpTable::settle`] for every connection that took a segment or ran a timer: acks
+    /// free what was sent, an abort frees everything.
+    fn settle_touched(&mut self) {
+        let touched: Vec<u16> = self.touched.iter().copied().collect();
+        for id in touched {
+            self.settle(id);
+        }
     }
 
     /// Lets connection `id` grow into what the others leave of the memory budget (at least
@@ -465,10 +482,7 @@ impl PtcpTable {
             }
         }
         // Acknowledgements free what was sent; an abort frees everything.
-        let touched: Vec<u16> = self.touched.iter().copied().collect();
-        for id in touched {
-            self.settle(id);
-        }
+        self.settle_touched();
     }
 
     /// The earliest timer of the connections.
@@ -487,10 +501,7 @@ impl PtcpTable {
                 self.touched.insert(id);
             }
         }
-        let touched: Vec<u16> = self.touched.iter().copied().collect();
-        for id in touched {
-            self.settle(id);
-        }
+        self.settle_touched();
     }
 
     /// The connections that took a segment or ran a timer since the last call: the only ones

@@ -244,22 +244,21 @@ impl RecvBuffer {
             return;
         }
         let end = at + bytes.len() as u64;
-        let start = match self.chunks.range_mut(..at).next_back() {
+        // The run the bytes now end, and its length.
+        let (start, own_len) = match self.chunks.range_mut(..at).next_back() {
             Some((&k, run))
                 if k + run.len() as u64 == at && run.len() + bytes.len() <= CHUNK_MAX =>
             {
                 run.extend_from_slice(bytes);
-                k
+                (k, run.len())
             }
             _ => {
                 self.chunks.insert(at, bytes.to_vec());
-                at
+                (at, bytes.len())
             }
         };
-        let fits = |a: usize, b: usize| a + b <= CHUNK_MAX;
         let next_len = self.chunks.get(&end).map(Vec::len);
-        let own_len = self.chunks.get(&start).map_or(0, Vec::len);
-        if next_len.is_some_and(|n| fits(own_len, n)) {
+        if next_len.is_some_and(|n| own_len + n <= CHUNK_MAX) {
             if let Some(next) = self.chunks.remove(&end) {
                 if let Some(run) = self.chunks.get_mut(&start) {
                     run.extend_from_slice(&next);
