@@ -320,6 +320,7 @@ struct RawTcp {
     congestion: Option<String>,
     transparent: Option<bool>,
     memory_mib: Option<u64>,
+    total_memory_mib: Option<u64>,
 }
 
 /// The port a client's redirected TCP lands on unless `[tcp] listen_port` says otherwise.
@@ -341,6 +342,10 @@ pub struct TcpConfig {
     /// What one session's accelerated connections may commit in each direction, in bytes
     /// (`[tcp] memory_mib`, default 256 MiB; `ptcp_table::TableOptions::memory_budget`).
     pub memory_budget: u64,
+    /// Server: what the accelerated connections of all its clients together may commit in
+    /// each direction, in bytes (`[tcp] total_memory_mib`, default 1 GiB;
+    /// `ptcp_table::SharedBudget`). A client's is its one session's, `memory_budget`.
+    pub total_memory_budget: u64,
 }
 
 /// A client's `[[policy]]` table: which paths a class may use, and how it is striped.
@@ -1217,20 +1222,37 @@ impl Config {
                         "[tcp] congestion without accelerate = true: add accelerate = true, or remove the [tcp] table".into(),
                     ));
                 }
-                if !t.accelerate && t.memory_mib.is_some() {
+                if raw.role == Role::Initiator && t.total_memory_mib.is_some() {
                     return Err(invalid(
-                        "[tcp] memory_mib without accelerate = true: add accelerate = true, or remove the [tcp] table".into(),
+                        "[tcp] total_memory_mib: only a server shares memory among its clients; a client's one session is bounded by memory_mib, so remove it from the client's config".into(),
                     ));
                 }
-                let memory_budget = match t.memory_mib {
-                    None => crate::ptcp_table::DEFAULT_MEMORY_BUDGET,
-                    Some(m @ 1..=1_048_576) => m << 20,
-                    Some(m) => {
-                        return Err(invalid(format!(
-                            "[tcp] memory_mib = {m}: give what one session's accelerated connections may hold each way in MiB, 1-1048576 (default 256)"
-                        )))
+                // A budget in MiB: `key`, its value, its default in bytes, what it bounds.
+                let budget = |key: &str, value: Option<u64>, default: u64, what: &str| {
+                    match value {
+                        Some(_) if !t.accelerate => Err(invalid(format!(
+                            "[tcp] {key} without accelerate = true: add accelerate = true, or remove the [tcp] table"
+                        ))),
+                        None => Ok(default),
+                        Some(m @ 1..=1_048_576) => Ok(m << 20),
+                        Some(m) => Err(invalid(format!(
+                            "[tcp] {key} = {m}: give what {what} may hold each way in MiB, 1-1048576 (default {})",
+                            default >> 20
+                        ))),
                     }
                 };
+                let memory_budget = budget(
+                    "memory_mib",
+                    t.memory_mib,
+                    crate::ptcp_table::DEFAULT_MEMORY_BUDGET,
+                    "one session's accelerated connections",
+                )?;
+                let total_memory_budget = budget(
+                    "total_memory_mib",
+                    t.total_memory_mib,
+                    crate::ptcp_table::DEFAULT_TOTAL_MEMORY_BUDGET,
+                    "the accelerated connections of all clients together",
+                )?;
                 let congestion = match &t.congestion {
                     None => braid_ptcp::CongestionAlgorithm::Bbr,
                     Some(name) => name.parse().map_err(|_| {
@@ -1244,6 +1266,7 @@ impl Config {
                     congestion,
                     transparent: t.transparent.unwrap_or(true),
                     memory_budget,
+                    total_memory_budget,
                 })
             }
             None => None,
@@ -1746,6 +1769,7 @@ rate_mbit = 5
                 congestion: braid_ptcp::CongestionAlgorithm::Bbr,
                 transparent: true,
                 memory_budget: 256 << 20,
+                total_memory_budget: 1 << 30,
             })
         );
         let c = parse(&client("[tcp]\naccelerate = true\nmemory_mib = 32")).unwrap();
@@ -1756,6 +1780,23 @@ rate_mbit = 5
             "{e}"
         );
         let e = parse(&client("[tcp]\nmemory_mib = 32")).unwrap_err();
+        assert!(e.contains("accelerate = true"), "{e}");
+        // The total of all clients' is a server's.
+        let e = parse(&client("[tcp]\naccelerate = true\ntotal_memory_mib = 64")).unwrap_err();
+        assert!(e.contains("only a server shares"), "{e}");
+        let server = |tcp: &str| {
+            proxy(&format!(
+                "{tcp}[[client]]\npublic_key = \"{KEY_A}\"\naddress = [\"10.77.0.2\"]\n"
+            ))
+        };
+        let c = parse(&server("[tcp]\naccelerate = true\ntotal_memory_mib = 64\n")).unwrap();
+        assert_eq!(c.tcp.unwrap().total_memory_budget, 64 << 20);
+        let e = parse(&server("[tcp]\naccelerate = true\ntotal_memory_mib = 0\n")).unwrap_err();
+        assert!(
+            e.contains("total_memory_mib = 0") && e.contains("1-1048576"),
+            "{e}"
+        );
+        let e = parse(&server("[tcp]\ntotal_memory_mib = 64\n")).unwrap_err();
         assert!(e.contains("accelerate = true"), "{e}");
         // Transparency is the server's choice.
         let e = parse(&client("[tcp]\naccelerate = true\ntransparent = false")).unwrap_err();

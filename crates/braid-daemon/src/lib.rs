@@ -14,6 +14,8 @@ pub mod clock_floor;
 pub mod config;
 pub mod control;
 mod gso;
+#[cfg(feature = "fuzzing")]
+pub mod hostile_ptcp;
 pub mod loop_timing;
 mod metrics;
 mod net;
@@ -998,6 +1000,13 @@ impl Daemon {
         // A client starts its handshake clock at or above every timestamp it sent before.
         let (clock_floor, wall) = clock_floor::ClockFloor::for_config(&cfg);
         let mut peers = Vec::new();
+        // A server's clients share one budget for their accelerated connections, beside each
+        // session's own (`[tcp] total_memory_mib`).
+        let shared_budget = cfg
+            .tcp
+            .as_ref()
+            .filter(|_| cfg.role == Role::Responder)
+            .map(|t| ptcp_table::SharedBudget::new(t.total_memory_budget));
         // Each client's session draws its receiver indices with its own tag in the low bits:
         // no two collide (`SessionConfig::index_tag`).
         let tag_bits = (usize::BITS - cfg.peers.len().saturating_sub(1).leading_zeros()) as u8;
@@ -1011,7 +1020,7 @@ impl Daemon {
             scfg.shape_egress = cfg.shape_egress;
             scfg.handed_addresses = p.addresses.iter().map(|c| (c.addr, c.prefix)).collect();
             scfg.accepts_tcp = cfg.role == Role::Responder && cfg.tcp.is_some();
-            let table = PtcpTable::new(
+            let mut table = PtcpTable::new(
                 cfg.role,
                 TableOptions {
                     congestion: cfg
@@ -1026,6 +1035,9 @@ impl Daemon {
                 },
             )
             .with_first_id(random_id()?);
+            if let Some(shared) = &shared_budget {
+                table = table.with_shared_budget(shared.clone());
+            }
             peers.push(Peer {
                 ptcp: table,
                 cfg: p.clone(),

@@ -22,6 +22,8 @@ use braid_qos::ClassId;
 use braid_session::params::WIRE_OVERHEAD_BYTES;
 use braid_session::{Role, Session};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Connections a table holds at most; SYNs for more are dropped (not reset: the peer tries
 /// again) and counted.
@@ -90,6 +92,59 @@ pub fn memory_budget_of(cfg: &crate::config::Config) -> u64 {
         .map_or(DEFAULT_MEMORY_BUDGET, |t| t.memory_budget)
 }
 
+/// The default of a [`SharedBudget`] in the daemon (`[tcp] total_memory_mib`): 1 GiB each way.
+pub const DEFAULT_TOTAL_MEMORY_BUDGET: u64 = 1 << 30;
+
+/// A memory budget several tables draw on (a server's, one table per client, `[tcp]
+/// total_memory_mib`), beside each table's own ([`TableOptions::memory_budget`]): what all
+/// their connections together may commit in each direction. A connection grows only into
+/// what the connections of every table sharing it leave, and always to [`MEMORY_FLOOR`], so
+/// the tables together commit at most this plus [`MEMORY_FLOOR`] per connection each way,
+/// however many clients there are. First come, first served, as within a table.
+#[derive(Debug)]
+pub struct SharedBudget {
+    budget: u64,
+    /// What the tables' connections commit, as their tables last counted.
+    sent: AtomicU64,
+    offered: AtomicU64,
+}
+
+impl SharedBudget {
+    /// A budget of `budget` bytes each way, nothing committed yet.
+    pub fn new(budget: u64) -> Arc<SharedBudget> {
+        Arc::new(SharedBudget {
+            budget,
+            sent: AtomicU64::new(0),
+            offered: AtomicU64::new(0),
+        })
+    }
+
+    /// The budget, bytes each way.
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// What the tables' connections commit, as their tables last counted: (sent and
+    /// unacknowledged, receive windows offered).
+    pub fn committed(&self) -> (u64, u64) {
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.offered.load(Ordering::Relaxed),
+        )
+    }
+
+    /// A table's count moved from `old` to `new`.
+    fn moved(&self, old: (u64, u64), new: (u64, u64)) {
+        for (total, old, new) in [(&self.sent, old.0, new.0), (&self.offered, old.1, new.1)] {
+            if new >= old {
+                total.fetch_add(new - old, Ordering::Relaxed);
+            } else {
+                total.fetch_sub(old - new, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 /// How a table runs its connections.
 #[derive(Clone, Debug)]
 pub struct TableOptions {
@@ -143,6 +198,17 @@ pub struct PtcpTable {
     /// The connection [`PtcpTable::conn_mut`] lent out last: what it commits may have grown
     /// since it was counted. Nothing else grows a connection's commitments.
     lent: Option<u16>,
+    /// The budget this table shares with others ([`PtcpTable::with_shared_budget`]).
+    shared: Option<Arc<SharedBudget>>,
+}
+
+impl Drop for PtcpTable {
+    /// What the connections committed leaves the shared budget with them.
+    fn drop(&mut self) {
+        if let Some(shared) = &self.shared {
+            shared.moved(self.committed_total, (0, 0));
+        }
+    }
 }
 
 impl PtcpTable {
@@ -166,7 +232,17 @@ impl PtcpTable {
             committed: BTreeMap::new(),
             committed_total: (0, 0),
             lent: None,
+            shared: None,
         }
+    }
+
+    /// The table with its connections drawing on `shared` too, beside its own
+    /// [`TableOptions::memory_budget`]: a connection grows only into what both leave.
+    #[must_use]
+    pub fn with_shared_budget(mut self, shared: Arc<SharedBudget>) -> PtcpTable {
+        shared.moved((0, 0), self.committed_total);
+        self.shared = Some(shared);
+        self
     }
 
     /// Counts again what connection `id` commits ([`TableOptions::memory_budget`]); a
@@ -185,6 +261,9 @@ impl PtcpTable {
         let t = &mut self.committed_total;
         t.0 = t.0 - old.0 + new.0;
         t.1 = t.1 - old.1 + new.1;
+        if let Some(shared) = &self.shared {
+            shared.moved(old, new);
+        }
     }
 
     /// [`PtcpTable::settle`] for every connection that took a segment or ran a timer: acks
@@ -196,16 +275,24 @@ impl PtcpTable {
         }
     }
 
-    /// Lets connection `id` grow into what the others leave of the memory budget (at least
-    /// [`MEMORY_FLOOR`]), and counts what it then commits: a larger limit may widen its
-    /// receive window at once.
+    /// Lets connection `id` grow into what the others leave of the memory budget, and of the
+    /// shared one if any (at least [`MEMORY_FLOOR`]), and counts what it then commits: a
+    /// larger limit may widen its receive window at once.
     fn grant(&mut self, id: u16) {
         let own = self.committed.get(&id).copied().unwrap_or((0, 0));
-        let (sent, offered) = self.committed_total;
-        let budget = self.options.memory_budget;
-        let share = |total: u64, own: u64| budget.saturating_sub(total - own).max(MEMORY_FLOOR);
+        let left = |budget: u64, (sent, offered): (u64, u64)| {
+            (
+                budget.saturating_sub(sent.saturating_sub(own.0)),
+                budget.saturating_sub(offered.saturating_sub(own.1)),
+            )
+        };
+        let mut share = left(self.options.memory_budget, self.committed_total);
+        if let Some(shared) = &self.shared {
+            let wide = left(shared.budget, shared.committed());
+            share = (share.0.min(wide.0), share.1.min(wide.1));
+        }
         if let Some(c) = self.conns.get_mut(&id) {
-            c.set_memory_limits(share(sent, own.0), share(offered, own.1));
+            c.set_memory_limits(share.0.max(MEMORY_FLOOR), share.1.max(MEMORY_FLOOR));
         }
         self.settle(id);
     }
@@ -905,6 +992,87 @@ mod tests {
         for (k, &id) in ids.iter().enumerate() {
             assert!(got[&id] == data[k], "connection {id}'s bytes");
         }
+    }
+
+    #[test]
+    fn a_shared_budget_bounds_the_connections_of_every_client_together() {
+        // Two clients of one server, each table under its own default budget (256 MiB) and
+        // one shared budget of 1 MiB: four connections of each write 1 MiB, which the
+        // server's application reads only after 3 s.
+        let budget = 1u64 << 20;
+        let shared = SharedBudget::new(budget);
+        let mut pairs = [Pair::established(), Pair::established()];
+        for n in &mut pairs {
+            n.ends[1].1 =
+                PtcpTable::new(Role::Responder, options(true)).with_shared_budget(shared.clone());
+        }
+        let conns = 4usize;
+        let bound = budget + 2 * conns as u64 * MEMORY_FLOOR;
+        let per_conn = 1usize << 20;
+        let data: Vec<u8> = (0..per_conn).map(|i| (i * 7) as u8).collect();
+        let ids: Vec<Vec<u16>> = pairs
+            .iter_mut()
+            .map(|n| (0..conns).map(|_| n.connect().unwrap()).collect())
+            .collect();
+        let mut sent = [vec![0usize; conns], vec![0usize; conns]];
+        let mut got: [BTreeMap<u16, Vec<u8>>; 2] = Default::default();
+        let mut buf = vec![0u8; 65_536];
+        let reading_from = Instant::ZERO + Duration::from_secs(4);
+        let mut most_offered = 0u64;
+        let done = |got: &[BTreeMap<u16, Vec<u8>>; 2]| {
+            got.iter()
+                .flat_map(|g| g.values())
+                .map(Vec::len)
+                .sum::<usize>()
+                == 2 * conns * per_conn
+        };
+        while !done(&got) {
+            for (e, n) in pairs.iter_mut().enumerate() {
+                for (k, &id) in ids[e].iter().enumerate() {
+                    if let Some(c) = n.ends[0].1.conn_mut(id) {
+                        sent[e][k] += c.write(&data[sent[e][k]..]);
+                    }
+                }
+                let t1 = &mut n.ends[1].1;
+                while let Some(a) = t1.accept() {
+                    got[e].insert(a, Vec::new());
+                }
+                if n.now >= reading_from {
+                    for (&id, v) in &mut got[e] {
+                        while let Some(c) = t1.conn_mut(id) {
+                            let k = c.read(&mut buf);
+                            if k == 0 {
+                                break;
+                            }
+                            v.extend_from_slice(&buf[..k]);
+                        }
+                    }
+                }
+                n.step();
+                assert!(n.now < reading_from + Duration::from_secs(30), "stalled");
+            }
+            // What the servers' connections offer, counted afresh, and as the budget counts.
+            let offered: u64 = pairs.iter().map(|n| n.ends[1].1.committed_bytes().1).sum();
+            assert!(offered <= bound, "{offered} offered by both, bound {bound}");
+            assert!(shared.committed().1 <= bound, "{:?}", shared.committed());
+            most_offered = most_offered.max(offered);
+        }
+        // Both filled the budget between them (8 MiB of windows without it), and every byte
+        // arrived.
+        assert!(most_offered > budget / 2, "{most_offered}");
+        for (e, n) in pairs.iter().enumerate() {
+            for &id in &ids[e] {
+                assert!(got[e][&id] == data, "client {e}'s connection {id}");
+            }
+            assert!(n.ends[1].1.committed_bytes().0 == 0);
+        }
+        // A table that goes takes what its connections committed out of the shared count.
+        let [a, b] = pairs;
+        let left_by_b = b.ends[1].1.committed_bytes();
+        drop(a);
+        assert_eq!(shared.committed(), left_by_b);
+        drop(b);
+        assert_eq!(shared.committed(), (0, 0));
     }
 
     #[test]

@@ -215,6 +215,9 @@ pub struct Pair {
     liar_is_client: bool,
     /// Virtual time.
     pub now: Instant,
+    /// Leave the pTCP segments that arrive at either end for the caller, who runs pTCP
+    /// connection tables over the sessions ([`Session::poll_ptcp`]), instead of dropping them.
+    pub keep_ptcp: bool,
     wires: Wires,
     next_id: u32,
     buf: Vec<u8>,
@@ -254,6 +257,7 @@ impl Pair {
             server: Session::new(server_cfg, Instant::ZERO, [4; 32], wall),
             liar_is_client: shape.liar_is_client,
             now: Instant::ZERO,
+            keep_ptcp: false,
             wires: Wires::default(),
             next_id: 0,
             // Room for the largest datagram any bond makes (jumbo frames included).
@@ -279,6 +283,35 @@ impl Pair {
         self.arrive(wire.index(), self.liar_is_client, &bytes);
         self.drain();
         true
+    }
+
+    /// The liar seals `segment` as one of its pTCP connection `conn`'s on wire path `wire`
+    /// ([`Session::seal_ptcp`], under its real keys) and the other end takes it at once. False
+    /// if the liar's session would not seal it (a path the bond does not have, an empty
+    /// segment).
+    pub fn forge_ptcp(&mut self, wire: PathId, conn: u16, segment: &[u8]) -> bool {
+        let (liar, now) = if self.liar_is_client {
+            (&mut self.client, self.now)
+        } else {
+            (&mut self.server, self.now)
+        };
+        let Some(n) = liar.seal_ptcp(now, wire, conn, segment, &mut self.buf) else {
+            return false;
+        };
+        let bytes = self.buf[..n].to_vec();
+        self.arrive(wire.index(), self.liar_is_client, &bytes);
+        self.drain();
+        true
+    }
+
+    /// A datagram the client (else the server) sends on path `path` outside its session's
+    /// polls, as a pTCP table sends what it sealed ([`Session::seal_ptcp`]): it arrives after
+    /// the path's delay.
+    pub fn send(&mut self, from_client: bool, path: usize, bytes: &[u8]) {
+        if let Some(ms) = DELAY_MS.get(path) {
+            let at = self.now + Duration::from_millis(*ms);
+            self.wires.push(at, path, from_client, bytes);
+        }
     }
 
     /// Both ends send `n` honest packets to each other, and 1 ms passes.
@@ -358,7 +391,9 @@ impl Pair {
     fn drain(&mut self) {
         for s in [&mut self.client, &mut self.server] {
             while s.poll_deliver(self.now).is_some() {}
-            while s.poll_ptcp().is_some() {}
+            if !self.keep_ptcp {
+                while s.poll_ptcp().is_some() {}
+            }
         }
     }
 
