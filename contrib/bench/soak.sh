@@ -13,12 +13,13 @@
 # Meanwhile the paths come and go:
 # - every 120 s (from 60 s): `braid path down two` for 10 s, then `up`;
 # - every 180 s (from 120 s): path one's link is taken down (`ip link set .. down`) for 5 s;
-# - at half time the client daemon is stopped (SIGTERM) and started again.
+# - at half time the client daemon is stopped (SIGTERM) and started again (SOAK_RESTARTS=N:
+#   N times, evenly spaced, instead of once).
 #
 # Every 10 s it samples each daemon's resident memory (VmRSS), its open file descriptors and
 # threads, and writes them with the status's session counters to soak.csv. It prints the
 # traffic's 10 s lines, then a summary: the server's memory at 5 minutes, at half time and at
-# the end; the client's at 5 minutes and before its restart; failed TCP exchanges and lost UDP
+# the end; the client's at 5 minutes and before its (first) restart; failed TCP exchanges and lost UDP
 # queries; and whether both daemons answered `braid status` at the end. With KEEP_DIR, each
 # sample also appends both daemons' `braid status --json` (with `t`) to c-status.jsonl and
 # s-status.jsonl there, and the configs and logs stay.
@@ -83,6 +84,7 @@ print(','.join(str(s.get(k, '')) for k in keys))" 2>/dev/null || echo ",,,"
 }
 echo "t_s,server_rss_kb,server_fds,server_threads,client_rss_kb,client_fds,client_threads,server_delivered,server_lost,server_receiver_dropped,server_resent,client_delivered,client_lost,client_receiver_dropped,client_resent" > "$D/soak.csv"
 T0=$(date +%s)
+RESTARTS=${SOAK_RESTARTS:-1}
 RESTARTED=0; S5=""; SHALF=""; C5=""; CPRE=""
 while kill -0 $TRAFFIC 2>/dev/null; do
   sleep 10
@@ -102,10 +104,11 @@ while kill -0 $TRAFFIC 2>/dev/null; do
     ip -n sa link set sa1 down
     ( sleep 5; ip -n sa link set sa1 up ) &
   fi
-  if [ $RESTARTED = 0 ] && [ $t -ge $((SECS / 2)) ]; then
-    SHALF=$(mem $SPID); CPRE=$(mem $CPID)
+  if [ $RESTARTED -lt $RESTARTS ] && [ $t -ge $((SECS * (RESTARTED + 1) / (RESTARTS + 1))) ]; then
+    [ $RESTARTED = 0 ] && SHALF=$(mem $SPID) && CPRE=$(mem $CPID)
+    echo "restarting the client at ${t} s"
     kill -TERM $CPID; while kill -0 $CPID 2>/dev/null; do sleep 0.05; done
-    start_client; sleep 0.5; CPID=$(pgrep -f "up -c $D/c.toml"); RESTARTED=1
+    start_client; sleep 0.5; CPID=$(pgrep -f "up -c $D/c.toml"); RESTARTED=$((RESTARTED + 1))
   fi
 done
 wait $TRAFFIC
@@ -113,7 +116,7 @@ SEND=$(mem $SPID); CEND=$(mem $CPID)
 ok=yes
 "$BIN" status -s "$D/s.sock" > /dev/null 2>&1 || ok="no (server)"
 "$BIN" status -s "$D/c.sock" > /dev/null 2>&1 || ok="no (client)"
-echo "server rss_kb: at 5 min ${S5:-?}, at half time ${SHALF:-?}, at the end $SEND"
-echo "client rss_kb: at 5 min ${C5:-?}, before its restart ${CPRE:-?}, at the end (restarted) $CEND"
+echo "server rss_kb: at 5 min ${S5:-?}, at the first restart ${SHALF:-?}, at the end $SEND"
+echo "client rss_kb: at 5 min ${C5:-?}, before its first restart ${CPRE:-?}, at the end (restarted $RESTARTED times) $CEND"
 echo "both daemons answer status at the end: $ok"
 echo "samples: $D/soak.csv"

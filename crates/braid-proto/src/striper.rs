@@ -341,6 +341,12 @@ impl<P> Striper<P> {
         if len > self.max_packet {
             return false;
         }
+        // A small packet goes on the least-delay path, outside the scheduler, as `send` puts
+        // it. (Asking the scheduler's path instead let `send` refuse a TCP ACK `can_send` had
+        // allowed when the fastest path's queue was full.)
+        if let Some(p) = self.small_packet_path(len) {
+            return self.has_room(p.index(), len);
+        }
         if self.pet.is_some() && !self.adaptive {
             // PET's choice is made, and remembered, at send time: every path must have room.
             return self.all_have_room(len);
@@ -929,6 +935,28 @@ mod tests {
         }
         // Path 0 filled first (EDPF's choice while it is the earlier), then `can_send` said no.
         assert!((4..100).contains(&sent), "{sent}");
+    }
+
+    #[test]
+    fn can_send_asks_the_path_a_small_packet_takes() {
+        // The shortest path's queue full of small packets, SRR's next path empty: a small
+        // packet cannot go, a large one can, and `send` agrees with `can_send` for both.
+        let mut c = config(MarkerPosition::End, 0);
+        c.sequence_numbers = true;
+        c.queue_limit_bytes = 600;
+        let mut s = Striper::new(&c).unwrap();
+        s.set_path_delay(PathId(0), crate::time::Duration::from_millis(60));
+        s.set_path_delay(PathId(1), crate::time::Duration::from_millis(10));
+        for i in 0..10 {
+            assert_eq!(s.send(Instant::ZERO, 60, i), Ok(PathId(1)));
+        }
+        assert!(!s.can_send(60));
+        assert!(matches!(
+            s.send(Instant::ZERO, 60, 10),
+            Err(SendError::Full(10))
+        ));
+        assert!(s.can_send(500));
+        assert_eq!(s.send(Instant::ZERO, 500, 11), Ok(PathId(0)));
     }
 
     #[test]

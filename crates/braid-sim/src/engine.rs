@@ -1,13 +1,18 @@
 //! The discrete-event engine: one striping sender, N links, one receiver, in virtual time.
 //!
 //! The engine drives the same sans-IO cores the daemon runs ([`Striper`], [`Resequencer`],
-//! [`CreditGrantor`]) and sizes every message with the wire codec. Events are ordered by time,
+//! [`CreditGrantor`], and with scheduler `pet` the [`PetReceiver`] whose SIG-ACKs feed the
+//! striper's PET) and sizes every message with the wire codec. EDPF and PET know each link's
+//! one-way delay (EDPF's `D_l`; PET's until its SIG-ACKs measure it, as the daemon's probes
+//! give it), and the receiver's feedback (credits, SIG-ACKs) reaches the sender after the
+//! lowest link delay without taking link capacity. Events are ordered by time,
 //! ties by insertion order, and every random draw comes from one PRNG seeded by the run's seed,
 //! so a run is fixed by its scenario and seed.
 
 use crate::link::{Link, LinkConfig};
 use crate::source::{Arrivals, Source, SourceConfig};
 use braid_proto::credit::{CreditConfig, CreditGrantor};
+use braid_proto::pet::{PetReceiver, PetReceiverConfig, SigAckEntry};
 use braid_proto::resequence::{Delivery, Resequencer, ResequencerConfig, ResequencerStats};
 use braid_proto::scheduler::ConfigError;
 use braid_proto::striper::{Outgoing, Striper, StriperConfig, StriperStats};
@@ -93,6 +98,8 @@ pub struct RunResult {
     pub final_buffered_bytes: u64,
     /// Payload bytes still queued or in flight at the end.
     pub final_in_transit_bytes: u64,
+    /// Scheduler `pet`: each path's estimate at the end, bit/s (empty otherwise).
+    pub pet_estimates_bps: Vec<Option<u64>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -102,6 +109,8 @@ enum Event {
     Credit,
     ReceiverTimer,
     SourceArrival,
+    SigAck,
+    PetTimer,
 }
 
 struct InFlight {
@@ -129,6 +138,11 @@ struct Sim {
     inflight: Vec<VecDeque<InFlight>>,
     credits_inflight: VecDeque<(Instant, Vec<Credit>)>,
     credit_delay: Duration,
+    /// Scheduler `pet`: the receiver's half, and its SIG-ACKs on the way back.
+    pet_rx: Option<PetReceiver>,
+    sig_acks_inflight: VecDeque<(Instant, Vec<SigAckEntry>)>,
+    /// When PET's timer is set for (an event is queued then).
+    pet_timer: Option<Instant>,
     striper: Striper<u64>,
     receiver: Resequencer<u64>,
     grantor: Option<CreditGrantor>,
@@ -169,6 +183,7 @@ impl Sim {
             self.result.sent_packets += 1;
             self.result.sent_bytes += u64::from(len);
         }
+        self.striper.queue_padding(self.now);
     }
 
     fn try_start(&mut self, p: usize) {
@@ -277,9 +292,21 @@ impl Sim {
                 self.push(at, Event::Credit);
             }
         }
+        if let Some(rx) = &mut self.pet_rx {
+            let mut sent = false;
+            while let Some(entries) = rx.poll_transmit(self.now) {
+                let at = self.now + self.credit_delay;
+                self.sig_acks_inflight.push_back((at, entries));
+                sent = true;
+            }
+            if sent {
+                self.push(self.now + self.credit_delay, Event::SigAck);
+            }
+        }
         let next = [
             self.receiver.poll_timeout(),
             self.grantor.as_ref().and_then(|g| g.poll_timeout()),
+            self.pet_rx.as_ref().and_then(PetReceiver::poll_timeout),
         ]
         .into_iter()
         .flatten()
@@ -303,6 +330,14 @@ impl Sim {
                 if let Some(g) = &mut self.grantor {
                     g.on_data(path, len);
                 }
+                // As the daemon's endpoint: small packets never go through PET.
+                if let (Some(rx), Some(seq), true) = (
+                    &mut self.pet_rx,
+                    seq,
+                    len > braid_proto::striper::SMALL_PACKET_BYTES,
+                ) {
+                    rx.handle_data(self.now, path, seq);
+                }
                 self.receiver.handle_data(self.now, path, seq, len, payload);
             }
             Outgoing::Marker(m) => {
@@ -319,8 +354,12 @@ impl Sim {
                 }
                 self.receiver.handle_marker(self.now, path, m);
             }
-            // PET's; this engine runs the causal schedulers, which send none.
-            Outgoing::Padding { .. } => {}
+            // PET's padding pairs: measured, not delivered.
+            Outgoing::Padding { id, .. } => {
+                if let Some(rx) = &mut self.pet_rx {
+                    rx.handle_data(self.now, path, id);
+                }
+            }
         }
         self.receiver_work();
     }
@@ -335,12 +374,7 @@ impl Sim {
             }
             Event::Arrive(p) => self.arrive(p as usize),
             Event::Credit => {
-                while self
-                    .credits_inflight
-                    .front()
-                    .is_some_and(|c| c.0 <= self.now)
-                {
-                    let (_, credits) = self.credits_inflight.pop_front().expect("checked");
+                while let Some(credits) = take_due(&mut self.credits_inflight, self.now) {
                     for c in &credits {
                         self.striper.handle_credit(*c);
                     }
@@ -359,6 +393,7 @@ impl Sim {
                 if self.striper.send(self.now, len, id).is_ok() {
                     self.result.sent_packets += 1;
                     self.result.sent_bytes += u64::from(len);
+                    self.striper.queue_padding(self.now);
                 } else {
                     self.result.source_drops += 1;
                 }
@@ -367,8 +402,56 @@ impl Sim {
                 }
                 self.start_idle_links();
             }
+            Event::SigAck => {
+                while let Some(entries) = take_due(&mut self.sig_acks_inflight, self.now) {
+                    if let Some(pet) = self.striper.pet_mut() {
+                        pet.handle_sig_ack(self.now, entries);
+                    }
+                }
+                self.striper.adapt_quanta();
+                self.refill();
+                self.start_idle_links();
+            }
+            Event::PetTimer => {
+                if self.pet_timer.is_some_and(|t| t <= self.now) {
+                    self.pet_timer = None;
+                }
+                if let Some(pet) = self.striper.pet_mut() {
+                    if pet.poll_timeout().is_some_and(|t| t <= self.now) {
+                        pet.handle_timeout(self.now);
+                        self.striper.queue_padding(self.now);
+                    }
+                }
+                self.refill();
+                self.start_idle_links();
+            }
+        }
+        self.pet_work();
+    }
+
+    /// PET's events (read from its state, not kept) and its timer.
+    fn pet_work(&mut self) {
+        let Some(pet) = self.striper.pet_mut() else {
+            return;
+        };
+        while pet.poll_event().is_some() {}
+        if let Some(t) = pet.poll_timeout() {
+            let t = t.max(self.now);
+            if self.pet_timer.is_none_or(|p| t < p) {
+                self.pet_timer = Some(t);
+                self.push(t, Event::PetTimer);
+            }
         }
     }
+}
+
+/// The first of `queue`'s feedback messages (each with its arrival time) if it has arrived.
+fn take_due<T>(queue: &mut VecDeque<(Instant, T)>, now: Instant) -> Option<T> {
+    queue
+        .front()
+        .is_some_and(|m| m.0 <= now)
+        .then(|| queue.pop_front().map(|m| m.1))
+        .flatten()
 }
 
 /// A scenario that cannot run.
@@ -411,14 +494,32 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<RunResult, SimError> {
     if let Some(c) = &scenario.credits {
         striper_config.initial_credit_bytes = Some(c.share_bytes.clone());
     }
-    let striper = Striper::new(&striper_config)?;
+    let mut striper = Striper::new(&striper_config)?;
     if striper.paths() != n {
         return Err(SimError::PathMismatch {
             links: n,
             paths: striper.paths(),
         });
     }
-    let receiver = Resequencer::new(&scenario.receiver)?;
+    // EDPF's `D_l`, and PET's until its SIG-ACKs measure it (the daemon's probes give it).
+    for (i, l) in scenario.links.iter().enumerate() {
+        let path = PathId(i as u8);
+        striper.set_path_delay(path, l.delay);
+        if let Some(pet) = striper.pet_mut() {
+            pet.set_probe_rtt(path, l.delay * 2);
+        }
+    }
+    let pet_rx = striper
+        .pet()
+        .is_some()
+        .then(|| PetReceiver::new(PetReceiverConfig::default()));
+    let mut receiver = Resequencer::new(&scenario.receiver)?;
+    if scenario.receiver.equalize_delay {
+        // The base delays the daemon's probes measure.
+        for (i, l) in scenario.links.iter().enumerate() {
+            receiver.set_path_delay(PathId(i as u8), Some(l.delay));
+        }
+    }
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
     let source = Source::new(scenario.source.clone(), &mut rng);
     let credit_delay = scenario
@@ -437,6 +538,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<RunResult, SimError> {
         inflight: (0..n).map(|_| VecDeque::new()).collect(),
         credits_inflight: VecDeque::new(),
         credit_delay,
+        pet_rx,
+        sig_acks_inflight: VecDeque::new(),
+        pet_timer: None,
         striper,
         receiver,
         grantor: scenario.credits.as_ref().map(CreditGrantor::new),
@@ -464,6 +568,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<RunResult, SimError> {
     }
     sim.refill();
     sim.start_idle_links();
+    sim.pet_work();
     while let Some(Reverse((at, _, ev))) = sim.heap.pop() {
         if at > end {
             break;
@@ -482,6 +587,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<RunResult, SimError> {
     }
     r.link_sent_bytes = sim.links.iter().map(|l| l.sent_bytes).collect();
     r.striper = sim.striper.stats().clone();
+    if let Some(pet) = sim.striper.pet() {
+        r.pet_estimates_bps = (0..n).map(|p| pet.estimate_bps(PathId(p as u8))).collect();
+    }
     r.receiver = sim.receiver.stats().clone();
     r.final_buffered_bytes = sim.receiver.total_buffered_bytes();
     r.final_in_transit_bytes = (0..n)

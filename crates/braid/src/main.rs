@@ -212,9 +212,16 @@ struct RunArgs {
     /// Credit flow control with a receive buffer of this many bytes (default: off).
     #[arg(long, value_name = "BYTES")]
     credits: Option<u64>,
-    /// Transmit queue limit per path, bytes.
+    /// Transmit queue limit per path, bytes. EDPF and PET (without --equalize-delay) place a
+    /// packet on a slower path only once the faster ones hold a backlog of the difference in
+    /// delay, so they need queues of about the fast paths' rate times that difference.
     #[arg(long, default_value_t = 16384)]
     queue: u64,
+    /// With --resequence sequence: the receiver holds what arrives on a faster path until a
+    /// packet sent at the same time on the slowest would have arrived, and PET schedules for
+    /// that, as the daemon does by default (`[bond] equalize_delay`).
+    #[arg(long)]
+    equalize_delay: bool,
     /// Virtual time to simulate.
     #[arg(long, default_value = "3s")]
     duration: String,
@@ -461,21 +468,31 @@ fn run_scenario(args: &RunArgs) -> Result<()> {
     let kind: SchedulerKind = args.scheduler.parse()?;
     let mode: ResequenceMode = args.resequence.parse().map_err(anyhow::Error::msg)?;
     causal_enough(kind, mode)?;
+    if args.equalize_delay && mode != ResequenceMode::Sequence {
+        bail!("--equalize-delay needs --resequence sequence: only sequence numbers tell the receiver when a packet was sent");
+    }
     let position: MarkerPosition = args.marker_position.parse().map_err(anyhow::Error::msg)?;
     let sizes = spec::sizes(&args.sizes)?;
     let rates: Vec<u64> = links.iter().map(|l| l.rate_bps).collect();
     let mut sched = SchedulerConfig::new(kind, rates.clone());
     sched.max_packet = sizes.max().max(1);
     sched.seed = args.seed;
+    // What braid's header adds to each packet on a link: EDPF counts it in each packet's
+    // time on the link (without it, its model of the links ran ahead of them).
+    sched.overhead_bytes = braid_wire::data_overhead(mode == ResequenceMode::Sequence) as u32;
     sched.quanta()?;
     let mut striper = StriperConfig::new(sched.clone());
     striper.sequence_numbers = mode == ResequenceMode::Sequence;
     striper.queue_limit_bytes = args.queue.max(u64::from(sched.max_packet));
+    striper.receiver_equalizes = args.equalize_delay;
+    // PET measures with padding pairs of its own, as the daemon's does.
+    striper.pet_padding = kind == SchedulerKind::Pet;
     striper.markers = MarkerConfig {
         interval_rounds: args.marker_interval,
         position,
     };
     let mut receiver = ResequencerConfig::new(mode, sched);
+    receiver.equalize_delay = args.equalize_delay;
     receiver.hold = match args.hold.as_str() {
         "none" => None,
         h => Some(spec::duration(h).context("in --hold")?),
@@ -512,6 +529,7 @@ fn run_scenario(args: &RunArgs) -> Result<()> {
     let summary = serde_json::json!({
         "scheme": kind.name(),
         "resequence": mode.name(),
+        "equalize_delay": args.equalize_delay,
         "link_mbit": rates.iter().map(|&r| r as f64 / 1e6).collect::<Vec<_>>(),
         "sum_mbit": sum_bps as f64 / 1e6,
         "goodput_mbit": r.goodput_bps / 1e6,
@@ -523,6 +541,9 @@ fn run_scenario(args: &RunArgs) -> Result<()> {
         "declared_lost": r.receiver.lost,
         "link_utilisation": r.link_sent_bytes.iter().zip(&rates)
             .map(|(&b, &rate)| b as f64 * 8.0 / (rate as f64 * duration.as_secs_f64()))
+            .collect::<Vec<_>>(),
+        "pet_estimate_mbit": r.pet_estimates_bps.iter()
+            .map(|e| e.map(|b| b as f64 / 1e6))
             .collect::<Vec<_>>(),
         "max_buffered_bytes": r.max_buffered_bytes,
         "marker_skips": r.receiver.marker_skips,

@@ -263,6 +263,22 @@ fn status(dir: &Path, side: &str) -> Option<serde_json::Value> {
     serde_json::from_slice(&out.stdout).ok()
 }
 
+/// `braid status` (the human form) of the daemon whose control socket is `dir/side.sock`;
+/// fails the test if it does not succeed.
+fn human_status(dir: &Path, side: &str) -> String {
+    let out = Command::new(BRAID)
+        .args(["status", "-s"])
+        .arg(dir.join(format!("{side}.sock")))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "braid status of {side}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The logs `dir/side.log` of these sides, one after the other.
 fn logs(dir: &Path, sides: &[&str]) -> String {
     sides
@@ -994,6 +1010,19 @@ fn accelerated_tcp_queues_in_the_qos_class_its_ports_select() {
         "the daemon says how accelerated TCP is classified; logs: {}",
         bed.logs()
     );
+    // The human form of both ends: the TCP line, and the client's classes.
+    for side in ["c", "s"] {
+        let text = human_status(&bed.dir, side);
+        assert!(
+            text.contains("TCP accelerated over pTCP:"),
+            "{side}: {text}"
+        );
+    }
+    let text = human_status(&bed.dir, "c");
+    assert!(
+        text.contains("loss bound broken") && text.contains("bulk5003"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -1655,6 +1684,13 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     let peers = st["peers"].as_array().unwrap();
     assert_eq!(peers.len(), 2, "{st}");
     assert_eq!(peers[0]["name"], "alpha");
+    // The human form names each client, with its addresses.
+    let text = human_status(&p.dir, "s");
+    assert!(
+        text.contains("client alpha (")
+            && text.contains(&format!("client {} (", peers[1]["name"].as_str().unwrap())),
+        "{text}"
+    );
     assert!(peers[0]["spoofed_packets"].as_u64().unwrap() >= 20, "{st}");
     p.wait_log(
         "s",
