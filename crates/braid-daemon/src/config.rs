@@ -1247,10 +1247,12 @@ impl Config {
                     crate::ptcp_table::DEFAULT_MEMORY_BUDGET,
                     "one session's accelerated connections",
                 )?;
+                // By default at least one client's own budget, so that raising `memory_mib`
+                // alone is not undone by the total.
                 let total_memory_budget = budget(
                     "total_memory_mib",
                     t.total_memory_mib,
-                    crate::ptcp_table::DEFAULT_TOTAL_MEMORY_BUDGET,
+                    crate::ptcp_table::DEFAULT_TOTAL_MEMORY_BUDGET.max(memory_budget),
                     "the accelerated connections of all clients together",
                 )?;
                 let congestion = match &t.congestion {
@@ -1791,6 +1793,8 @@ rate_mbit = 5
         };
         let c = parse(&server("[tcp]\naccelerate = true\ntotal_memory_mib = 64\n")).unwrap();
         assert_eq!(c.tcp.unwrap().total_memory_budget, 64 << 20);
+        let c = parse(&server("[tcp]\naccelerate = true\nmemory_mib = 2048\n")).unwrap();
+        assert_eq!(c.tcp.unwrap().total_memory_budget, 2048 << 20);
         let e = parse(&server("[tcp]\naccelerate = true\ntotal_memory_mib = 0\n")).unwrap_err();
         assert!(
             e.contains("total_memory_mib = 0") && e.contains("1-1048576"),

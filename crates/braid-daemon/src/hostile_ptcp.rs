@@ -17,7 +17,7 @@
 //! (sealed by the liar's session, [`Pair::forge_ptcp`]), what the server sends crosses the
 //! pair's in-memory paths.
 
-use crate::ptcp_table::{PtcpTable, TableOptions, MAX_CONNECTIONS, MEMORY_FLOOR};
+use crate::ptcp_table::{PtcpTable, SharedBudget, TableOptions, MAX_CONNECTIONS, MEMORY_FLOOR};
 use braid_proto::time::Duration;
 use braid_proto::PathId;
 use braid_ptcp::wire::{Flags, SackBlock, Segment, VERSION};
@@ -25,6 +25,7 @@ use braid_ptcp::{CongestionAlgorithm, StripedConnection, VirtualSeq};
 use braid_session::hostile::{Pair, Shape, PATHS};
 use braid_session::{BondParams, Role};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 /// Honest segments of the client's each connection remembers to alter and replay.
 const REMEMBERED: usize = 16;
@@ -37,6 +38,9 @@ pub struct Bed {
     pair: Pair,
     table: PtcpTable,
     budget: u64,
+    /// The budget the table shares (as a server's tables of all its clients do): three
+    /// quarters of its own, so that it binds.
+    shared: Arc<SharedBudget>,
     /// The liar's own connections, by id.
     client: BTreeMap<u16, StripedConnection>,
     /// The segments each of them sent last (newest last), and the path.
@@ -61,20 +65,14 @@ impl Bed {
         shape.liar_is_client = true;
         let mut pair = Pair::established_with(&shape, params)?;
         pair.keep_ptcp = true;
-        let table = PtcpTable::new(
-            Role::Responder,
-            TableOptions {
-                congestion: CongestionAlgorithm::Bbr,
-                receive_buffer_bytes: None,
-                mss: 1300,
-                accept: true,
-                memory_budget: budget,
-            },
-        );
+        let shared = SharedBudget::new(budget / 4 * 3);
+        let table = PtcpTable::new(Role::Responder, table_options(budget))
+            .with_shared_budget(shared.clone());
         Some(Bed {
             pair,
             table,
             budget,
+            shared,
             client: BTreeMap::new(),
             sent: BTreeMap::new(),
             accepted: Vec::new(),
@@ -105,6 +103,14 @@ impl Bed {
         // Then a quiet while: timers, and the connections end or idle.
         self.pass(Duration::from_secs(3));
         self.check();
+    }
+
+    /// The server's table goes (its client left), and takes what it counted out of the
+    /// shared budget; panics if anything is left there.
+    pub fn release(&mut self) {
+        let empty = PtcpTable::new(Role::Responder, table_options(self.budget));
+        drop(std::mem::replace(&mut self.table, empty));
+        assert_eq!(self.shared.committed(), (0, 0), "left in the shared budget");
     }
 
     /// One step: `op` and what it reads of `args`; returns the rest.
@@ -306,13 +312,25 @@ impl Bed {
     fn check(&self) {
         let n = self.table.len() as u64;
         assert!(self.table.len() <= MAX_CONNECTIONS, "{n} connections");
-        let bound = self.budget + n * MEMORY_FLOOR;
+        let bound = self.shared.budget() + n * MEMORY_FLOOR;
         let (sent, offered) = self.table.committed_bytes();
         assert!(sent <= bound, "{sent} bytes unacknowledged, bound {bound}");
         assert!(
             offered <= bound,
             "{offered} bytes of windows, bound {bound}"
         );
+        // What the table counted: at least what is committed, within the bound, and what the
+        // shared budget holds of it.
+        let counted = self.table.counted_bytes();
+        assert!(
+            counted.0 >= sent && counted.1 >= offered,
+            "counted {counted:?}, committed ({sent}, {offered})"
+        );
+        assert!(
+            counted.0 <= bound && counted.1 <= bound,
+            "counted {counted:?}, bound {bound}"
+        );
+        assert_eq!(self.shared.committed(), counted);
         let (mut held, mut charge) = (0, 0);
         for id in self.table.conn_ids() {
             if let Some(c) = self.table.conn(id) {
@@ -325,6 +343,17 @@ impl Bed {
             charge <= bound + bound / 2,
             "a charge of {charge} for what is held, bound {bound}"
         );
+    }
+}
+
+/// The server table's options: a responder that accepts, with a budget of `budget` bytes.
+fn table_options(budget: u64) -> TableOptions {
+    TableOptions {
+        congestion: CongestionAlgorithm::Bbr,
+        receive_buffer_bytes: None,
+        mss: 1300,
+        accept: true,
+        memory_budget: budget,
     }
 }
 
@@ -347,11 +376,12 @@ fn alter(seg: &[u8], field: u8, v: u32) -> Option<Vec<u8>> {
             s.payload = &payload;
         }
         7 => {
+            // A block of at least one packet (an empty one does not encode).
             let start = s.vack.0.wrapping_add(v64 & 0xffff);
             s.flags = s.flags.with(Flags::ACK);
             s.sacks[0] = SackBlock {
                 start: VirtualSeq(start),
-                end: VirtualSeq(start.wrapping_add(v64 >> 16)),
+                end: VirtualSeq(start.wrapping_add((v64 >> 16).max(1))),
             };
             s.sack_len = s.sack_len.max(1);
         }
@@ -406,4 +436,5 @@ pub fn run(data: &[u8]) {
     let budget = (64u64 << 10) << (budget % 9);
     let mut bed = Bed::new(&shape, params, budget).expect("an honest handshake completes");
     bed.play(steps);
+    bed.release();
 }

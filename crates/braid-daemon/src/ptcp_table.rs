@@ -33,6 +33,10 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// table's memory budget ([`TableOptions::memory_budget`]): Linux's default receive buffer.
 pub const MEMORY_FLOOR: u64 = 128 << 10;
 
+/// What a grant lets a connection grow by at least, beyond what it holds
+/// ([`PtcpTable::grant`]): the first receive window autotuning offers.
+pub const GRANT_HEADROOM: u64 = braid_ptcp::recv_buffer::AUTOTUNE_INITIAL_WINDOW;
+
 /// The default of [`TableOptions::memory_budget`]: 256 MiB each way.
 pub const DEFAULT_MEMORY_BUDGET: u64 = 256 << 20;
 
@@ -139,7 +143,11 @@ impl SharedBudget {
             if new >= old {
                 total.fetch_add(new - old, Ordering::Relaxed);
             } else {
-                total.fetch_sub(old - new, Ordering::Relaxed);
+                let before = total.fetch_sub(old - new, Ordering::Relaxed);
+                debug_assert!(
+                    before >= old - new,
+                    "a shared budget's count went below zero"
+                );
             }
         }
     }
@@ -195,6 +203,9 @@ pub struct PtcpTable {
     /// window offered), and the sums ([`TableOptions::memory_budget`]).
     committed: BTreeMap<u16, (u64, u64)>,
     committed_total: (u64, u64),
+    /// The limits each connection was last granted ([`StripedConnection::set_memory_limits`]):
+    /// it is counted at them, or at what it holds if that is more.
+    limits: BTreeMap<u16, (u64, u64)>,
     /// The connection [`PtcpTable::conn_mut`] lent out last: what it commits may have grown
     /// since it was counted. Nothing else grows a connection's commitments.
     lent: Option<u16>,
@@ -231,6 +242,7 @@ impl PtcpTable {
             classes: BTreeMap::new(),
             committed: BTreeMap::new(),
             committed_total: (0, 0),
+            limits: BTreeMap::new(),
             lent: None,
             shared: None,
         }
@@ -240,18 +252,29 @@ impl PtcpTable {
     /// [`TableOptions::memory_budget`]: a connection grows only into what both leave.
     #[must_use]
     pub fn with_shared_budget(mut self, shared: Arc<SharedBudget>) -> PtcpTable {
+        if let Some(old) = &self.shared {
+            old.moved(self.committed_total, (0, 0));
+        }
         shared.moved((0, 0), self.committed_total);
         self.shared = Some(shared);
         self
     }
 
-    /// Counts again what connection `id` commits ([`TableOptions::memory_budget`]); a
-    /// connection no longer held commits nothing.
+    /// Counts again what connection `id` commits ([`TableOptions::memory_budget`]): what it
+    /// holds, or the limits it was granted if they are more, since it may grow to them
+    /// without this table's knowing (a write, a window its autotuning widens). A connection no
+    /// longer held commits nothing.
     fn settle(&mut self, id: u16) {
-        let now = self
-            .conns
-            .get(&id)
-            .map(|c| (c.unacked_bytes(), c.receive_window_bytes()));
+        let limits = self.limits.get(&id).copied().unwrap_or((0, 0));
+        let now = self.conns.get(&id).map(|c| {
+            (
+                c.unacked_bytes().max(limits.0),
+                c.receive_window_bytes().max(limits.1),
+            )
+        });
+        if now.is_none() {
+            self.limits.remove(&id);
+        }
         let old = match now {
             Some(v) => self.committed.insert(id, v),
             None => self.committed.remove(&id),
@@ -266,19 +289,31 @@ impl PtcpTable {
         }
     }
 
-    /// [`PtcpTable::settle`] for every connection that took a segment or ran a timer: acks
-    /// free what was sent, an abort frees everything.
+    /// [`PtcpTable::grant`] for every connection that took a segment or ran a timer: acks
+    /// free what was sent, an abort frees everything, and a window that grew may grow on.
     fn settle_touched(&mut self) {
         let touched: Vec<u16> = self.touched.iter().copied().collect();
         for id in touched {
-            self.settle(id);
+            self.grant(id);
         }
     }
 
     /// Lets connection `id` grow into what the others leave of the memory budget, and of the
     /// shared one if any (at least [`MEMORY_FLOOR`]), and counts what it then commits: a
     /// larger limit may widen its receive window at once.
+    ///
+    /// A connection is counted at its limits ([`PtcpTable::settle`]), so a limit is what it
+    /// may grow to before its next grant: twice what it holds, or that and
+    /// [`GRANT_HEADROOM`]. (Limits as wide as the budget let two connections, or two tables
+    /// sharing a budget, each grow into the same free room between their grants.) Grants come
+    /// at every [`PtcpTable::conn_mut`] and whenever the connection takes a segment or runs a
+    /// timer, so a busy connection doubles many times a round trip.
     fn grant(&mut self, id: u16) {
+        let Some(c) = self.conns.get(&id) else {
+            self.settle(id);
+            return;
+        };
+        let held = (c.unacked_bytes(), c.receive_window_bytes());
         let own = self.committed.get(&id).copied().unwrap_or((0, 0));
         let left = |budget: u64, (sent, offered): (u64, u64)| {
             (
@@ -286,15 +321,30 @@ impl PtcpTable {
                 budget.saturating_sub(offered.saturating_sub(own.1)),
             )
         };
-        let mut share = left(self.options.memory_budget, self.committed_total);
+        let mut room = left(self.options.memory_budget, self.committed_total);
         if let Some(shared) = &self.shared {
             let wide = left(shared.budget, shared.committed());
-            share = (share.0.min(wide.0), share.1.min(wide.1));
+            room = (room.0.min(wide.0), room.1.min(wide.1));
         }
+        let limit = |held: u64, room: u64| {
+            (2 * held)
+                .max(held + GRANT_HEADROOM)
+                .min(room)
+                .max(MEMORY_FLOOR)
+        };
+        let limits = (limit(held.0, room.0), limit(held.1, room.1));
         if let Some(c) = self.conns.get_mut(&id) {
-            c.set_memory_limits(share.0.max(MEMORY_FLOOR), share.1.max(MEMORY_FLOOR));
+            c.set_memory_limits(limits.0, limits.1);
         }
+        self.limits.insert(id, limits);
         self.settle(id);
+    }
+
+    /// What the connections are counted at, in all: their limits, or what they hold where
+    /// that is more ([`PtcpTable::settle`]). At least [`PtcpTable::committed_bytes`], and
+    /// within the budget plus [`MEMORY_FLOOR`] per connection.
+    pub fn counted_bytes(&self) -> (u64, u64) {
+        self.committed_total
     }
 
     /// What the connections commit now, in all: (sent and unacknowledged, receive windows
@@ -1068,11 +1118,87 @@ mod tests {
         }
         // A table that goes takes what its connections committed out of the shared count.
         let [a, b] = pairs;
-        let left_by_b = b.ends[1].1.committed_bytes();
+        let left_by_b = b.ends[1].1.counted_bytes();
         drop(a);
         assert_eq!(shared.committed(), left_by_b);
         drop(b);
         assert_eq!(shared.committed(), (0, 0));
+    }
+
+    #[test]
+    fn tables_sharing_a_budget_cannot_each_grant_the_same_free_room() {
+        // Four clients of one server, a shared budget of 1 MiB: the server's application
+        // writes 8 MiB into one connection of each in turn, before anything is acknowledged.
+        // Each table once granted its connection all that the shared count showed free, and
+        // the four took 4 MiB between them.
+        let budget = 1u64 << 20;
+        let shared = SharedBudget::new(budget);
+        let mut pairs: Vec<(Pair, u16)> = (0..4)
+            .map(|_| {
+                let mut n = Pair::established();
+                n.ends[1].1 = PtcpTable::new(Role::Responder, options(true))
+                    .with_shared_budget(shared.clone());
+                assert_eq!(n.connect(), Some(1));
+                let id = loop {
+                    if let Some(id) = n.ends[1].1.accept() {
+                        break id;
+                    }
+                    n.step();
+                };
+                (n, id)
+            })
+            .collect();
+        let data = vec![9u8; 8 << 20];
+        let bound = budget + 4 * MEMORY_FLOOR;
+        for round in 0..3 {
+            for (n, id) in &mut pairs {
+                if let Some(c) = n.ends[1].1.conn_mut(*id) {
+                    c.write(&data);
+                }
+            }
+            let unacked: u64 = pairs
+                .iter()
+                .map(|(n, _)| n.ends[1].1.committed_bytes().0)
+                .sum();
+            assert!(
+                unacked <= bound,
+                "round {round}: {unacked} unacknowledged, bound {bound}"
+            );
+            assert!(shared.committed().0 >= unacked && shared.committed().0 <= bound);
+            let counted: u64 = pairs
+                .iter()
+                .map(|(n, _)| n.ends[1].1.counted_bytes().0)
+                .sum();
+            assert_eq!(shared.committed().0, counted);
+        }
+        // And the data still flows: the clients read, the server writes on.
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = [0usize; 4];
+        for _ in 0..200_000 {
+            if got.iter().all(|&g| g >= 2 << 20) {
+                break;
+            }
+            for (k, (n, id)) in pairs.iter_mut().enumerate() {
+                // The client's connection: the first it opened, id 1.
+                while let Some(c) = n.ends[0].1.conn_mut(1) {
+                    let r = c.read(&mut buf);
+                    if r == 0 {
+                        break;
+                    }
+                    got[k] += r;
+                }
+                if let Some(c) = n.ends[1].1.conn_mut(*id) {
+                    c.write(&data[..1 << 16]);
+                }
+                n.step();
+            }
+            let unacked: u64 = pairs
+                .iter()
+                .map(|(n, _)| n.ends[1].1.committed_bytes().0)
+                .sum();
+            assert!(unacked <= bound, "{unacked} unacknowledged, bound {bound}");
+        }
+        assert!(got.iter().all(|&g| g >= 2 << 20), "{got:?}");
     }
 
     #[test]
