@@ -191,6 +191,9 @@ pub struct PtcpTable {
     unsealed: u64,
     /// Connections that took a segment or ran a timer since [`PtcpTable::take_touched`].
     touched: BTreeSet<u16>,
+    /// Connections that took a segment or ran a timer since they were last granted
+    /// ([`PtcpTable::settle_touched`]); unlike `touched`, not left to the driver to drain.
+    to_grant: BTreeSet<u16>,
     /// Resets owed to the peer for segments of connections this end does not hold: (id,
     /// the path the segment came on). At most [`MAX_RESETS`].
     resets: Vec<(u16, PathId)>,
@@ -236,6 +239,7 @@ impl PtcpTable {
             unknown_conn: 0,
             unsealed: 0,
             touched: BTreeSet::new(),
+            to_grant: BTreeSet::new(),
             resets: Vec::new(),
             resets_sent: 0,
             peer_restarts: None,
@@ -292,8 +296,7 @@ impl PtcpTable {
     /// [`PtcpTable::grant`] for every connection that took a segment or ran a timer: acks
     /// free what was sent, an abort frees everything, and a window that grew may grow on.
     fn settle_touched(&mut self) {
-        let touched: Vec<u16> = self.touched.iter().copied().collect();
-        for id in touched {
+        for id in std::mem::take(&mut self.to_grant) {
             self.grant(id);
         }
     }
@@ -304,7 +307,7 @@ impl PtcpTable {
     ///
     /// A connection is counted at its limits ([`PtcpTable::settle`]), so a limit is what it
     /// may grow to before its next grant: twice what it holds, or that and
-    /// [`GRANT_HEADROOM`]. (Limits as wide as the budget let two connections, or two tables
+    /// [`GRANT_HEADROOM`], within its buffers and by at most half of the free room. (Limits as wide as the budget let two connections, or two tables
     /// sharing a budget, each grow into the same free room between their grants.) Grants come
     /// at every [`PtcpTable::conn_mut`] and whenever the connection takes a segment or runs a
     /// timer, so a busy connection doubles many times a round trip.
@@ -314,6 +317,9 @@ impl PtcpTable {
             return;
         };
         let held = (c.unacked_bytes(), c.receive_window_bytes());
+        let capacity = (c.send_buffer_capacity(), c.receive_buffer_capacity());
+        // A connection that is done (finished or aborted, about to be removed) grows no more.
+        let done = c.is_finished() || c.was_aborted();
         let own = self.committed.get(&id).copied().unwrap_or((0, 0));
         let left = |budget: u64, (sent, offered): (u64, u64)| {
             (
@@ -326,13 +332,23 @@ impl PtcpTable {
             let wide = left(shared.budget, shared.committed());
             room = (room.0.min(wide.0), room.1.min(wide.1));
         }
-        let limit = |held: u64, room: u64| {
-            (2 * held)
-                .max(held + GRANT_HEADROOM)
-                .min(room)
-                .max(MEMORY_FLOOR)
+        // Room to grow by what it holds (at least GRANT_HEADROOM), but never past its buffer
+        // nor by more than half of what is free: the headroom is counted, and a grant that
+        // took all the free room would keep it from connections that come later (every grant
+        // of a steady connection would give it the same again).
+        let limit = |held: u64, room: u64, capacity: u64| {
+            let free = room.saturating_sub(held);
+            let headroom = if done {
+                0
+            } else {
+                held.max(GRANT_HEADROOM).min(free / 2)
+            };
+            (held + headroom).min(capacity).min(room).max(MEMORY_FLOOR)
         };
-        let limits = (limit(held.0, room.0), limit(held.1, room.1));
+        let limits = (
+            limit(held.0, room.0, capacity.0),
+            limit(held.1, room.1, capacity.1),
+        );
         if let Some(c) = self.conns.get_mut(&id) {
             c.set_memory_limits(limits.0, limits.1);
         }
@@ -536,6 +552,7 @@ impl PtcpTable {
         }
         self.accepted.retain(|&a| a != id);
         self.touched.remove(&id);
+        self.to_grant.remove(&id);
         self.classes.remove(&id);
         self.settle(id);
         if self.lent == Some(id) {
@@ -574,6 +591,7 @@ impl PtcpTable {
                 if c.heard_from_peer() {
                     c.peer_lost();
                     self.touched.insert(id);
+                    self.to_grant.insert(id);
                 }
             }
         }
@@ -616,6 +634,7 @@ impl PtcpTable {
             if let Some(c) = self.conns.get_mut(&seg.conn) {
                 c.handle_datagram(now, seg.path, &seg.segment);
                 self.touched.insert(seg.conn);
+                self.to_grant.insert(seg.conn);
             }
         }
         // Acknowledgements free what was sent; an abort frees everything.
@@ -636,6 +655,7 @@ impl PtcpTable {
             if c.poll_timeout().is_some_and(|t| t <= now) {
                 c.handle_timeout(now);
                 self.touched.insert(id);
+                self.to_grant.insert(id);
             }
         }
         self.settle_touched();
@@ -1199,6 +1219,68 @@ mod tests {
             assert!(unacked <= bound, "{unacked} unacknowledged, bound {bound}");
         }
         assert!(got.iter().all(|&g| g >= 2 << 20), "{got:?}");
+    }
+
+    #[test]
+    fn a_connection_that_comes_late_still_gets_a_full_window_while_the_budget_has_room() {
+        // A budget of 4 MiB, buffers of 1 MiB: one connection, then a second, then a third
+        // joins, each once those before have their full window. Counted at twice their
+        // windows, the first two once kept 4 MiB between them while offering 2, and the third
+        // sat at 128 KiB (a review: 196 MB in 3 s, against 1,567 MB with a full window).
+        let mut n = Pair::established();
+        n.ends[1].1 = PtcpTable::new(
+            Role::Responder,
+            TableOptions {
+                memory_budget: 4 << 20,
+                ..options(true)
+            },
+        );
+        let data = vec![7u8; 1 << 20];
+        let mut buf = vec![0u8; 1 << 16];
+        let mut client_ids = Vec::new();
+        let mut server_ids: Vec<u16> = Vec::new();
+        for i in 0..3 {
+            client_ids.push(n.connect().unwrap());
+            let start = n.now;
+            // Until every connection's window is its whole buffer.
+            loop {
+                for &id in &client_ids {
+                    if let Some(c) = n.ends[0].1.conn_mut(id) {
+                        c.write(&data);
+                    }
+                }
+                while let Some(a) = n.ends[1].1.accept() {
+                    server_ids.push(a);
+                }
+                for &id in &server_ids {
+                    while let Some(c) = n.ends[1].1.conn_mut(id) {
+                        if c.read(&mut buf) == 0 {
+                            break;
+                        }
+                    }
+                }
+                let t1 = &n.ends[1].1;
+                let full = |&id: &u16| {
+                    t1.conn(id)
+                        .is_some_and(|c| c.receive_window_bytes() == 1 << 20)
+                };
+                if server_ids.len() == i + 1 && server_ids.iter().all(full) {
+                    break;
+                }
+                let (_, offered) = t1.committed_bytes();
+                assert!(offered <= 4 << 20, "{offered}");
+                let windows: Vec<u64> = server_ids
+                    .iter()
+                    .filter_map(|&id| t1.conn(id))
+                    .map(StripedConnection::receive_window_bytes)
+                    .collect();
+                assert!(
+                    n.now < start + Duration::from_secs(2),
+                    "connection {i} joined, windows {windows:?}"
+                );
+                n.step();
+            }
+        }
     }
 
     #[test]

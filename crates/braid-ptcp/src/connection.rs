@@ -429,6 +429,11 @@ impl StripedConnection {
     pub fn receive_buffer_capacity(&self) -> u64 {
         self.recv.capacity()
     }
+    /// The send buffer's capacity (`Config::send_buffer_bytes`): at most this many bytes are
+    /// unacknowledged, whatever [`StripedConnection::set_memory_limits`] allows.
+    pub fn send_buffer_capacity(&self) -> u64 {
+        self.config.send_buffer_bytes
+    }
     /// Bytes written and not yet acknowledged by the peer.
     pub fn unacked_bytes(&self) -> u64 {
         self.send_buf.len() as u64
