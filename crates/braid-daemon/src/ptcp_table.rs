@@ -318,8 +318,16 @@ impl PtcpTable {
         };
         let held = (c.unacked_bytes(), c.receive_window_bytes());
         let capacity = (c.send_buffer_capacity(), c.receive_buffer_capacity());
-        // A connection that is done (finished or aborted, about to be removed) grows no more.
-        let done = c.is_finished() || c.was_aborted();
+        // A direction that is done grows no more: the send side once `close` was called or
+        // the connection ended, the receive side once the peer's stream was read to its end.
+        // (Not the send side of a connection whose peer only finished its own stream: a
+        // server may still be answering a client that half-closed.)
+        let ended = c.was_aborted()
+            || matches!(
+                c.state(),
+                braid_ptcp::State::Closing | braid_ptcp::State::Closed
+            );
+        let done = (ended, ended || c.is_finished());
         let own = self.committed.get(&id).copied().unwrap_or((0, 0));
         let left = |budget: u64, (sent, offered): (u64, u64)| {
             (
@@ -336,7 +344,7 @@ impl PtcpTable {
         // nor by more than half of what is free: the headroom is counted, and a grant that
         // took all the free room would keep it from connections that come later (every grant
         // of a steady connection would give it the same again).
-        let limit = |held: u64, room: u64, capacity: u64| {
+        let limit = |held: u64, room: u64, capacity: u64, done: bool| {
             let free = room.saturating_sub(held);
             let headroom = if done {
                 0
@@ -346,8 +354,8 @@ impl PtcpTable {
             (held + headroom).min(capacity).min(room).max(MEMORY_FLOOR)
         };
         let limits = (
-            limit(held.0, room.0, capacity.0),
-            limit(held.1, room.1, capacity.1),
+            limit(held.0, room.0, capacity.0, done.0),
+            limit(held.1, room.1, capacity.1, done.1),
         );
         if let Some(c) = self.conns.get_mut(&id) {
             c.set_memory_limits(limits.0, limits.1);
@@ -1281,6 +1289,58 @@ mod tests {
                 n.step();
             }
         }
+    }
+
+    #[test]
+    fn a_server_answering_a_client_that_half_closed_still_grows_its_send_limit() {
+        // The client sends its request and closes its side (as `nc -N` or an HTTP/1.0
+        // client may); the server reads it to the end, then answers with 8 MiB. Its
+        // connection is finished as a receiver, not as a sender: it must keep growing.
+        let mut n = Pair::established();
+        let cid = n.connect().unwrap();
+        if let Some(c) = n.ends[0].1.conn_mut(cid) {
+            c.write(b"GET /big");
+            c.close(n.now);
+        }
+        let sid = loop {
+            if let Some(id) = n.ends[1].1.accept() {
+                break id;
+            }
+            n.step();
+        };
+        let mut buf = vec![0u8; 1 << 16];
+        let answer = vec![3u8; 8 << 20];
+        let (mut sent, mut got, mut most_unacked) = (0usize, 0usize, 0u64);
+        while got < answer.len() {
+            if let Some(c) = n.ends[1].1.conn_mut(sid) {
+                while c.read(&mut buf) > 0 {}
+                if c.is_finished() && sent < answer.len() {
+                    sent += c.write(&answer[sent..]);
+                    if sent == answer.len() {
+                        c.close(n.now);
+                    }
+                }
+                most_unacked = most_unacked.max(c.unacked_bytes());
+            }
+            if let Some(c) = n.ends[0].1.conn_mut(cid) {
+                loop {
+                    let k = c.read(&mut buf);
+                    if k == 0 {
+                        break;
+                    }
+                    got += k;
+                }
+            }
+            n.step();
+            assert!(
+                n.now < Instant::ZERO + Duration::from_secs(60),
+                "stalled at {got}"
+            );
+        }
+        assert!(
+            most_unacked > 1 << 20,
+            "the send limit stayed at {most_unacked}"
+        );
     }
 
     #[test]
