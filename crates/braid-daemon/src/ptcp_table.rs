@@ -319,15 +319,15 @@ impl PtcpTable {
         let held = (c.unacked_bytes(), c.receive_window_bytes());
         let capacity = (c.send_buffer_capacity(), c.receive_buffer_capacity());
         // A direction that is done grows no more: the send side once `close` was called or
-        // the connection ended, the receive side once the peer's stream was read to its end.
-        // (Not the send side of a connection whose peer only finished its own stream: a
-        // server may still be answering a client that half-closed.)
-        let ended = c.was_aborted()
-            || matches!(
-                c.state(),
-                braid_ptcp::State::Closing | braid_ptcp::State::Closed
-            );
-        let done = (ended, ended || c.is_finished());
+        // the connection ended, the receive side once the peer's stream was read to its end
+        // or the connection ended. (Not one side for the other's end: a server may still be
+        // answering a client that half-closed, and that client still reading the answer.)
+        let state = c.state();
+        let ended = c.was_aborted() || state == braid_ptcp::State::Closed;
+        let done = (
+            ended || state == braid_ptcp::State::Closing,
+            ended || c.is_finished(),
+        );
         let own = self.committed.get(&id).copied().unwrap_or((0, 0));
         let left = |budget: u64, (sent, offered): (u64, u64)| {
             (
@@ -1292,10 +1292,12 @@ mod tests {
     }
 
     #[test]
-    fn a_server_answering_a_client_that_half_closed_still_grows_its_send_limit() {
+    fn a_connection_half_closed_either_way_still_grows_the_other_way() {
         // The client sends its request and closes its side (as `nc -N` or an HTTP/1.0
-        // client may); the server reads it to the end, then answers with 8 MiB. Its
-        // connection is finished as a receiver, not as a sender: it must keep growing.
+        // client may); the server reads it to the end, then answers with 8 MiB. The server's
+        // connection is finished as a receiver, not as a sender, and the client's is closing
+        // as a sender, not as a receiver: the server's send limit and the client's window
+        // must keep growing.
         let mut n = Pair::established();
         let cid = n.connect().unwrap();
         if let Some(c) = n.ends[0].1.conn_mut(cid) {
@@ -1310,7 +1312,7 @@ mod tests {
         };
         let mut buf = vec![0u8; 1 << 16];
         let answer = vec![3u8; 8 << 20];
-        let (mut sent, mut got, mut most_unacked) = (0usize, 0usize, 0u64);
+        let (mut sent, mut got, mut most_unacked, mut widest) = (0usize, 0usize, 0u64, 0u64);
         while got < answer.len() {
             if let Some(c) = n.ends[1].1.conn_mut(sid) {
                 while c.read(&mut buf) > 0 {}
@@ -1323,12 +1325,16 @@ mod tests {
                 most_unacked = most_unacked.max(c.unacked_bytes());
             }
             if let Some(c) = n.ends[0].1.conn_mut(cid) {
-                loop {
-                    let k = c.read(&mut buf);
-                    if k == 0 {
-                        break;
+                widest = widest.max(c.receive_window_bytes());
+                // The client reads in bursts, so the window fills and autotuning widens it.
+                if (n.now.as_nanos() / 1_000_000).is_multiple_of(20) {
+                    loop {
+                        let k = c.read(&mut buf);
+                        if k == 0 {
+                            break;
+                        }
+                        got += k;
                     }
-                    got += k;
                 }
             }
             n.step();
@@ -1341,6 +1347,7 @@ mod tests {
             most_unacked > 1 << 20,
             "the send limit stayed at {most_unacked}"
         );
+        assert!(widest > 512 << 10, "the client's window stayed at {widest}");
     }
 
     #[test]
