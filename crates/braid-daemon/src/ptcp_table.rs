@@ -192,7 +192,7 @@ pub struct PtcpTable {
     /// Connections that took a segment or ran a timer since [`PtcpTable::take_touched`].
     touched: BTreeSet<u16>,
     /// Connections that took a segment or ran a timer since they were last granted
-    /// ([`PtcpTable::settle_touched`]); unlike `touched`, not left to the driver to drain.
+    /// ([`PtcpTable::grant_touched`]); unlike `touched`, not left to the driver to drain.
     to_grant: BTreeSet<u16>,
     /// Resets owed to the peer for segments of connections this end does not hold: (id,
     /// the path the segment came on). At most [`MAX_RESETS`].
@@ -202,16 +202,13 @@ pub struct PtcpTable {
     peer_restarts: Option<u64>,
     /// The `[qos]` class each connection's segments queue in ([`PtcpTable::set_class`]).
     classes: BTreeMap<u16, ClassId>,
-    /// What each connection committed when last counted, (sent and unacknowledged, receive
-    /// window offered), and the sums ([`TableOptions::memory_budget`]).
+    /// What each connection is counted at, (sent and unacknowledged, receive window offered),
+    /// and the sums ([`TableOptions::memory_budget`], [`PtcpTable::settle`]).
     committed: BTreeMap<u16, (u64, u64)>,
     committed_total: (u64, u64),
     /// The limits each connection was last granted ([`StripedConnection::set_memory_limits`]):
     /// it is counted at them, or at what it holds if that is more.
     limits: BTreeMap<u16, (u64, u64)>,
-    /// The connection [`PtcpTable::conn_mut`] lent out last: what it commits may have grown
-    /// since it was counted. Nothing else grows a connection's commitments.
-    lent: Option<u16>,
     /// The budget this table shares with others ([`PtcpTable::with_shared_budget`]).
     shared: Option<Arc<SharedBudget>>,
 }
@@ -247,7 +244,6 @@ impl PtcpTable {
             committed: BTreeMap::new(),
             committed_total: (0, 0),
             limits: BTreeMap::new(),
-            lent: None,
             shared: None,
         }
     }
@@ -295,7 +291,7 @@ impl PtcpTable {
 
     /// [`PtcpTable::grant`] for every connection that took a segment or ran a timer: acks
     /// free what was sent, an abort frees everything, and a window that grew may grow on.
-    fn settle_touched(&mut self) {
+    fn grant_touched(&mut self) {
         for id in std::mem::take(&mut self.to_grant) {
             self.grant(id);
         }
@@ -307,10 +303,11 @@ impl PtcpTable {
     ///
     /// A connection is counted at its limits ([`PtcpTable::settle`]), so a limit is what it
     /// may grow to before its next grant: twice what it holds, or that and
-    /// [`GRANT_HEADROOM`], within its buffers and by at most half of the free room. (Limits as wide as the budget let two connections, or two tables
-    /// sharing a budget, each grow into the same free room between their grants.) Grants come
-    /// at every [`PtcpTable::conn_mut`] and whenever the connection takes a segment or runs a
-    /// timer, so a busy connection doubles many times a round trip.
+    /// [`GRANT_HEADROOM`], within its buffers and by at most half of the free room. (Limits
+    /// as wide as the budget let two connections, or two tables sharing a budget, each grow
+    /// into the same free room between their grants.) Grants come at every
+    /// [`PtcpTable::conn_mut`] and whenever the connection takes a segment or runs a timer,
+    /// so a busy connection doubles many times a round trip.
     fn grant(&mut self, id: u16) {
         let Some(c) = self.conns.get(&id) else {
             self.settle(id);
@@ -529,18 +526,14 @@ impl PtcpTable {
     }
 
     /// A connection, to read, write or close. It may grow only into what the other
-    /// connections leave of the memory budget ([`TableOptions::memory_budget`]); what it
-    /// committed is counted again at the next call of the table.
+    /// connections leave of the memory budget ([`TableOptions::memory_budget`]): to the
+    /// limits it is granted now, at which it is counted, so nothing it does with the borrow
+    /// takes it past its count.
     pub fn conn_mut(&mut self, id: u16) -> Option<&mut StripedConnection> {
-        if let Some(lent) = self.lent.take() {
-            self.settle(lent);
-        }
         if !self.conns.contains_key(&id) {
             return None;
         }
-        self.settle(id);
         self.grant(id);
-        self.lent = Some(id);
         self.conns.get_mut(&id)
     }
 
@@ -563,9 +556,6 @@ impl PtcpTable {
         self.to_grant.remove(&id);
         self.classes.remove(&id);
         self.settle(id);
-        if self.lent == Some(id) {
-            self.lent = None;
-        }
         c
     }
 
@@ -646,7 +636,7 @@ impl PtcpTable {
             }
         }
         // Acknowledgements free what was sent; an abort frees everything.
-        self.settle_touched();
+        self.grant_touched();
     }
 
     /// The earliest timer of the connections.
@@ -666,7 +656,7 @@ impl PtcpTable {
                 self.to_grant.insert(id);
             }
         }
-        self.settle_touched();
+        self.grant_touched();
     }
 
     /// The connections that took a segment or ran a timer since the last call: the only ones

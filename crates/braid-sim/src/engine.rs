@@ -293,14 +293,13 @@ impl Sim {
             }
         }
         if let Some(rx) = &mut self.pet_rx {
-            let mut sent = false;
+            let at = self.now + self.credit_delay;
+            let before = self.sig_acks_inflight.len();
             while let Some(entries) = rx.poll_transmit(self.now) {
-                let at = self.now + self.credit_delay;
                 self.sig_acks_inflight.push_back((at, entries));
-                sent = true;
             }
-            if sent {
-                self.push(self.now + self.credit_delay, Event::SigAck);
+            if self.sig_acks_inflight.len() > before {
+                self.push(at, Event::SigAck);
             }
         }
         let next = [
@@ -501,23 +500,21 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<RunResult, SimError> {
             paths: striper.paths(),
         });
     }
-    // EDPF's `D_l`, and PET's until its SIG-ACKs measure it (the daemon's probes give it).
+    let pet_rx = striper
+        .pet()
+        .is_some()
+        .then(|| PetReceiver::new(PetReceiverConfig::default()));
+    let mut receiver = Resequencer::new(&scenario.receiver)?;
+    // Each link's one-way delay, as the daemon's probes measure it: EDPF's `D_l`, PET's until
+    // its SIG-ACKs measure it, and the base delay an equalising receiver holds to.
     for (i, l) in scenario.links.iter().enumerate() {
         let path = PathId(i as u8);
         striper.set_path_delay(path, l.delay);
         if let Some(pet) = striper.pet_mut() {
             pet.set_probe_rtt(path, l.delay * 2);
         }
-    }
-    let pet_rx = striper
-        .pet()
-        .is_some()
-        .then(|| PetReceiver::new(PetReceiverConfig::default()));
-    let mut receiver = Resequencer::new(&scenario.receiver)?;
-    if scenario.receiver.equalize_delay {
-        // The base delays the daemon's probes measure.
-        for (i, l) in scenario.links.iter().enumerate() {
-            receiver.set_path_delay(PathId(i as u8), Some(l.delay));
+        if scenario.receiver.equalize_delay {
+            receiver.set_path_delay(path, Some(l.delay));
         }
     }
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);

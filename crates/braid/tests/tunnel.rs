@@ -640,17 +640,7 @@ fn tcp_into_the_tunnel_rides_ptcp_with_acceleration() {
     // The human form too, at both ends: a server's tcp status has no listen_port, and the
     // printer once panicked on it.
     for side in ["c", "s"] {
-        let out = Command::new(BRAID)
-            .args(["status", "-s"])
-            .arg(bed.dir.join(format!("{side}.sock")))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{side}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = human_status(&bed.dir, side);
         assert!(
             text.contains("TCP accelerated over pTCP:")
                 && text.contains(&format!("connections {total}")),
@@ -2319,12 +2309,7 @@ fn a_remote_host_name_is_followed_when_its_address_changes() {
     );
     both_ways(&bed, 1 << 20, 1 << 20);
     // `braid status` shows the name beside the address.
-    let out = Command::new(BRAID)
-        .args(["status", "-s"])
-        .arg(bed.dir.join("c.sock"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = human_status(&bed.dir, "c");
     assert!(
         text.contains("10.61.1.3:7000 (braid-server.test:7000)"),
         "{text}"
