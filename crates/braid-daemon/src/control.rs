@@ -7,8 +7,89 @@
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+
+/// How long a reader waits for the loop to publish a fresh snapshot before it takes the last.
+const FRESH_WAIT: Duration = Duration::from_millis(500);
+
+/// What the event loop publishes for the control socket's and the metrics endpoint's threads:
+/// the status JSON and the metrics text, made when a reader asks ([`Board::fresh`]) rather than
+/// on a timer. A proxy's status covers every client; made ten times a second for 4,000 of them
+/// it took an eighth of a core while nothing else happened (docs/benchmarks.md, "A proxy
+/// with many clients").
+pub(crate) struct Board {
+    latest: Mutex<Published>,
+    published: Condvar,
+    /// A reader asked for a fresh snapshot since the loop last published.
+    wanted: AtomicBool,
+    /// Wakes the loop, which publishes within its turn.
+    waker: Arc<mio::Waker>,
+}
+
+/// The last snapshot the loop published.
+#[derive(Debug, Default)]
+pub(crate) struct Published {
+    /// The status as JSON (`braid status --json`).
+    pub status: String,
+    /// The metrics text, if there is a metrics endpoint.
+    pub metrics: String,
+    /// Snapshots published so far.
+    generation: u64,
+}
+
+impl Board {
+    /// A board with an empty status (`{}`) whose readers wake the loop with `waker`.
+    pub(crate) fn new(waker: Arc<mio::Waker>) -> Arc<Board> {
+        Arc::new(Board {
+            latest: Mutex::new(Published {
+                status: "{}".to_owned(),
+                ..Published::default()
+            }),
+            published: Condvar::new(),
+            wanted: AtomicBool::new(false),
+            waker,
+        })
+    }
+
+    /// Loop side: whether a reader asked for a fresh snapshot since the last one (and it is
+    /// now taken as answered: publish it).
+    pub(crate) fn take_wanted(&self) -> bool {
+        self.wanted.swap(false, Ordering::AcqRel)
+    }
+
+    /// Loop side: a new snapshot; wakes the readers waiting for it.
+    pub(crate) fn publish(&self, status: String, metrics: Option<String>) {
+        if let Ok(mut p) = self.latest.lock() {
+            p.status = status;
+            if let Some(m) = metrics {
+                p.metrics = m;
+            }
+            p.generation += 1;
+        }
+        self.published.notify_all();
+    }
+
+    /// Reader side: asks the loop for a snapshot made after this call and waits up to
+    /// [`FRESH_WAIT`] for it (a loop that is stopping never answers: then the last one).
+    pub(crate) fn fresh<T>(&self, pick: impl Fn(&Published) -> T) -> T {
+        let Ok(p) = self.latest.lock() else {
+            return pick(&Published::default());
+        };
+        let asked = p.generation;
+        self.wanted.store(true, Ordering::Release);
+        let _ = self.waker.wake();
+        match self
+            .published
+            .wait_timeout_while(p, FRESH_WAIT, |p| p.generation == asked)
+        {
+            Ok((p, _)) => pick(&p),
+            Err(e) => pick(&e.into_inner().0),
+        }
+    }
+}
 
 /// A request the event loop carries out.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,10 +190,11 @@ pub fn query_status(socket: &Path) -> Result<String, String> {
     request(socket, "status")
 }
 
-/// The answer to one request line: the status snapshot, or a command queued for the loop.
+/// The answer to one request line: the status (`status()`: a fresh snapshot), or a command
+/// queued for the loop.
 fn answer(
     line: &str,
-    snapshot: &std::sync::Mutex<String>,
+    status: &dyn Fn() -> String,
     commands: &SyncSender<Command>,
     paths: &[String],
     wake: &dyn Fn(),
@@ -120,7 +202,7 @@ fn answer(
     let words: Vec<&str> = line.split_whitespace().collect();
     let json = |k: &str, v: &str| serde_json::json!({ k: v }).to_string();
     match words.as_slice() {
-        ["status"] => snapshot.lock().map(|g| g.clone()).unwrap_or_default(),
+        ["status"] => status(),
         ["path", verb @ ("up" | "down"), name] => {
             let Some(index) = paths.iter().position(|p| p == name) else {
                 let why = if paths.is_empty() {
@@ -163,16 +245,15 @@ fn answer(
     }
 }
 
-/// Serve requests on `listener` from a thread: `status` from the latest `snapshot` the event
-/// loop published, path commands into `commands` (the loop applies them within its next
-/// turn). `paths` are the names of this end's paths. A slow or stuck client only ever holds
-/// this thread.
+/// Serve requests on `listener` from a thread: `status` from a fresh snapshot the event loop
+/// publishes on `board` ([`Board::fresh`]), path commands into `commands` (the loop applies
+/// them within its next turn, woken by `board`'s waker). `paths` are the names of this end's
+/// paths. A slow or stuck client only ever holds this thread.
 pub(crate) fn serve(
     listener: std::os::unix::net::UnixListener,
-    snapshot: std::sync::Arc<std::sync::Mutex<String>>,
+    board: Arc<Board>,
     commands: SyncSender<Command>,
     paths: Vec<String>,
-    waker: std::sync::Arc<mio::Waker>,
 ) {
     std::thread::Builder::new()
         .name("braid-control".into())
@@ -193,9 +274,10 @@ pub(crate) fn serve(
                 let line = String::from_utf8_lossy(&req);
                 let line = line.lines().next().unwrap_or("");
                 let wake = || {
-                    let _ = waker.wake();
+                    let _ = board.waker.wake();
                 };
-                let body = answer(line.trim(), &snapshot, &commands, &paths, &wake);
+                let status = || board.fresh(|p| p.status.clone());
+                let body = answer(line.trim(), &status, &commands, &paths, &wake);
                 let _ = s.write_all(body.as_bytes());
             }
         })
@@ -224,7 +306,7 @@ mod tests {
 
     #[test]
     fn requests_are_answered_and_path_commands_queued() {
-        let snap = std::sync::Mutex::new("{\"x\":1}".to_owned());
+        let snap = || "{\"x\":1}".to_owned();
         let (tx, rx) = std::sync::mpsc::sync_channel(4);
         let paths = vec!["dsl".to_owned(), "lte".to_owned()];
         let woken = std::cell::Cell::new(0);

@@ -19,6 +19,8 @@ pub mod hostile_ptcp;
 pub mod loop_timing;
 mod metrics;
 mod net;
+mod owners;
+mod turns;
 pub use net::taken_by_other_device;
 pub mod ptcp_node;
 pub mod ptcp_table;
@@ -42,7 +44,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 /// Why the daemon could not start or stopped.
@@ -422,6 +424,13 @@ struct Accel {
 struct Daemon {
     cfg: Config,
     peers: Vec<Peer>,
+    /// Server: which client each tunnel address belongs to ([`Daemon::owner`]).
+    owners: owners::Owners,
+    /// The peers each turn of the loop looks at, and their next timers (`turns`).
+    turns: turns::Turns,
+    /// Server: the low bits of a receiver index that name the client whose session drew it
+    /// (`SessionConfig::index_tag`; [`Daemon::claim`]).
+    index_tag_bits: u8,
     tun: net::Tun,
     mtu: u16,
     mtu_source: String,
@@ -460,10 +469,13 @@ struct Daemon {
     /// A handshake completed since the MTU and the datagram slots were last fitted to the
     /// peers' bond parameters.
     params_changed: bool,
-    /// The status JSON the control thread serves, refreshed by the loop.
-    snapshot: Arc<Mutex<String>>,
-    /// The metrics text the metrics thread serves, if there is a metrics endpoint.
-    metrics_text: Option<Arc<Mutex<String>>>,
+    /// The status JSON and metrics text the control and metrics threads serve, made when
+    /// they ask.
+    board: Arc<control::Board>,
+    /// Whether there is a metrics endpoint (its text is made with every status).
+    has_metrics: bool,
+    /// No status is made for a reader before this (at most ten a second).
+    publish_floor: Instant,
     next_publish: Instant,
     /// How late the loop wakes up and how long its turns take (`status`'s `event_loop`).
     loop_timing: loop_timing::LoopTiming,
@@ -985,17 +997,16 @@ impl Daemon {
                     .register(s, Token(UDP_BASE + i), Interest::READABLE)?;
             }
         }
-        let snapshot = Arc::new(Mutex::new(String::from("{}")));
         let (command_tx, commands) = std::sync::mpsc::sync_channel(COMMAND_QUEUE);
         // A path command takes effect, and shows in the status, at once: not at the loop's
-        // next timeout.
+        // next timeout; a status request is answered within the loop's next turn.
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
-        control::serve(control, snapshot.clone(), command_tx, names.clone(), waker);
-        let metrics_text = metrics.map(|l| {
-            let text = Arc::new(Mutex::new(String::new()));
-            metrics::serve(l, text.clone());
-            text
-        });
+        let board = control::Board::new(waker);
+        control::serve(control, board.clone(), command_tx, names.clone());
+        let has_metrics = metrics.is_some();
+        if let Some(l) = metrics {
+            metrics::serve(l, board.clone());
+        }
         let guard = handshake_guard(&cfg)?;
         // A client starts its handshake clock at or above every timestamp it sent before.
         let (clock_floor, wall) = clock_floor::ClockFloor::for_config(&cfg);
@@ -1106,6 +1117,9 @@ impl Daemon {
         }
         control_file.disarm();
         Ok(Daemon {
+            owners: owners::Owners::new(&cfg.peers),
+            turns: turns::Turns::new(cfg.peers.len()),
+            index_tag_bits: tag_bits,
             admin_down: vec![false; names.len()],
             looped_out: vec![None; names.len()],
             local_ports: local_ports(&sockets),
@@ -1126,8 +1140,9 @@ impl Daemon {
             sockets,
             gso,
             names,
-            snapshot,
-            metrics_text,
+            board,
+            has_metrics,
+            publish_floor: Instant::ZERO,
             next_publish: Instant::ZERO,
             loop_timing: loop_timing::LoopTiming::default(),
             clock,
@@ -1172,7 +1187,8 @@ impl Daemon {
     }
 
     fn any_established(&self) -> bool {
-        self.peers.iter().any(|p| p.session.is_established())
+        self.turns
+            .any_established(|k| self.peers[k].session.is_established())
     }
 
     fn event_loop(&mut self, stop: &AtomicBool) -> Result<(), DaemonError> {
@@ -1180,11 +1196,8 @@ impl Daemon {
         while !stop.load(Ordering::Relaxed) {
             let now = self.now();
             let timeout = self
-                .peers
-                .iter()
-                .filter_map(|p| p.session.poll_timeout())
-                .chain(self.peers.iter().filter_map(|p| p.ptcp.poll_timeout()))
-                .min()
+                .turns
+                .next_deadline()
                 .map(
                     |t| StdDuration::from_nanos(t.saturating_duration_since(now).as_nanos() as u64),
                 )
@@ -1221,16 +1234,29 @@ impl Daemon {
             }
             let now = self.now();
             self.run_commands(now);
+            // A client's one peer (or a server's one client) is looked at every turn, as
+            // before there were turns; a proxy's clients when busy, due or touched.
+            if self.peers.len() == 1 {
+                self.turns.busy(0, now);
+            }
+            self.turns.take_due(now);
             if now >= self.next_reopen {
                 self.next_reopen = now + braid_proto::time::Duration::from_secs(1);
                 self.reopen(now);
                 self.retry_looped(now);
                 self.warn_server_silent(now);
-                for p in &mut self.peers {
-                    p.ptcp.refresh_rate_caps(&p.session);
+                for (k, p) in self.peers.iter_mut().enumerate() {
+                    if !p.ptcp.is_empty() {
+                        p.ptcp.refresh_rate_caps(&p.session);
+                        self.turns.touch(k);
+                    }
                 }
             }
-            for p in &mut self.peers {
+            for i in 0.. {
+                let Some(k) = self.turns.active_at(i) else {
+                    break;
+                };
+                let p = &mut self.peers[k];
                 p.session.handle_timeout(now);
                 p.ptcp.handle_timeout(now);
             }
@@ -1249,16 +1275,52 @@ impl Daemon {
             self.accelerate(now);
             self.read_tun();
             self.flush();
+            // `braid status` or a metrics scrape asked: answered from this turn, but at most
+            // ten times a second however often they ask (a status covers every client).
+            if now >= self.publish_floor && self.board.take_wanted() {
+                self.publish_floor = now + braid_proto::time::Duration::from_millis(100);
+                self.publish();
+            }
             if now >= self.next_publish {
                 self.next_publish = now + braid_proto::time::Duration::from_millis(100);
                 // Path changes are said within 100 ms (a look at every peer: a proxy may have
                 // thousands, so not at every turn).
                 self.log_transitions(now);
-                self.publish();
+                self.settle_turn(now);
+                let peers = &self.peers;
+                let wrong = self.turns.check(
+                    |k| Self::peer_deadline(&peers[k]),
+                    |k| peers[k].session.is_established(),
+                );
+                if wrong > 0 {
+                    eprintln!(
+                        "braid: {wrong} peers' timers were corrected (a defect: please report it)"
+                    );
+                }
+            } else {
+                self.settle_turn(now);
             }
             self.loop_timing.turned(woke, self.now());
         }
         Ok(())
+    }
+
+    /// A peer's next timer: its session's or its pTCP table's.
+    fn peer_deadline(p: &Peer) -> Option<Instant> {
+        match (p.session.poll_timeout(), p.ptcp.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The end of a turn: the peers it looked at get their next timers again ([`turns`]).
+    fn settle_turn(&mut self, now: Instant) {
+        let peers = &self.peers;
+        self.turns.settle(
+            now,
+            |k| Self::peer_deadline(&peers[k]),
+            |k| peers[k].session.is_established(),
+        );
     }
 
     /// Client: says, once a minute while no handshake has completed (from 5 s after the
@@ -1528,6 +1590,7 @@ impl Daemon {
         for p in &mut self.peers {
             p.session.set_path_enabled(now, PathId(i as u8), enabled);
         }
+        self.turns.touch_all();
     }
 
     /// Client: whether the daemon keeps path `i` out of use: the user took it down, it has no
@@ -1856,17 +1919,9 @@ impl Daemon {
     /// Refresh what the control and metrics threads serve.
     fn publish(&mut self) {
         let st = self.status();
-        if let Ok(json) = serde_json::to_string(&st) {
-            if let Ok(mut s) = self.snapshot.lock() {
-                *s = json;
-            }
-        }
-        if let Some(m) = &self.metrics_text {
-            let text = metrics::render(&st);
-            if let Ok(mut m) = m.lock() {
-                *m = text;
-            }
-        }
+        let json = serde_json::to_string(&st).unwrap_or_default();
+        let metrics = self.has_metrics.then(|| metrics::render(&st));
+        self.board.publish(json, metrics);
     }
 
     /// The peer a packet from the TUN goes to: the only one, or the client that owns its
@@ -1889,26 +1944,7 @@ impl Daemon {
     }
 
     fn owner(&self, ip: IpAddr) -> Option<usize> {
-        let dst = ip;
-        let mut best: Option<(u8, usize)> = None;
-        for (i, p) in self.peers.iter().enumerate() {
-            let len = if p.cfg.addresses.iter().any(|c| c.addr == dst) {
-                Some(if dst.is_ipv4() { 32 } else { 128 })
-            } else {
-                p.cfg
-                    .routes
-                    .iter()
-                    .filter(|r| r.contains(dst))
-                    .map(|r| r.prefix)
-                    .max()
-            };
-            if let Some(len) = len {
-                if best.is_none_or(|(b, _)| len > b) {
-                    best = Some((len, i));
-                }
-            }
-        }
-        best.map(|(_, i)| i)
+        self.owners.owner(ip)
     }
 
     /// Read from the TUN while the bond can take packets. With one peer, a packet the bond
@@ -1930,6 +1966,7 @@ impl Daemon {
                     match self.route(p) {
                         Some(i) => {
                             let _ = self.peers[i].session.send(now, p);
+                            self.turns.busy(i, now);
                         }
                         None if link_scoped(p) => self.link_local += 1,
                         None => self.unrouted += 1,
@@ -1963,6 +2000,7 @@ impl Daemon {
                     self.tun.advance();
                     continue;
                 };
+                self.turns.busy(i, now);
                 // Larger than the bond carries: answered, or sent in fragments (with room for
                 // the first, as for any packet, before the TUN packet is taken; the others
                 // flush for theirs), never waited for in vain.
@@ -2162,11 +2200,18 @@ impl Daemon {
                     .position(|p| p.cfg.public_key == key)
                     .ok_or(Some(key))
             }
-            braid_wire::outer::Outer::Transport { receiver_index, .. } => self
-                .peers
-                .iter()
-                .position(|p| p.session.owns_index(receiver_index))
-                .ok_or(None),
+            // The index's low bits name the session that drew it (`index_tag`): one look.
+            braid_wire::outer::Outer::Transport { receiver_index, .. } => {
+                let mask = 1u32
+                    .checked_shl(u32::from(self.index_tag_bits))
+                    .map_or(u32::MAX, |m| m - 1);
+                let k = (receiver_index & mask) as usize;
+                self.peers
+                    .get(k)
+                    .filter(|p| p.session.owns_index(receiver_index))
+                    .map(|_| k)
+                    .ok_or(None)
+            }
             braid_wire::outer::Outer::HandshakeResponse { .. }
             | braid_wire::outer::Outer::CookieReply { .. } => Err(None),
         }
@@ -2245,6 +2290,7 @@ impl Daemon {
                             continue;
                         }
                     };
+                    self.turns.busy(c, now);
                     let peer = &mut self.peers[c];
                     let restarts = peer.session.peer_restarts();
                     let handled = peer
@@ -2313,10 +2359,14 @@ impl Daemon {
     /// `[[client]]`'s packets must come from its own addresses.
     fn deliver(&mut self) {
         let now = self.now();
-        for p in &mut self.peers {
+        for &k in self.turns.active() {
+            let p = &mut self.peers[k];
             p.ptcp.deliver(&mut p.session, now);
         }
-        for k in 0..self.peers.len() {
+        for i in 0.. {
+            let Some(k) = self.turns.active_at(i) else {
+                break;
+            };
             while let Some(p) = self.peers[k].session.poll_deliver(now) {
                 let own = self.peers[k].cfg.catch_all
                     || packet_address(&p, true).is_some_and(|src| self.may_send_from(k, src));
@@ -2365,7 +2415,10 @@ impl Daemon {
         self.write_tun();
         let now = self.now();
         self.transmit_ptcp(now);
-        for k in 0..self.peers.len() {
+        for i in 0.. {
+            let Some(k) = self.turns.active_at(i) else {
+                break;
+            };
             for p in 0..self.peers[k].session.paths() {
                 let path = PathId(p as u8);
                 let sock_index = sock_index(self.cfg.role, p);
@@ -2460,7 +2513,8 @@ impl Daemon {
             Err(None) => *unaddressed += n as u64,
             Err(Some(_)) => *send_errors += n as u64,
         };
-        for peer in &mut self.peers {
+        for &k in self.turns.active() {
+            let peer = &mut self.peers[k];
             if peer.ptcp.is_empty() && !peer.ptcp.owes_resets() {
                 continue;
             }
@@ -2575,7 +2629,10 @@ impl Daemon {
         // failed) is forgotten once closed, after this turn's flush sent its last segments.
         // One that was already closed when it lost its TCP side is forgotten then
         // ([`Daemon::forget_if_closed`]).
-        for k in 0..self.peers.len() {
+        for i in 0.. {
+            let Some(k) = self.turns.active_at(i) else {
+                break;
+            };
             for id in self.peers[k].ptcp.take_touched() {
                 match self.accel.tokens.get(&(k, id)) {
                     Some(&token) => {
@@ -2596,6 +2653,7 @@ impl Daemon {
             let Some(a) = self.accel.pairs.get_mut(&token) else {
                 continue;
             };
+            self.turns.busy(a.peer, now);
             let Some(c) = self.peers[a.peer].ptcp.conn_mut(a.pair.id()) else {
                 done.push(token);
                 continue;
@@ -2619,6 +2677,7 @@ impl Daemon {
     /// and closes it; it leaves the table once closed.
     fn refuse(&mut self, k: usize, id: u16, now: Instant) {
         self.accel.stats.refused += 1;
+        self.turns.touch(k);
         if let Some(c) = self.peers[k].ptcp.conn_mut(id) {
             c.close(now);
         }
@@ -2638,6 +2697,7 @@ impl Daemon {
             .is_some_and(|c| c.state() == braid_ptcp::State::Closed)
         {
             p.ptcp.remove_after_transmit(id);
+            self.turns.touch(k);
         }
     }
 
@@ -2743,13 +2803,17 @@ impl Daemon {
         if self.cfg.role != Role::Responder {
             return;
         }
-        for k in 0..self.peers.len() {
+        for i in 0.. {
+            let Some(k) = self.turns.active_at(i) else {
+                break;
+            };
             while let Some(id) = self.peers[k].ptcp.accept() {
                 self.accel.pending.insert((k, id), Vec::new());
             }
         }
         let keys: Vec<(usize, u16)> = self.accel.pending.keys().copied().collect();
         for (k, id) in keys {
+            self.turns.touch(k);
             let Some(c) = self.peers[k].ptcp.conn_mut(id) else {
                 self.accel.pending.remove(&(k, id));
                 continue;
@@ -2835,6 +2899,7 @@ impl Daemon {
             src_port: Some(src.port()),
             dst_port: Some(dst.port()),
         };
+        self.turns.touch(k);
         let p = &mut self.peers[k];
         if let Some(class) = p.session.ptcp_class(&headers) {
             p.ptcp.set_class(id, class);

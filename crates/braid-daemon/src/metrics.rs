@@ -441,11 +441,9 @@ pub fn render(st: &Status) -> String {
 /// A per-peer gauge: its name, its help text and its value.
 type PeerGauge = (&'static str, &'static str, fn(&crate::PeerStatus) -> f64);
 
-/// Serve the latest metrics text over HTTP from a thread (any request gets the metrics).
-pub(crate) fn serve(
-    listener: std::net::TcpListener,
-    text: std::sync::Arc<std::sync::Mutex<String>>,
-) {
+/// Serve the metrics over HTTP from a thread (any request gets them), fresh from the event
+/// loop ([`crate::control::Board::fresh`]).
+pub(crate) fn serve(listener: std::net::TcpListener, board: std::sync::Arc<crate::control::Board>) {
     use std::io::{Read, Write};
     std::thread::Builder::new()
         .name("braid-metrics".into())
@@ -456,7 +454,7 @@ pub(crate) fn serve(
                 s.set_write_timeout(Some(std::time::Duration::from_secs(1))).ok();
                 let mut req = [0u8; 1024];
                 let _ = s.read(&mut req);
-                let body = text.lock().map(|g| g.clone()).unwrap_or_default();
+                let body = board.fresh(|p| p.metrics.clone());
                 let _ = write!(
                     s,
                     "HTTP/1.0 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\n\r\n{}",

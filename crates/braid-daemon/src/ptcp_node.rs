@@ -118,7 +118,7 @@ struct Control {
     identity: Option<(u64, u64)>,
     /// Client: paths taken down with `braid path down`.
     admin_down: Vec<bool>,
-    snapshot: std::sync::Arc<std::sync::Mutex<String>>,
+    board: std::sync::Arc<crate::control::Board>,
     commands: std::sync::mpsc::Receiver<crate::control::Command>,
     published: Option<Instant>,
 }
@@ -350,7 +350,6 @@ impl PtcpNode {
     /// `braid up` of another config with the same one), which is left alone.
     pub fn serve_control(&mut self, socket: &std::path::Path) -> io::Result<()> {
         let listener = crate::control::bind_private_if_free(socket)?;
-        let snapshot = std::sync::Arc::new(std::sync::Mutex::new(String::from("{}")));
         let (tx, commands) = std::sync::mpsc::sync_channel(crate::COMMAND_QUEUE);
         let names = if self.role == Role::Initiator {
             self.names.clone()
@@ -359,12 +358,13 @@ impl PtcpNode {
         };
         // Token 0 is no socket's (they start at UDP_BASE): a path command wakes the node.
         let waker = std::sync::Arc::new(mio::Waker::new(self.poll.registry(), Token(0))?);
-        crate::control::serve(listener, snapshot.clone(), tx, names, waker);
+        let board = crate::control::Board::new(waker);
+        crate::control::serve(listener, board.clone(), tx, names);
         self.control = Some(Control {
             socket: socket.to_path_buf(),
             identity: socket_identity(socket),
             admin_down: vec![false; self.names.len()],
-            snapshot,
+            board,
             commands,
             published: None,
         });
@@ -434,6 +434,7 @@ impl PtcpNode {
         let commands: Vec<_> = c.commands.try_iter().collect();
         // A command shows in the status at once.
         let due = !commands.is_empty()
+            || c.board.take_wanted()
             || c.published
                 .is_none_or(|t| now.saturating_duration_since(t) >= STATUS_EVERY);
         for crate::control::Command::Path { index, enabled } in commands {
@@ -461,9 +462,7 @@ impl PtcpNode {
     fn publish(&mut self, now: Instant) {
         let json = self.status_json().to_string();
         if let Some(c) = &mut self.control {
-            if let Ok(mut s) = c.snapshot.lock() {
-                *s = json;
-            }
+            c.board.publish(json, None);
             c.published = Some(now);
         }
     }

@@ -2275,8 +2275,12 @@ impl Session {
         }
     }
 
-    /// When [`Session::handle_timeout`] should next be called.
+    /// When [`Session::handle_timeout`] should next be called: `None` for a server's session
+    /// that has never had its client ([`Session::is_dormant`]).
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.is_dormant() {
+            return None;
+        }
         let mut t = self.next_tick;
         if let Some(e) = self.endpoint.as_ref().and_then(|e| e.poll_timeout()) {
             t = t.min(e);
@@ -2289,6 +2293,22 @@ impl Session {
             t = t.min(self.last_now);
         }
         Some(t)
+    }
+
+    /// A server's session that has never had its client: no keys, no bond, nothing queued,
+    /// nothing measured. It has nothing to time until the client's first handshake, which
+    /// comes as a datagram, so a proxy's clients that are not connected cost it nothing
+    /// between datagrams (its loop looks at a client when its timers are due).
+    pub fn is_dormant(&self) -> bool {
+        self.cfg.role == Role::Responder
+            && self.current.is_none()
+            && self.previous.is_none()
+            && self.endpoint.is_none()
+            && self.qos_wake.is_none()
+            && self
+                .paths
+                .iter()
+                .all(|p| p.tx_bps == 0.0 && p.rx_bps == 0.0)
     }
 
     /// Timers: probes, dead paths, handshake retries, rekeys, key expiry.

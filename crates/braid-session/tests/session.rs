@@ -310,6 +310,24 @@ fn handshake_and_bidirectional_transfer() {
     }
 }
 
+/// A server's session with no client yet has no timers (a proxy's loop then never looks at
+/// its clients that are not connected); the client's first handshake gives it its ticks.
+#[test]
+fn a_server_session_without_its_client_has_no_timers_until_the_handshake() {
+    let mut net = Net::new(2, ResequenceMode::Logical);
+    assert!(net.server.is_dormant());
+    assert_eq!(net.server.poll_timeout(), None);
+    assert!(!net.client.is_dormant(), "a client tries its handshake");
+    assert!(net.client.poll_timeout().is_some());
+    net.established();
+    assert!(!net.server.is_dormant());
+    let t = net
+        .server
+        .poll_timeout()
+        .expect("an established server's session ticks");
+    assert!(t <= net.now + Duration::from_millis(100));
+}
+
 #[test]
 fn replayed_and_forged_datagrams_are_dropped_silently() {
     let mut net = Net::new(2, ResequenceMode::Sequence);

@@ -1493,6 +1493,9 @@ struct Proxy {
     server_public: String,
 }
 
+/// The clients listed beside the two that connect.
+const IDLE_CLIENTS: usize = 200;
+
 impl Proxy {
     fn ns(&self, side: &str) -> String {
         format!("bp{}{}", self.tag, side)
@@ -1540,12 +1543,23 @@ impl Proxy {
         let (sk, sp) = key();
         self.server_public = sp.clone();
         let dir = self.dir.display().to_string();
-        let server = format!(
+        let mut server = format!(
             "role = \"server\"\nprivate_key = \"{sk}\"\nlisten = \"0.0.0.0:7000\"\n\
              [interface]\nname = \"braid0\"\naddress = [\"10.77.0.1/24\"]\n[control]\nsocket = \"{dir}/s.sock\"\n\
              [[client]]\nname = \"alpha\"\npublic_key = \"{ap}\"\naddress = [\"10.77.0.2\"]\n\
              [[client]]\nname = \"beta\"\npublic_key = \"{bp}\"\naddress = [\"10.77.0.3\"]\n"
         );
+        // Clients that never connect, as a proxy has: the two that do must not notice them
+        // (a datagram finds its client by its index's tag, a packet by its address, and a turn
+        // of the server's loop looks only at the clients busy or due).
+        for i in 0..IDLE_CLIENTS {
+            let key = braid_session::PrivateKey::from_random([i as u8 + 1; 32]).public_key();
+            server += &format!(
+                "[[client]]\nname = \"idle{i}\"\npublic_key = \"{}\"\naddress = [\"10.77.0.{}\"]\n",
+                key.to_base64(),
+                10 + i
+            );
+        }
         // No [interface] address: each client takes what the server hands it.
         let client = |key: &str, name: &str, paths: &[u8]| {
             let mut c = format!(
@@ -1672,8 +1686,14 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
     std::thread::sleep(Duration::from_millis(300));
     let st = p.status("s").unwrap();
     let peers = st["peers"].as_array().unwrap();
-    assert_eq!(peers.len(), 2, "{st}");
+    assert_eq!(peers.len(), 2 + IDLE_CLIENTS, "{st}");
     assert_eq!(peers[0]["name"], "alpha");
+    assert!(
+        peers[2..]
+            .iter()
+            .all(|p| p["session"]["established"] == false),
+        "{st}"
+    );
     // The human form names each client, with its addresses.
     let text = human_status(&p.dir, "s");
     assert!(
@@ -1688,7 +1708,7 @@ fn a_proxy_serves_two_clients_at_their_handed_addresses() {
         Duration::from_secs(1),
     );
     assert_eq!(peers[1]["spoofed_packets"], 0, "{st}");
-    for peer in peers {
+    for peer in &peers[..2] {
         assert_eq!(peer["session"]["established"], true, "{st}");
     }
     assert_eq!(peers[0]["session"]["paths"].as_array().unwrap().len(), 2);
