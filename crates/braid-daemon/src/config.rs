@@ -524,6 +524,7 @@ fn default_path_mtu() -> u16 {
 struct RawLiveness {
     probe_interval_ms: u64,
     dead_after_ms: u64,
+    idle_probe_interval_ms: u64,
     rekey_after_s: u64,
 }
 
@@ -532,6 +533,7 @@ impl Default for RawLiveness {
         RawLiveness {
             probe_interval_ms: 100,
             dead_after_ms: 400,
+            idle_probe_interval_ms: 1000,
             rekey_after_s: 120,
         }
     }
@@ -690,6 +692,7 @@ impl Config {
             self.bond.clone(),
         );
         s.probe_interval = self.probe_interval;
+        s.idle_probe_interval = self.idle_probe_interval;
         s.dead_after = self.dead_after;
         s.rekey_after = self.rekey_after;
         s
@@ -738,6 +741,8 @@ pub struct Config {
     pub probe_interval: Duration,
     /// Dead-path timeout.
     pub dead_after: Duration,
+    /// Probe interval while the session is idle (`SessionConfig::idle_probe_interval`).
+    pub idle_probe_interval: Duration,
     /// Rekey interval.
     pub rekey_after: Duration,
     /// Control socket.
@@ -900,6 +905,12 @@ impl Config {
             return Err(invalid(format!(
                 "liveness: dead_after_ms ({}) must be longer than probe_interval_ms ({}), which must be positive",
                 l.dead_after_ms, l.probe_interval_ms
+            )));
+        }
+        if l.idle_probe_interval_ms < l.probe_interval_ms {
+            return Err(invalid(format!(
+                "liveness: idle_probe_interval_ms ({}) must be at least probe_interval_ms ({}): give the same value to probe at one pace, idle or not",
+                l.idle_probe_interval_ms, l.probe_interval_ms
             )));
         }
         if l.rekey_after_s == 0 {
@@ -1313,6 +1324,7 @@ impl Config {
             bond,
             probe_interval: Duration::from_millis(l.probe_interval_ms),
             dead_after: Duration::from_millis(l.dead_after_ms),
+            idle_probe_interval: Duration::from_millis(l.idle_probe_interval_ms),
             rekey_after: Duration::from_secs(l.rekey_after_s),
             control_socket,
             prometheus: raw.control.prometheus,

@@ -23,21 +23,23 @@ const FRESH_WAIT: Duration = Duration::from_millis(500);
 pub(crate) struct Board {
     latest: Mutex<Published>,
     published: Condvar,
-    /// A reader asked for a fresh snapshot since the loop last published.
+    /// A reader waits for a snapshot not made yet (`asked > answered`).
     wanted: AtomicBool,
     /// Wakes the loop, which publishes within its turn.
     waker: Arc<mio::Waker>,
 }
 
-/// The last snapshot the loop published.
+/// The last snapshot the loop published, and the readers' requests.
 #[derive(Debug, Default)]
 pub(crate) struct Published {
     /// The status as JSON (`braid status --json`).
     pub status: String,
     /// The metrics text, if there is a metrics endpoint.
     pub metrics: String,
-    /// Snapshots published so far.
-    generation: u64,
+    /// Requests so far: each reader's ticket.
+    asked: u64,
+    /// The newest ticket a published snapshot was begun after.
+    answered: u64,
 }
 
 impl Board {
@@ -54,36 +56,49 @@ impl Board {
         })
     }
 
-    /// Loop side: whether a reader asked for a fresh snapshot since the last one (and it is
-    /// now taken as answered: publish it).
-    pub(crate) fn take_wanted(&self) -> bool {
-        self.wanted.swap(false, Ordering::AcqRel)
+    /// Loop side: whether a reader waits for a snapshot.
+    pub(crate) fn is_wanted(&self) -> bool {
+        self.wanted.load(Ordering::Acquire)
     }
 
-    /// Loop side: a new snapshot; wakes the readers waiting for it.
-    pub(crate) fn publish(&self, status: String, metrics: Option<String>) {
+    /// Loop side: the newest request not answered yet, if any. Make a snapshot now and
+    /// [`Board::publish`] it with this: it answers that request and every one before it; a
+    /// reader that asks while it is made waits for the next.
+    pub(crate) fn take_wanted(&self) -> Option<u64> {
+        if !self.is_wanted() {
+            return None;
+        }
+        let p = self.latest.lock().ok()?;
+        self.wanted.store(false, Ordering::Release);
+        (p.asked > p.answered).then_some(p.asked)
+    }
+
+    /// Loop side: a new snapshot, begun after request `answers` (from [`Board::take_wanted`];
+    /// 0 for one nobody asked for); wakes the readers it answers.
+    pub(crate) fn publish(&self, status: String, metrics: Option<String>, answers: u64) {
         if let Ok(mut p) = self.latest.lock() {
             p.status = status;
             if let Some(m) = metrics {
                 p.metrics = m;
             }
-            p.generation += 1;
+            p.answered = p.answered.max(answers);
         }
         self.published.notify_all();
     }
 
-    /// Reader side: asks the loop for a snapshot made after this call and waits up to
+    /// Reader side: asks the loop for a snapshot begun after this call and waits up to
     /// [`FRESH_WAIT`] for it (a loop that is stopping never answers: then the last one).
     pub(crate) fn fresh<T>(&self, pick: impl Fn(&Published) -> T) -> T {
-        let Ok(p) = self.latest.lock() else {
+        let Ok(mut p) = self.latest.lock() else {
             return pick(&Published::default());
         };
-        let asked = p.generation;
+        p.asked += 1;
+        let ticket = p.asked;
         self.wanted.store(true, Ordering::Release);
         let _ = self.waker.wake();
         match self
             .published
-            .wait_timeout_while(p, FRESH_WAIT, |p| p.generation == asked)
+            .wait_timeout_while(p, FRESH_WAIT, |p| p.answered < ticket)
         {
             Ok((p, _)) => pick(&p),
             Err(e) => pick(&e.into_inner().0),
@@ -302,6 +317,40 @@ mod tests {
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A reader gets a snapshot begun after it asked: one that asks while the loop makes a
+    /// snapshot for an earlier reader waits for the next.
+    #[test]
+    fn a_reader_gets_a_status_made_after_it_asked() {
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
+        let board = Board::new(waker);
+        assert_eq!(board.take_wanted(), None);
+        let wait_for_a_reader = |board: &Board| {
+            while !board.is_wanted() {
+                std::thread::yield_now();
+            }
+        };
+        let first = {
+            let b = board.clone();
+            std::thread::spawn(move || b.fresh(|p| p.status.clone()))
+        };
+        wait_for_a_reader(&board);
+        // The loop begins a snapshot for the first reader...
+        let asked = board.take_wanted().expect("a request");
+        // ...and a second reader asks while it is made.
+        let second = {
+            let b = board.clone();
+            std::thread::spawn(move || b.fresh(|p| p.status.clone()))
+        };
+        wait_for_a_reader(&board);
+        board.publish("made for the first".into(), None, asked);
+        assert_eq!(first.join().unwrap(), "made for the first");
+        let asked = board.take_wanted().expect("the second request");
+        board.publish("made for the second".into(), None, asked);
+        assert_eq!(second.join().unwrap(), "made for the second");
+        assert_eq!(board.take_wanted(), None);
     }
 
     #[test]

@@ -1209,6 +1209,13 @@ impl Daemon {
                 } else {
                     timeout
                 };
+            // A reader waits for a status: no longer than the floor on making the next one.
+            let timeout = if self.board.is_wanted() {
+                let floor = self.publish_floor.saturating_duration_since(now);
+                timeout.min(StdDuration::from_nanos(floor.as_nanos() as u64))
+            } else {
+                timeout
+            };
             // epoll's timeout is in whole milliseconds, rounded up.
             let deadline = now
                 + braid_proto::time::Duration::from_millis(
@@ -1277,9 +1284,11 @@ impl Daemon {
             self.flush();
             // `braid status` or a metrics scrape asked: answered from this turn, but at most
             // ten times a second however often they ask (a status covers every client).
-            if now >= self.publish_floor && self.board.take_wanted() {
-                self.publish_floor = now + braid_proto::time::Duration::from_millis(100);
-                self.publish();
+            if now >= self.publish_floor {
+                if let Some(asked) = self.board.take_wanted() {
+                    self.publish_floor = now + braid_proto::time::Duration::from_millis(100);
+                    self.publish(asked);
+                }
             }
             if now >= self.next_publish {
                 self.next_publish = now + braid_proto::time::Duration::from_millis(100);
@@ -1565,9 +1574,7 @@ impl Daemon {
 
     /// Carry out what the control socket asked.
     fn run_commands(&mut self, now: Instant) {
-        let mut any = false;
         while let Ok(c) = self.commands.try_recv() {
-            any = true;
             match c {
                 control::Command::Path { index, enabled } => {
                     if let Some(d) = self.admin_down.get_mut(index) {
@@ -1578,9 +1585,7 @@ impl Daemon {
                 }
             }
         }
-        if any {
-            self.publish();
-        }
+        // No status is made here: the next request gets one made after this.
     }
 
     /// Client: tell the session whether path `i` may carry traffic: not taken down by the
@@ -1917,11 +1922,12 @@ impl Daemon {
     }
 
     /// Refresh what the control and metrics threads serve.
-    fn publish(&mut self) {
+    /// Makes the status (and metrics) for the readers that asked, up to request `answers`.
+    fn publish(&mut self, answers: u64) {
         let st = self.status();
         let json = serde_json::to_string(&st).unwrap_or_default();
         let metrics = self.has_metrics.then(|| metrics::render(&st));
-        self.board.publish(json, metrics);
+        self.board.publish(json, metrics, answers);
     }
 
     /// The peer a packet from the TUN goes to: the only one, or the client that owns its
@@ -1965,8 +1971,11 @@ impl Daemon {
                     }
                     match self.route(p) {
                         Some(i) => {
-                            let _ = self.peers[i].session.send(now, p);
-                            self.turns.busy(i, now);
+                            if self.peers[i].session.send(now, p) {
+                                self.turns.busy(i, now);
+                            } else {
+                                self.turns.touch(i);
+                            }
                         }
                         None if link_scoped(p) => self.link_local += 1,
                         None => self.unrouted += 1,
@@ -2000,7 +2009,9 @@ impl Daemon {
                     self.tun.advance();
                     continue;
                 };
-                self.turns.busy(i, now);
+                // Busy once it takes the packet (a packet for a client not connected, say from a
+                // sweep of the handed addresses, makes none busy).
+                self.turns.touch(i);
                 // Larger than the bond carries: answered, or sent in fragments (with room for
                 // the first, as for any packet, before the TUN packet is taken; the others
                 // flush for theirs), never waited for in vain.
@@ -2024,7 +2035,9 @@ impl Daemon {
                     return;
                 }
                 if let Some(p) = self.tun.pending() {
-                    self.peers[i].session.send(now, p);
+                    if self.peers[i].session.send(now, p) {
+                        self.turns.busy(i, now);
+                    }
                 }
                 self.tun.advance();
             }
@@ -2290,12 +2303,18 @@ impl Daemon {
                             continue;
                         }
                     };
-                    self.turns.busy(c, now);
+                    // Busy only for data: a client's probes and their answers, or a replay, make it
+                    // look at it this turn only.
+                    self.turns.touch(c);
                     let peer = &mut self.peers[c];
                     let restarts = peer.session.peer_restarts();
+                    let data_before = peer.session.last_data();
                     let handled = peer
                         .session
                         .handle_datagram_at(now, arrival, arrived_on, datagram);
+                    if peer.session.last_data() != data_before {
+                        self.turns.busy(c, now);
+                    }
                     if self.cfg.role == Role::Responder && peer.session.peer_restarts() > restarts {
                         // A new instance of the client: the addresses its predecessor's paths
                         // came from are no longer its (new ports): learnt anew, not "moved".

@@ -368,7 +368,7 @@ impl PtcpNode {
             commands,
             published: None,
         });
-        self.publish(self.now());
+        self.publish(self.now(), 0);
         Ok(())
     }
 
@@ -433,8 +433,9 @@ impl PtcpNode {
         };
         let commands: Vec<_> = c.commands.try_iter().collect();
         // A command shows in the status at once.
+        let asked = c.board.take_wanted();
         let due = !commands.is_empty()
-            || c.board.take_wanted()
+            || asked.is_some()
             || c.published
                 .is_none_or(|t| now.saturating_duration_since(t) >= STATUS_EVERY);
         for crate::control::Command::Path { index, enabled } in commands {
@@ -455,14 +456,16 @@ impl PtcpNode {
             crate::control::say_path_command(&self.path_name(index), enabled);
         }
         if due {
-            self.publish(now);
+            self.publish(now, asked.unwrap_or(0));
         }
     }
 
-    fn publish(&mut self, now: Instant) {
+    /// Makes the status for the control socket: for the readers that asked up to request
+    /// `answers` (0: nobody asked).
+    fn publish(&mut self, now: Instant, answers: u64) {
         let json = self.status_json().to_string();
         if let Some(c) = &mut self.control {
-            c.board.publish(json, None);
+            c.board.publish(json, None, answers);
             c.published = Some(now);
         }
     }

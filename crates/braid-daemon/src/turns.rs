@@ -5,12 +5,16 @@
 //! turn, and a turn comes with every batch of datagrams: with 4,000 clients listed (none of
 //! them connected) one client's bulk TCP fell from 2.5 Gbit/s to 0.13 (docs/benchmarks.md, "A
 //! proxy with many clients"). Now a turn looks at:
-//! - the peers **busy** in the last [`BUSY`]: a datagram from one, a packet routed to one, an
-//!   accelerated TCP connection of one pumped. They are looked at every turn, as every peer was
-//!   before, so nothing that runs on being polled waits for a timer it did not announce;
+//! - the peers **busy** with data in the last [`BUSY`]: a datagram that carried data from one,
+//!   a packet routed to one that its session took, an accelerated TCP connection of one
+//!   pumped. They are looked at every turn, as every peer was before, so nothing that runs on
+//!   being polled waits for a timer it did not announce;
 //! - the peers whose **next timer** (their sessions' and pTCP tables' `poll_timeout`, as last
 //!   computed) is due;
-//! - the peers something else changed this turn (a command, a rate cap).
+//! - the peers something else changed this turn: any datagram from one (a probe, an answer, a
+//!   handshake, a replay), a packet for one its session refused (one not connected), a
+//!   command, a rate cap. A connected client that carries nothing only probes, and so is
+//!   looked at only in the turns its probes come or its timers are due.
 //!
 //! At the end of the turn the deadlines of every peer looked at are computed again
 //! ([`Turns::settle`]). A peer not looked at did not change, so its deadline still holds; the

@@ -152,6 +152,10 @@ pub struct SessionConfig {
     /// Probe a backup path in standby this often (`BondParams::backup_paths`); rounded up to
     /// a multiple of `probe_interval`.
     pub backup_probe_interval: Duration,
+    /// Probe every path this often instead of `probe_interval` while the session is idle: no
+    /// data sent or received for [`IDLE_AFTER`] ([`Session::is_idle`]). Rounded up to a
+    /// multiple of `probe_interval`; `probe_interval` or less: never idle.
+    pub idle_probe_interval: Duration,
     /// `(tag, bits)`: every receiver index this session draws has `tag` in its low `bits`
     /// bits, the rest random. A server's sessions (one per client) take their own tags, so
     /// two of them never draw the same index: each index names one session, and a transport
@@ -162,8 +166,9 @@ pub struct SessionConfig {
 }
 
 impl SessionConfig {
-    /// Defaults: probes every 100 ms (every second on a backup path in standby), dead after
-    /// 400 ms, rekey every 2 minutes, retry after 1 s.
+    /// Defaults: probes every 100 ms (every second on a backup path in standby, and on every
+    /// path while the session is idle), dead after 400 ms, rekey every 2 minutes, retry after
+    /// 1 s.
     pub fn new(
         role: Role,
         private_key: PrivateKey,
@@ -187,6 +192,7 @@ impl SessionConfig {
             accepts_tcp: false,
             shape_egress: None,
             backup_probe_interval: Duration::from_secs(1),
+            idle_probe_interval: Duration::from_secs(1),
             index_tag: (0, 0),
         }
     }
@@ -311,6 +317,9 @@ pub struct SessionStatus {
     pub role: Role,
     /// Whether keys are established.
     pub established: bool,
+    /// Whether the session is idle: no data for [`IDLE_AFTER`], every path probed every
+    /// `idle_probe_interval` ([`Session::is_idle`]).
+    pub idle: bool,
     /// Handshakes completed.
     pub handshakes: u64,
     /// Initiator: cookie replies received (the responder was under load; `crate::cookie`).
@@ -513,8 +522,9 @@ struct PathState {
     /// A path gone to standby: when its receiving half leaves the rotation, once what the peer
     /// sent on it before it saw another path up has had time to arrive.
     receive_off_at: Option<Instant>,
-    /// Probe ticks a path in standby has let pass since its last probe.
-    standby_ticks: u32,
+    /// Probe ticks a path has let pass since its last probe (in standby, or while the session
+    /// is idle).
+    probe_ticks: u32,
     /// Since when the path is up (its last coming up); `None` while down, or up since the
     /// bond began.
     up_since: Option<Instant>,
@@ -540,19 +550,16 @@ impl PathState {
     /// Whether nothing authenticated has arrived on the path for `dead_after` plus its base
     /// RTT (1 s until one is measured: a long path's first answer takes its RTT to come
     /// back, or a 300 ms path would flap at every start); `None` if nothing ever has.
-    /// A path in standby, probed every `backup_probe` only, is allowed two of its probe
-    /// intervals more.
+    /// A path probed slowly (in standby, or while the session is idle), every `slow_probe`,
+    /// is allowed two of its probe intervals more (`slow_probe` is zero for one probed at
+    /// the normal pace).
     ///
-    /// One just woken from standby (`woke_at`) may have last been heard a slow probe interval
-    /// ago: it is silent only once the probe sent as it woke has had two round trips (and
-    /// 200 ms) to be answered as well.
-    fn silent(&self, now: Instant, dead_after: Duration, backup_probe: Duration) -> Option<bool> {
-        let standby = if self.standby {
-            backup_probe * 2
-        } else {
-            Duration::ZERO
-        };
-        let allowed = dead_after + standby + self.min_rtt.get().unwrap_or(UNMEASURED_RTT_SLACK);
+    /// One just woken from standby or from idle (`woke_at`) may have last been heard a slow
+    /// probe interval ago: it is silent only once the probe sent as it woke has had two round
+    /// trips (and 200 ms) to be answered as well.
+    fn silent(&self, now: Instant, dead_after: Duration, slow_probe: Duration) -> Option<bool> {
+        let allowed =
+            dead_after + slow_probe * 2 + self.min_rtt.get().unwrap_or(UNMEASURED_RTT_SLACK);
         let woken_wait = self.srtt.unwrap_or(UNMEASURED_RTT_SLACK) * 2 + WAKE_SLACK;
         let waited = self
             .woke_at
@@ -616,6 +623,31 @@ const EARLIER_INSTANCES: usize = 4;
 /// What a backup path woken from standby is allowed beyond two round trips for its wake-up
 /// probe's answer ([`PathState::silent`]).
 const WAKE_SLACK: Duration = Duration::from_millis(200);
+
+/// Whether an IP packet is the kernel's link-scoped chatter (IPv6 router solicitations and
+/// MLD reports from fe80:: or ::, to link- or node-local multicast; IPv4's 224.0.0.0/24 and
+/// 169.254.0.0/16): carried like any packet, but no data that keeps a bond from going idle (a
+/// TUN device's IPv6 sends a few such as it comes up and now and then after). Anything else,
+/// a compressed header included, is data.
+fn is_link_chatter(packet: &[u8]) -> bool {
+    match packet.first().map(|b| b >> 4) {
+        Some(4) if packet.len() >= 20 => {
+            let (src, dst) = (&packet[12..16], &packet[16..20]);
+            dst[..3] == [224, 0, 0] || src[..2] == [169, 254]
+        }
+        Some(6) if packet.len() >= 40 => {
+            let (src, dst) = (&packet[8..24], &packet[24..40]);
+            let link_local = |a: &[u8]| a[0] == 0xfe && a[1] & 0xc0 == 0x80;
+            let local_multicast = dst[0] == 0xff && dst[1] & 0x0f <= 2;
+            link_local(src) || link_local(dst) || src.iter().all(|&b| b == 0) || local_multicast
+        }
+        _ => false,
+    }
+}
+
+/// A session with no data sent or received for this long is idle: it probes its paths every
+/// `idle_probe_interval` ([`Session::is_idle`]).
+pub const IDLE_AFTER: Duration = Duration::from_secs(5);
 
 /// Added to `dead_after` for a path whose RTT has not been measured yet.
 const UNMEASURED_RTT_SLACK: Duration = Duration::from_secs(1);
@@ -684,6 +716,11 @@ pub struct Session {
     qos_wake: Option<Instant>,
     /// The last `now` seen (for status snapshots).
     last_now: Instant,
+    /// When data (a packet to stripe, a data packet or a pTCP segment from the peer, a pTCP
+    /// segment sealed) last passed ([`Session::note_data`]).
+    last_data: Instant,
+    /// Probing every `idle_probe_interval` ([`Session::is_idle`]).
+    idle: bool,
     /// Initiator: the tunnel addresses the responder handed over in its last response.
     handed: Vec<(IpAddr, u8)>,
     /// Initiator: whether the responder's last response said it takes accelerated TCP.
@@ -743,6 +780,8 @@ impl Session {
             qos: None,
             qos_wake: None,
             last_now: now,
+            last_data: now,
+            idle: false,
             handed: Vec::new(),
             peer_accepts_tcp: false,
             ptcp_rx: VecDeque::new(),
@@ -1574,6 +1613,7 @@ impl Session {
             }
             Ok(Repr::Probe(_) | Repr::ProbeAck(_)) => Err(DropReason::BadInner),
             Ok(Repr::Ptcp { conn, segment }) => {
+                self.note_data(now);
                 if self.ptcp_rx.len() >= PTCP_RX_QUEUE {
                     self.ptcp.dropped += 1;
                 } else {
@@ -1597,6 +1637,11 @@ impl Session {
                 Ok(())
             }
             Ok(repr) => {
+                if let Repr::Data { payload, .. } = repr {
+                    if !is_link_chatter(payload) {
+                        self.note_data(now);
+                    }
+                }
                 if let Some(e) = &mut self.endpoint {
                     e.handle_repr_at(now, arrival, path, repr);
                 }
@@ -1612,6 +1657,9 @@ impl Session {
     /// take it now: not established, or the selected path's queue is full.
     pub fn send(&mut self, now: Instant, packet: &[u8]) -> bool {
         self.last_now = now;
+        if self.current.is_some() && !is_link_chatter(packet) {
+            self.note_data(now);
+        }
         if let (Some(q), true) = (&mut self.qos, self.current.is_some()) {
             q.enqueue(now, packet);
             self.pump_qos(now);
@@ -1660,6 +1708,7 @@ impl Session {
         match sealed {
             Some(_) => {
                 self.ptcp.sent += 1;
+                self.note_data(now);
                 // PET keeps measuring the paths with padding while accelerated TCP carries
                 // data over the bond (not for its ACKs and keepalives alone).
                 if segment.len() > braid_proto::striper::SMALL_PACKET_BYTES as usize {
@@ -1816,6 +1865,69 @@ impl Session {
         self.cfg.probe_interval * self.standby_probe_ticks()
     }
 
+    /// Probe ticks per probe of every path while the session is idle; 1: never idle.
+    fn idle_probe_ticks(&self) -> u32 {
+        let tick = self.cfg.probe_interval.as_nanos().max(1);
+        let every = self.cfg.idle_probe_interval.as_nanos().div_ceil(tick);
+        u32::try_from(every).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// Probe ticks per probe of a path now: in standby, while idle, or neither (1).
+    fn probe_ticks_for(&self, standby: bool) -> u32 {
+        let idle = if self.idle {
+            self.idle_probe_ticks()
+        } else {
+            1
+        };
+        if standby {
+            self.standby_probe_ticks().max(idle)
+        } else {
+            idle
+        }
+    }
+
+    /// How often path `i` is probed now if that is slower than `probe_interval` (in standby,
+    /// or while the session is idle), else zero: what [`PathState::silent`] allows it more.
+    fn slow_probe_interval(&self, i: usize) -> Duration {
+        let standby = self.paths.get(i).is_some_and(|p| p.standby);
+        match self.probe_ticks_for(standby) {
+            1 => Duration::ZERO,
+            n => self.cfg.probe_interval * n,
+        }
+    }
+
+    /// Whether the session is idle: established, and no data sent or received for
+    /// [`IDLE_AFTER`]. An idle session probes every path every `idle_probe_interval` (1 s by
+    /// default) instead of every `probe_interval`, and allows each two of those intervals more
+    /// before it counts as silent: an idle bond of two paths sends 4 probes and answers a
+    /// second instead of 40. The first data out of idle probes every path at once, and a path
+    /// counts as silent only once that probe has had two round trips (and 200 ms) to be
+    /// answered, as a backup's does when it wakes from standby.
+    pub fn is_idle(&self) -> bool {
+        self.idle
+    }
+
+    /// When data last passed: a packet to stripe, a data packet or a pTCP segment from the
+    /// peer, a pTCP segment sealed (a proxy's loop keeps looking at a client that carries data,
+    /// and at one that only probes when it does).
+    pub fn last_data(&self) -> Instant {
+        self.last_data
+    }
+
+    /// Data passed at `now` (a packet to stripe, a data packet or a pTCP segment from the
+    /// peer, a pTCP segment sealed): out of idle, every path probed at once.
+    fn note_data(&mut self, now: Instant) {
+        self.last_data = now;
+        if std::mem::take(&mut self.idle) {
+            // Backups in standby keep their own pace.
+            for p in self.paths.iter_mut().filter(|p| !p.standby && !p.disabled) {
+                p.probe_ticks = 0;
+                p.probe_due = true;
+                p.woke_at = Some(now);
+            }
+        }
+    }
+
     /// Backup paths ([`BondParams::backup_paths`]; module docs, "Backup paths"): in standby
     /// while a path that is not a backup is up, in the rotation while none is. Call whenever a
     /// path goes up, down, one way or is disabled.
@@ -1835,7 +1947,8 @@ impl Session {
         // take the traffic off the backup each time, nor one that dies again just before,
         // which counts as down only after `dead_after`). Settled, it stays so until it goes
         // down: a lossy line's gaps do not wake the backups.
-        let probe = self.cfg.probe_interval;
+        // The pace of the paths' probes now (slower while the session is idle).
+        let probe = self.cfg.probe_interval * self.probe_ticks_for(false);
         for p in &mut self.paths {
             if !p.up {
                 p.settled = false;
@@ -1880,7 +1993,7 @@ impl Session {
             }
             changed = true;
             p.standby = other_up;
-            p.standby_ticks = 0;
+            p.probe_ticks = 0;
             let path = PathId(i as u8);
             if other_up {
                 let rtt = p.srtt.unwrap_or(UNMEASURED_RTT_SLACK);
@@ -2060,7 +2173,7 @@ impl Session {
             // once rather than after its own wait for answers.
             let st = &self.paths[i];
             let unheard = !st.disabled
-                && st.silent(now, self.cfg.dead_after, self.standby_probe_interval()) == Some(true);
+                && st.silent(now, self.cfg.dead_after, self.slow_probe_interval(i)) == Some(true);
             let probe = Probe {
                 path,
                 id,
@@ -2323,22 +2436,26 @@ impl Session {
         self.next_tick = now + self.cfg.probe_interval;
         let interval = self.cfg.probe_interval.as_secs_f64().max(1e-6);
         let established = self.current.is_some();
-        let standby_every = self.standby_probe_ticks();
-        let standby_probe = self.standby_probe_interval();
+        // Idle from IDLE_AFTER without data: every path probed every idle_probe_interval.
+        self.idle = established
+            && self.idle_probe_ticks() > 1
+            && now.saturating_duration_since(self.last_data) >= IDLE_AFTER;
+        let every = [self.probe_ticks_for(false), self.probe_ticks_for(true)];
+        let slow = every.map(|n| match n {
+            1 => Duration::ZERO,
+            n => self.cfg.probe_interval * n,
+        });
         for (i, p) in self.paths.iter_mut().enumerate() {
             p.tx_bps = 0.7 * p.tx_bps + 0.3 * (p.tick_tx_bytes as f64 * 8.0 / interval);
             p.rx_bps = 0.7 * p.rx_bps + 0.3 * (p.tick_rx_bytes as f64 * 8.0 / interval);
             p.tick_tx_bytes = 0;
             p.tick_rx_bytes = 0;
             if established {
-                if p.standby {
-                    // A backup in standby: a probe every backup_probe_interval.
-                    p.standby_ticks += 1;
-                    if p.standby_ticks >= standby_every {
-                        p.standby_ticks = 0;
-                        p.probe_due = true;
-                    }
-                } else {
+                // A backup in standby: a probe every backup_probe_interval; every path while
+                // idle: every idle_probe_interval; else every tick.
+                p.probe_ticks += 1;
+                if p.probe_ticks >= every[usize::from(p.standby)] {
+                    p.probe_ticks = 0;
                     p.probe_due = true;
                 }
             }
@@ -2351,7 +2468,8 @@ impl Session {
                 }
             }
             // A path never heard from counts as silent.
-            let silent = p.silent(now, self.cfg.dead_after, standby_probe) != Some(false);
+            let silent =
+                p.silent(now, self.cfg.dead_after, slow[usize::from(p.standby)]) != Some(false);
             // One way only: the peer's packets come in, but this end's probes have gone
             // unanswered for longer than any RTT the path has shown (a route that sends this
             // end's datagrams elsewhere, an upstream that died). Everything sent on it would
@@ -2489,6 +2607,7 @@ impl Session {
         SessionStatus {
             role: self.cfg.role,
             established: self.current.is_some(),
+            idle: self.idle,
             handshakes: self.handshakes,
             cookie_replies: self.cookie_replies,
             peer_restarts: self.peer_restarts,
@@ -2702,6 +2821,39 @@ const ALL_REASONS: [DropReason; DROP_REASONS] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_chatter_is_told_from_data() {
+        let v6 = |src: [u8; 2], dst: [u8; 2]| {
+            let mut p = vec![0u8; 48];
+            p[0] = 0x60;
+            p[8..10].copy_from_slice(&src);
+            p[24..26].copy_from_slice(&dst);
+            p[39] = 1;
+            p
+        };
+        let v4 = |src: [u8; 4], dst: [u8; 4]| {
+            let mut p = vec![0u8; 28];
+            p[0] = 0x45;
+            p[12..16].copy_from_slice(&src);
+            p[16..20].copy_from_slice(&dst);
+            p
+        };
+        // A router solicitation (fe80:: to ff02::2), an MLD report (:: to ff02::16).
+        assert!(is_link_chatter(&v6([0xfe, 0x80], [0xff, 0x02])));
+        let mut mld = v6([0, 0], [0xff, 0x02]);
+        mld[8..24].fill(0);
+        assert!(is_link_chatter(&mld));
+        assert!(is_link_chatter(&v4([10, 77, 0, 2], [224, 0, 0, 5])));
+        assert!(is_link_chatter(&v4([169, 254, 1, 1], [10, 77, 0, 1])));
+        // Data: global unicast, site-wide multicast, a compressed header, a short packet.
+        assert!(!is_link_chatter(&v6([0xfd, 0x77], [0xfd, 0x77])));
+        assert!(!is_link_chatter(&v6([0xfd, 0x77], [0xff, 0x05])));
+        assert!(!is_link_chatter(&v4([10, 77, 0, 2], [10, 77, 0, 1])));
+        assert!(!is_link_chatter(&v4([10, 77, 0, 2], [224, 0, 1, 1])));
+        assert!(!is_link_chatter(&[0xc0, 1, 2, 3]));
+        assert!(!is_link_chatter(&[0x45, 0, 0]));
+    }
 
     /// A server's sessions draw receiver indices in disjoint spaces: the tag in the low bits,
     /// random above it.

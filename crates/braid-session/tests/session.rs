@@ -406,6 +406,77 @@ fn replayed_and_forged_datagrams_are_dropped_silently() {
     assert!(net.server.status().dropped.len() >= 4);
 }
 
+/// An idle bond (no data for 5 s) probes each path once a second instead of ten times, at
+/// both ends, and no path goes down for it; the first data probes every path at once, so a
+/// path that died while the bond was idle is found within a few round trips of it, not after
+/// the idle allowance of two slow probe intervals.
+#[test]
+fn an_idle_bond_probes_slowly_and_a_path_that_died_meanwhile_is_found_when_data_comes() {
+    let mut net = Net::new(2, ResequenceMode::Sequence);
+    net.established();
+    // Some data, then nothing.
+    for i in 0..20 {
+        assert!(net.client.send(net.now, &packet(i, 500)));
+        net.step(Duration::from_millis(5));
+    }
+    let sent = |net: &Net| -> (u64, u64) {
+        let tx = |s: &Session| s.status().paths.iter().map(|p| p.tx_packets).sum::<u64>();
+        (tx(&net.client), tx(&net.server))
+    };
+    net.step(Duration::from_millis(2000));
+    let busy = sent(&net);
+    net.step(Duration::from_millis(1000));
+    let one_busy_second = (sent(&net).0 - busy.0, sent(&net).1 - busy.1);
+    assert!(!net.client.is_idle() && !net.server.is_idle());
+    net.step(Duration::from_millis(3000));
+    assert!(net.client.is_idle() && net.server.is_idle());
+    assert!(net.client.status().idle);
+    let before = sent(&net);
+    net.step(Duration::from_millis(4000));
+    let after = sent(&net);
+    let per_second = |a: u64, b: u64| (b - a) as f64 / 4.0;
+    let (client, server) = (per_second(before.0, after.0), per_second(before.1, after.1));
+    // Two paths: a probe and an answer to the peer's each a second, at each end (the busy
+    // bond sends ten of each).
+    assert!(
+        client <= 4.5 && server <= 4.5,
+        "idle: {client} and {server} datagrams a second; busy: {one_busy_second:?}"
+    );
+    assert!(
+        one_busy_second.0 >= 35 && one_busy_second.1 >= 35,
+        "{one_busy_second:?}"
+    );
+    for s in [&net.client, &net.server] {
+        let st = s.status();
+        assert!(
+            st.paths
+                .iter()
+                .all(|p| p.state == "up" && p.down_events == 0),
+            "{:?}",
+            st.paths
+        );
+    }
+    // Path 1 dies while the bond is idle; data comes half a second later.
+    net.dead[1] = true;
+    net.step(Duration::from_millis(500));
+    assert_eq!(net.client.status().paths[1].state, "up", "not yet: idle");
+    let data_at = net.now;
+    assert!(net.client.send(net.now, &packet(100, 500)));
+    assert!(!net.client.is_idle());
+    let mut found = None;
+    for _ in 0..2000 {
+        net.step(Duration::from_millis(1));
+        if net.client.status().paths[1].state == "down" {
+            found = Some(net.now - data_at);
+            break;
+        }
+    }
+    // Path 1's round trip is 50 ms: two of them and 200 ms after the probe sent with the data.
+    let found = found.expect("path 1 never went down");
+    assert!(found <= Duration::from_millis(400), "found after {found:?}");
+    assert_eq!(net.client.status().paths[0].state, "up");
+}
+
 #[test]
 fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
     for mode in [ResequenceMode::Logical, ResequenceMode::Sequence] {

@@ -580,6 +580,8 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
     println!(
         "{who}{}  handshakes {}{restarts}{cookies}",
         match (s["established"].as_bool() == Some(true), any_up) {
+            (true, true) if s["idle"] == true =>
+                "established, idle (no data for 5 s: paths probed slowly)",
             (true, true) => "established",
             (true, false) if all_disabled => "established, but every path is out of use",
             (true, false) => "established, but no path hears the peer",
