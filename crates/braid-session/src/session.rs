@@ -538,6 +538,12 @@ struct PathState {
     /// interval old, so it is not silent before its wake-up probe could be answered
     /// ([`PathState::silent`]).
     woke_at: Option<Instant>,
+    /// Woken from idle at this time, and no answer yet to a probe sent since: one not
+    /// answered within two round trips (and 200 ms) takes the path out of the sending half,
+    /// as the peer's "unheard" would (a path that broke one way while the bond was idle; the
+    /// peer, idle too, would say so only after its idle allowance). `woke_at` does not do:
+    /// the peer's own slow probes clear it.
+    wake_probe: Option<Instant>,
 }
 
 impl PathState {
@@ -624,22 +630,18 @@ const EARLIER_INSTANCES: usize = 4;
 /// probe's answer ([`PathState::silent`]).
 const WAKE_SLACK: Duration = Duration::from_millis(200);
 
-/// Whether an IP packet is the kernel's link-scoped chatter (IPv6 router solicitations and
-/// MLD reports from fe80:: or ::, to link- or node-local multicast; IPv4's 224.0.0.0/24 and
-/// 169.254.0.0/16): carried like any packet, but no data that keeps a bond from going idle (a
-/// TUN device's IPv6 sends a few such as it comes up and now and then after). Anything else,
-/// a compressed header included, is data.
+/// Whether an IP packet is the kernel's link-scoped chatter: to link- or node-local
+/// multicast (IPv6 ff01::/ff02::, router and neighbour solicitations, MLD reports; IPv4's
+/// 224.0.0.0/24, IGMP), or from IPv6's unspecified address. Carried like any packet, but no
+/// data that keeps a bond from going idle (a TUN device's IPv6 sends a few such as it comes
+/// up and now and then after). Anything else is data: link-local unicast too (routing
+/// sessions over fe80::, 169.254.x.x tunnel addressing), and a compressed header.
 fn is_link_chatter(packet: &[u8]) -> bool {
     match packet.first().map(|b| b >> 4) {
-        Some(4) if packet.len() >= 20 => {
-            let (src, dst) = (&packet[12..16], &packet[16..20]);
-            dst[..3] == [224, 0, 0] || src[..2] == [169, 254]
-        }
+        Some(4) if packet.len() >= 20 => packet[16..19] == [224, 0, 0],
         Some(6) if packet.len() >= 40 => {
             let (src, dst) = (&packet[8..24], &packet[24..40]);
-            let link_local = |a: &[u8]| a[0] == 0xfe && a[1] & 0xc0 == 0x80;
-            let local_multicast = dst[0] == 0xff && dst[1] & 0x0f <= 2;
-            link_local(src) || link_local(dst) || src.iter().all(|&b| b == 0) || local_multicast
+            (dst[0] == 0xff && dst[1] & 0x0f <= 2) || src.iter().all(|&b| b == 0)
         }
         _ => false,
     }
@@ -1601,6 +1603,12 @@ impl Session {
                 let st = &mut self.paths[i];
                 st.unanswered_since = None;
                 st.unanswered = 0;
+                if st
+                    .wake_probe
+                    .is_some_and(|w| Instant::from_nanos(p.timestamp) >= w)
+                {
+                    st.wake_probe = None;
+                }
                 if let Some(k) = st.outstanding.iter().position(|&(id, _)| id == p.id) {
                     st.outstanding.remove(k);
                     st.loss *= 0.9;
@@ -1613,7 +1621,10 @@ impl Session {
             }
             Ok(Repr::Probe(_) | Repr::ProbeAck(_)) => Err(DropReason::BadInner),
             Ok(Repr::Ptcp { conn, segment }) => {
-                self.note_data(now);
+                // Not for pure ACKs and keepalives (an idle accelerated connection's).
+                if segment.len() > braid_proto::striper::SMALL_PACKET_BYTES as usize {
+                    self.note_data(now);
+                }
                 if self.ptcp_rx.len() >= PTCP_RX_QUEUE {
                     self.ptcp.dropped += 1;
                 } else {
@@ -1708,7 +1719,9 @@ impl Session {
         match sealed {
             Some(_) => {
                 self.ptcp.sent += 1;
-                self.note_data(now);
+                if segment.len() > braid_proto::striper::SMALL_PACKET_BYTES as usize {
+                    self.note_data(now);
+                }
                 // PET keeps measuring the paths with padding while accelerated TCP carries
                 // data over the bond (not for its ACKs and keepalives alone).
                 if segment.len() > braid_proto::striper::SMALL_PACKET_BYTES as usize {
@@ -1818,6 +1831,14 @@ impl Session {
         if !established || p.disabled || p.deaf || !backed {
             return;
         }
+        self.mark_one_way(now, i);
+    }
+
+    /// Path `i` out of the sending half: what this end sends on it is lost, though the peer's
+    /// packets come in. Back with an answer to one of this end's probes.
+    fn mark_one_way(&mut self, now: Instant, i: usize) {
+        let p = &mut self.paths[i];
+        p.wake_probe = None;
         let was_up = std::mem::replace(&mut p.up, false);
         p.deaf = true;
         if was_up {
@@ -1919,11 +1940,17 @@ impl Session {
     fn note_data(&mut self, now: Instant) {
         self.last_data = now;
         if std::mem::take(&mut self.idle) {
-            // Backups in standby keep their own pace.
-            for p in self.paths.iter_mut().filter(|p| !p.standby && !p.disabled) {
+            // Backups in standby keep their own pace, unless idle had slowed them below it.
+            let slowed_standby = self.idle_probe_ticks() > self.standby_probe_ticks();
+            for p in self
+                .paths
+                .iter_mut()
+                .filter(|p| !p.disabled && (!p.standby || slowed_standby))
+            {
                 p.probe_ticks = 0;
                 p.probe_due = true;
                 p.woke_at = Some(now);
+                p.wake_probe = p.up.then_some(now);
             }
         }
     }
@@ -2445,6 +2472,8 @@ impl Session {
             1 => Duration::ZERO,
             n => self.cfg.probe_interval * n,
         });
+        let (idle, standby_every) = (self.idle, self.standby_probe_ticks());
+        let mut one_way = Vec::new();
         for (i, p) in self.paths.iter_mut().enumerate() {
             p.tx_bps = 0.7 * p.tx_bps + 0.3 * (p.tick_tx_bytes as f64 * 8.0 / interval);
             p.rx_bps = 0.7 * p.rx_bps + 0.3 * (p.tick_rx_bytes as f64 * 8.0 / interval);
@@ -2452,11 +2481,35 @@ impl Session {
             p.tick_rx_bytes = 0;
             if established {
                 // A backup in standby: a probe every backup_probe_interval; every path while
-                // idle: every idle_probe_interval; else every tick.
+                // idle: every idle_probe_interval; else every tick. While idle, a probe
+                // unanswered after three round trips (at least 300 ms) is followed by probes at
+                // the pace the path would have without idle until one is answered: on a lossy
+                // path, a few lost slow probes would otherwise look like a path that died or
+                // works one way.
+                let lost_wait = p.srtt.map_or(Duration::from_millis(300), |r| {
+                    (r * 3).max(Duration::from_millis(300))
+                });
+                let unanswered = p
+                    .unanswered_since
+                    .is_some_and(|t| now.saturating_duration_since(t) > lost_wait);
+                let pace = match (idle && unanswered, p.standby) {
+                    (true, true) => standby_every,
+                    (true, false) => 1,
+                    (false, standby) => every[usize::from(standby)],
+                };
                 p.probe_ticks += 1;
-                if p.probe_ticks >= every[usize::from(p.standby)] {
+                if p.probe_ticks >= pace {
                     p.probe_ticks = 0;
                     p.probe_due = true;
+                }
+                // Woken from idle, and no probe sent since answered within two round trips.
+                let wake_wait = p.srtt.unwrap_or(UNMEASURED_RTT_SLACK) * 2 + WAKE_SLACK;
+                if let Some(w) = p.wake_probe {
+                    if !p.up || p.deaf || p.disabled {
+                        p.wake_probe = None;
+                    } else if now.saturating_duration_since(w) > wake_wait {
+                        one_way.push(i);
+                    }
                 }
             }
             if p.receive_off_at.is_some_and(|t| now >= t) {
@@ -2501,6 +2554,13 @@ impl Session {
                 if let Some(e) = &mut self.endpoint {
                     e.set_path_active(PathId(i as u8), false);
                 }
+            }
+        }
+        for i in one_way {
+            if self.paths[i].up {
+                self.mark_one_way(now, i);
+            } else {
+                self.paths[i].wake_probe = None;
             }
         }
         self.update_standby(now);
@@ -2845,8 +2905,10 @@ mod tests {
         mld[8..24].fill(0);
         assert!(is_link_chatter(&mld));
         assert!(is_link_chatter(&v4([10, 77, 0, 2], [224, 0, 0, 5])));
-        assert!(is_link_chatter(&v4([169, 254, 1, 1], [10, 77, 0, 1])));
-        // Data: global unicast, site-wide multicast, a compressed header, a short packet.
+        // Data: link-local unicast (a routing session over fe80::, 169.254.x.x addressing),
+        // global unicast, site-wide multicast, a compressed header, a short packet.
+        assert!(!is_link_chatter(&v6([0xfe, 0x80], [0xfe, 0x80])));
+        assert!(!is_link_chatter(&v4([169, 254, 1, 1], [169, 254, 1, 2])));
         assert!(!is_link_chatter(&v6([0xfd, 0x77], [0xfd, 0x77])));
         assert!(!is_link_chatter(&v6([0xfd, 0x77], [0xff, 0x05])));
         assert!(!is_link_chatter(&v4([10, 77, 0, 2], [10, 77, 0, 1])));
