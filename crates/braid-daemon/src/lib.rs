@@ -1290,25 +1290,14 @@ impl Daemon {
                     self.publish(asked);
                 }
             }
-            if now >= self.next_publish {
+            // Every 100 ms (a look at every peer: a proxy may have thousands, so not at every
+            // turn): path changes are said, and the peers this turn did not look at are checked.
+            let look_at_all = now >= self.next_publish;
+            if look_at_all {
                 self.next_publish = now + braid_proto::time::Duration::from_millis(100);
-                // Path changes are said within 100 ms (a look at every peer: a proxy may have
-                // thousands, so not at every turn).
                 self.log_transitions(now);
-                self.settle_turn(now);
-                let peers = &self.peers;
-                let wrong = self.turns.check(
-                    |k| Self::peer_deadline(&peers[k]),
-                    |k| peers[k].session.is_established(),
-                );
-                if wrong > 0 {
-                    eprintln!(
-                        "braid: {wrong} peers' timers were corrected (a defect: please report it)"
-                    );
-                }
-            } else {
-                self.settle_turn(now);
             }
+            self.settle_turn(now, look_at_all);
             self.loop_timing.turned(woke, self.now());
         }
         Ok(())
@@ -1322,14 +1311,21 @@ impl Daemon {
         }
     }
 
-    /// The end of a turn: the peers it looked at get their next timers again ([`turns`]).
-    fn settle_turn(&mut self, now: Instant) {
+    /// The end of a turn: the peers it looked at get their next timers again ([`turns`]);
+    /// with `check`, every other peer's are checked too ([`turns::Turns::check`]).
+    fn settle_turn(&mut self, now: Instant, check: bool) {
         let peers = &self.peers;
-        self.turns.settle(
-            now,
-            |k| Self::peer_deadline(&peers[k]),
-            |k| peers[k].session.is_established(),
-        );
+        let deadline = |k: usize| Self::peer_deadline(&peers[k]);
+        let established = |k: usize| peers[k].session.is_established();
+        self.turns.settle(now, deadline, established);
+        if check {
+            let wrong = self.turns.check(deadline, established);
+            if wrong > 0 {
+                eprintln!(
+                    "braid: {wrong} peers' timers were corrected (a defect: please report it)"
+                );
+            }
+        }
     }
 
     /// Client: says, once a minute while no handshake has completed (from 5 s after the
@@ -1921,8 +1917,8 @@ impl Daemon {
         }
     }
 
-    /// Refresh what the control and metrics threads serve.
-    /// Makes the status (and metrics) for the readers that asked, up to request `answers`.
+    /// Makes the status (and metrics) the control and metrics threads serve, for the readers
+    /// that asked, up to request `answers`.
     fn publish(&mut self, answers: u64) {
         let st = self.status();
         let json = serde_json::to_string(&st).unwrap_or_default();

@@ -547,6 +547,21 @@ struct PathState {
 }
 
 impl PathState {
+    /// How long a probe may go unanswered before it counts as lost: three smoothed RTTs, at
+    /// least 300 ms (judging it by the probe interval would call every probe of a long path
+    /// lost).
+    fn probe_lost_after(&self) -> Duration {
+        self.srtt.map_or(Duration::from_millis(300), |r| {
+            (r * 3).max(Duration::from_millis(300))
+        })
+    }
+
+    /// How long a path woken from standby or idle waits for its wake-up probe's answer: two
+    /// round trips and [`WAKE_SLACK`].
+    fn wake_wait(&self) -> Duration {
+        self.srtt.unwrap_or(UNMEASURED_RTT_SLACK) * 2 + WAKE_SLACK
+    }
+
     /// Whether the path carries traffic: up, not a backup in standby, not a line on
     /// probation.
     fn in_use(&self) -> bool {
@@ -566,7 +581,7 @@ impl PathState {
     fn silent(&self, now: Instant, dead_after: Duration, slow_probe: Duration) -> Option<bool> {
         let allowed =
             dead_after + slow_probe * 2 + self.min_rtt.get().unwrap_or(UNMEASURED_RTT_SLACK);
-        let woken_wait = self.srtt.unwrap_or(UNMEASURED_RTT_SLACK) * 2 + WAKE_SLACK;
+        let woken_wait = self.wake_wait();
         let waited = self
             .woke_at
             .is_none_or(|w| now.saturating_duration_since(w) > woken_wait);
@@ -1719,12 +1734,10 @@ impl Session {
         match sealed {
             Some(_) => {
                 self.ptcp.sent += 1;
+                // Data (not ACKs and keepalives alone): the bond is busy, and PET keeps
+                // measuring the paths with padding while accelerated TCP carries it.
                 if segment.len() > braid_proto::striper::SMALL_PACKET_BYTES as usize {
                     self.note_data(now);
-                }
-                // PET keeps measuring the paths with padding while accelerated TCP carries
-                // data over the bond (not for its ACKs and keepalives alone).
-                if segment.len() > braid_proto::striper::SMALL_PACKET_BYTES as usize {
                     if let Some(e) = &mut self.endpoint {
                         e.note_traffic(now);
                     }
@@ -1907,14 +1920,19 @@ impl Session {
         }
     }
 
-    /// How often path `i` is probed now if that is slower than `probe_interval` (in standby,
-    /// or while the session is idle), else zero: what [`PathState::silent`] allows it more.
-    fn slow_probe_interval(&self, i: usize) -> Duration {
-        let standby = self.paths.get(i).is_some_and(|p| p.standby);
+    /// How often a path (in standby or not) is probed now if that is slower than
+    /// `probe_interval` (in standby, or while the session is idle), else zero: what
+    /// [`PathState::silent`] allows it more.
+    fn slow_probe_for(&self, standby: bool) -> Duration {
         match self.probe_ticks_for(standby) {
             1 => Duration::ZERO,
             n => self.cfg.probe_interval * n,
         }
+    }
+
+    /// [`Session::slow_probe_for`] path `i`.
+    fn slow_probe_interval(&self, i: usize) -> Duration {
+        self.slow_probe_for(self.paths.get(i).is_some_and(|p| p.standby))
     }
 
     /// Whether the session is idle: established, and no data sent or received for
@@ -2178,11 +2196,7 @@ impl Session {
             let st = &mut self.paths[i];
             st.probe_due = false;
             st.probe_id = st.probe_id.wrapping_add(1);
-            // A probe unanswered after three smoothed RTTs (at least 300 ms) counts as lost;
-            // judging it by the probe interval would call every probe of a long path lost.
-            let wait = st.srtt.map_or(Duration::from_millis(300), |r| {
-                (r * 3).max(Duration::from_millis(300))
-            });
+            let wait = st.probe_lost_after();
             while st
                 .outstanding
                 .front()
@@ -2468,10 +2482,7 @@ impl Session {
             && self.idle_probe_ticks() > 1
             && now.saturating_duration_since(self.last_data) >= IDLE_AFTER;
         let every = [self.probe_ticks_for(false), self.probe_ticks_for(true)];
-        let slow = every.map(|n| match n {
-            1 => Duration::ZERO,
-            n => self.cfg.probe_interval * n,
-        });
+        let slow = [self.slow_probe_for(false), self.slow_probe_for(true)];
         let (idle, standby_every) = (self.idle, self.standby_probe_ticks());
         let mut one_way = Vec::new();
         for (i, p) in self.paths.iter_mut().enumerate() {
@@ -2486,12 +2497,9 @@ impl Session {
                 // the pace the path would have without idle until one is answered: on a lossy
                 // path, a few lost slow probes would otherwise look like a path that died or
                 // works one way.
-                let lost_wait = p.srtt.map_or(Duration::from_millis(300), |r| {
-                    (r * 3).max(Duration::from_millis(300))
-                });
                 let unanswered = p
                     .unanswered_since
-                    .is_some_and(|t| now.saturating_duration_since(t) > lost_wait);
+                    .is_some_and(|t| now.saturating_duration_since(t) > p.probe_lost_after());
                 let pace = match (idle && unanswered, p.standby) {
                     (true, true) => standby_every,
                     (true, false) => 1,
@@ -2503,11 +2511,10 @@ impl Session {
                     p.probe_due = true;
                 }
                 // Woken from idle, and no probe sent since answered within two round trips.
-                let wake_wait = p.srtt.unwrap_or(UNMEASURED_RTT_SLACK) * 2 + WAKE_SLACK;
                 if let Some(w) = p.wake_probe {
                     if !p.up || p.deaf || p.disabled {
                         p.wake_probe = None;
-                    } else if now.saturating_duration_since(w) > wake_wait {
+                    } else if now.saturating_duration_since(w) > p.wake_wait() {
                         one_way.push(i);
                     }
                 }

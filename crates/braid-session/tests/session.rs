@@ -73,7 +73,7 @@ struct Net {
     server_reads: Option<(Duration, bool)>,
     unread: Vec<(Instant, Vec<u8>)>,
     next_read: Instant,
-    /// Review: random loss per path, percent, both ways.
+    /// Random loss per path, percent, both ways.
     loss_pct: Vec<u64>,
     rng: u64,
 }
@@ -172,9 +172,8 @@ impl Net {
         }
     }
 
-    /// Puts a datagram of the client on path `p`'s wire, unless the path is dead or the
-    /// datagram `lost`: it leaves once the path's rate (if any) lets it and arrives `delay[p]`
-    /// later.
+    /// Whether the next datagram on path `p` is lost at random (`loss_pct`, a fixed xorshift
+    /// sequence).
     fn random_lost(&mut self, p: usize) -> bool {
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
@@ -182,6 +181,9 @@ impl Net {
         self.rng % 100 < self.loss_pct[p]
     }
 
+    /// Puts a datagram of the client on path `p`'s wire, unless the path is dead, the
+    /// datagram `lost`, or lost at random: it leaves once the path's rate (if any) lets it and
+    /// arrives `delay[p]` later.
     fn client_wire(&mut self, p: usize, datagram: &[u8], lost: bool) {
         if self.dead[p] || self.dead_upstream[p] || lost || self.random_lost(p) {
             return;
@@ -195,7 +197,7 @@ impl Net {
         self.wires.push(left + self.delay[p], p, true, datagram);
     }
 
-    /// Puts a datagram of the server on path `p`'s wire (no rate), unless the path is dead.
+    /// Puts a datagram of the server on path `p`'s wire (no rate), unless the path is dead or the datagram is lost at random.
     fn server_wire(&mut self, p: usize, datagram: &[u8]) {
         if !self.dead[p] && !self.dead_downstream[p] && !self.random_lost(p) {
             self.wires
