@@ -731,6 +731,10 @@ pub struct Session {
     qos: Option<QosShaper>,
     /// When the shaper's bucket next has room for its head packet.
     qos_wake: Option<Instant>,
+    /// The shaper let packets go into the striper while a path was polled, since the last
+    /// [`Session::handle_timeout`]: the striper may have put some on a path the driver had
+    /// already polled in its turn ([`Session::poll_timeout`]).
+    pumped_in_poll: bool,
     /// The last `now` seen (for status snapshots).
     last_now: Instant,
     /// When data (a packet to stripe, a data packet or a pTCP segment from the peer, a pTCP
@@ -796,6 +800,7 @@ impl Session {
             retransmitted: 0,
             qos: None,
             qos_wake: None,
+            pumped_in_poll: false,
             last_now: now,
             last_data: now,
             idle: false,
@@ -2089,12 +2094,14 @@ impl Session {
                 .is_some_and(|e| e.striper().can_send(len as u32))
     }
 
-    /// Move what the shaper lets go from JoBS into the striper.
-    fn pump_qos(&mut self, now: Instant) {
+    /// Move what the shaper lets go from JoBS into the striper; whether anything went.
+    fn pump_qos(&mut self, now: Instant) -> bool {
         let (Some(q), Some(e)) = (&mut self.qos, &mut self.endpoint) else {
-            return;
+            return false;
         };
+        let mut moved = false;
         while let Some(item) = q.poll(now, |len| e.striper().can_send(len)) {
+            moved = true;
             match item {
                 Egress::Packet(p) => {
                     if e.send_packet(now, p).is_err() {
@@ -2110,6 +2117,7 @@ impl Session {
             }
         }
         self.qos_wake = q.poll_timeout(now);
+        moved
     }
 
     /// Encrypt `plain` for `path` into `out`.
@@ -2167,8 +2175,8 @@ impl Session {
     /// MTU); returns its length.
     pub fn poll_transmit(&mut self, now: Instant, path: PathId, out: &mut [u8]) -> Option<usize> {
         let i = path.index();
-        if self.qos.is_some() {
-            self.pump_qos(now);
+        if self.qos.is_some() && self.pump_qos(now) {
+            self.pumped_in_poll = true;
         }
         if self.paths.get(i).is_some_and(|p| p.disabled) {
             return None;
@@ -2442,8 +2450,14 @@ impl Session {
         if let Some(q) = self.qos_wake {
             t = t.min(q);
         }
-        if self.current.is_some() && !self.ptcp_tx.is_empty() {
-            // A pump while another path was polled let segments go for a path already polled.
+        // A pump while another path was polled let packets or segments go for a path the
+        // driver may have polled already in its turn: call again at once. (Only after a pump
+        // that moved something, which handle_timeout clears: whatever has_transmit says, this
+        // asks for one more turn per pump, never for turns without end.)
+        let left = |p: usize| self.has_transmit(PathId(p as u8));
+        if self.current.is_some()
+            && (!self.ptcp_tx.is_empty() || self.pumped_in_poll && (0..self.paths.len()).any(left))
+        {
             t = t.min(self.last_now);
         }
         Some(t)
@@ -2468,6 +2482,7 @@ impl Session {
     /// Timers: probes, dead paths, handshake retries, rekeys, key expiry.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = now;
+        self.pumped_in_poll = false;
         if self.qos.is_some() {
             self.pump_qos(now);
         }
