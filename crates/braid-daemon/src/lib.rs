@@ -428,6 +428,8 @@ struct Daemon {
     owners: owners::Owners,
     /// The peers each turn of the loop looks at, and their next timers (`turns`).
     turns: turns::Turns,
+    /// The peers a receive batch had datagrams for ([`Daemon::deliver_claimed`]).
+    claimed: Vec<usize>,
     /// Server: the low bits of a receiver index that name the client whose session drew it
     /// (`SessionConfig::index_tag`; [`Daemon::claim`]).
     index_tag_bits: u8,
@@ -641,6 +643,7 @@ pub fn run(cfg: Config, stop: Arc<AtomicBool>) -> Result<(), DaemonError> {
         d.cfg.control_socket.display()
     );
     let result = d.event_loop(&stop);
+    d.reset_accelerated();
     // A clean stop leaves the exact floor, not the reservation ahead of it, so that restarts
     // do not move the handshake clock ahead each time.
     clock_floor::finish(d.clock_floor.as_ref(), d.now().as_nanos());
@@ -1119,6 +1122,7 @@ impl Daemon {
         Ok(Daemon {
             owners: owners::Owners::new(&cfg.peers),
             turns: turns::Turns::new(cfg.peers.len()),
+            claimed: Vec::new(),
             index_tag_bits: tag_bits,
             admin_down: vec![false; names.len()],
             looped_out: vec![None; names.len()],
@@ -2302,6 +2306,9 @@ impl Daemon {
                     // Busy only for data: a client's probes and their answers, or a replay, make it
                     // look at it this turn only.
                     self.turns.touch(c);
+                    if !self.claimed.contains(&c) {
+                        self.claimed.push(c);
+                    }
                     let peer = &mut self.peers[c];
                     let restarts = peer.session.peer_restarts();
                     let data_before = peer.session.last_data();
@@ -2366,56 +2373,73 @@ impl Daemon {
                     }
                 }
             }
-            self.deliver();
+            self.deliver_claimed();
         }
     }
 
-    /// Queue what the sessions deliver for the TUN, writing whenever a batch is full. A
-    /// `[[client]]`'s packets must come from its own addresses.
+    /// Queue what the sessions of this turn deliver for the TUN, writing whenever a batch is
+    /// full.
     fn deliver(&mut self) {
         let now = self.now();
-        for &k in self.turns.active() {
-            let p = &mut self.peers[k];
-            p.ptcp.deliver(&mut p.session, now);
-        }
         for i in 0.. {
             let Some(k) = self.turns.active_at(i) else {
                 break;
             };
-            while let Some(p) = self.peers[k].session.poll_deliver(now) {
-                let own = self.peers[k].cfg.catch_all
-                    || packet_address(&p, true).is_some_and(|src| self.may_send_from(k, src));
-                let peer = &mut self.peers[k];
-                if !own && link_scoped(&p) {
-                    peer.link_local += 1;
-                    peer.session.recycle(p);
-                    continue;
-                }
-                if !own {
-                    peer.spoofed += 1;
-                    let src = packet_address(&p, true);
-                    peer.session.recycle(p);
-                    let cfg = &self.peers[k].cfg;
-                    self.warnings.say_for(now, "spoofed", k, || {
-                        let who = peer_label(Role::Responder, cfg);
-                        let handed: Vec<String> =
-                            cfg.addresses.iter().map(ToString::to_string).collect();
-                        format!(
-                            "{who} sends from {}, not an address of its own (dropped, counted as spoofed_packets): its tunnel address must be one this server hands it ({}), and a LAN behind it must be in its [[client]] routes",
-                            src.map_or("an unreadable source".into(), |a| a.to_string()),
-                            handed.join(", ")
-                        )
-                    });
-                    continue;
-                }
-                if self.tun.queue_full() {
-                    self.write_tun();
-                }
-                if let Some(b) = self.tun.queue() {
-                    b.extend_from_slice(&p);
-                }
-                self.peers[k].session.recycle(p);
+            self.deliver_peer(k, now);
+        }
+    }
+
+    /// [`Daemon::deliver`] for the peers the last receive batch was for only: a proxy's other
+    /// clients busy with data are delivered at the end of the turn.
+    fn deliver_claimed(&mut self) {
+        let now = self.now();
+        let claimed = std::mem::take(&mut self.claimed);
+        for &k in &claimed {
+            self.deliver_peer(k, now);
+        }
+        self.claimed = claimed;
+        self.claimed.clear();
+    }
+
+    /// Queue what peer `k`'s session delivers for the TUN (after handing it the pTCP segments
+    /// that came), writing whenever a batch is full. A `[[client]]`'s packets must come from
+    /// its own addresses.
+    fn deliver_peer(&mut self, k: usize, now: Instant) {
+        let p = &mut self.peers[k];
+        p.ptcp.deliver(&mut p.session, now);
+        while let Some(p) = self.peers[k].session.poll_deliver(now) {
+            let own = self.peers[k].cfg.catch_all
+                || packet_address(&p, true).is_some_and(|src| self.may_send_from(k, src));
+            let peer = &mut self.peers[k];
+            if !own && link_scoped(&p) {
+                peer.link_local += 1;
+                peer.session.recycle(p);
+                continue;
             }
+            if !own {
+                peer.spoofed += 1;
+                let src = packet_address(&p, true);
+                peer.session.recycle(p);
+                let cfg = &self.peers[k].cfg;
+                self.warnings.say_for(now, "spoofed", k, || {
+                    let who = peer_label(Role::Responder, cfg);
+                    let handed: Vec<String> =
+                        cfg.addresses.iter().map(ToString::to_string).collect();
+                    format!(
+                        "{who} sends from {}, not an address of its own (dropped, counted as spoofed_packets): its tunnel address must be one this server hands it ({}), and a LAN behind it must be in its [[client]] routes",
+                        src.map_or("an unreadable source".into(), |a| a.to_string()),
+                        handed.join(", ")
+                    )
+                });
+                continue;
+            }
+            if self.tun.queue_full() {
+                self.write_tun();
+            }
+            if let Some(b) = self.tun.queue() {
+                b.extend_from_slice(&p);
+            }
+            self.peers[k].session.recycle(p);
         }
     }
 
@@ -2685,6 +2709,38 @@ impl Daemon {
                 self.forget_if_closed(a.peer, a.pair.id());
                 let _ = self.poll.registry().deregister(a.pair.tcp_mut());
             }
+        }
+    }
+
+    /// The daemon stops: every accelerated connection ends with a reset, here towards its
+    /// application (its socket closed with `SO_LINGER` 0) and at the peer (a pTCP reset on
+    /// each path that is up, whose daemon then resets its side's socket). Closing the sockets
+    /// as they are would send FINs, and an application reading to the end of the stream would
+    /// take a truncated one for whole; and the peer's side would hang until a keepalive.
+    /// Called before the redirect rules go: a socket closed after them may have its reset
+    /// (or FIN) routed past the application, which then waits on a stream nobody holds. The
+    /// listeners close first, so no connection lands while the others are reset, and the
+    /// kernel resets those still waiting to be accepted.
+    fn reset_accelerated(&mut self) {
+        self.accel.listeners.clear();
+        for a in self.accel.pairs.values() {
+            a.pair.abort();
+        }
+        self.accel.pairs.clear();
+        self.accel.tokens.clear();
+        self.accel.pending.clear();
+        let mut reset = 0;
+        for k in 0..self.peers.len() {
+            let p = &mut self.peers[k];
+            if !p.ptcp.is_empty() {
+                reset += p.ptcp.reset_all(&p.session);
+                self.turns.touch(k);
+            }
+        }
+        if reset > 0 {
+            let now = self.now();
+            self.transmit_ptcp(now);
+            eprintln!("braid: stopping: {reset} accelerated TCP connection(s) reset at both ends");
         }
     }
 

@@ -530,6 +530,16 @@ impl PtcpNode {
         }
     }
 
+    /// This end is going away: every connection is forgotten and the peer sent a reset for
+    /// each ([`PtcpTable::reset_all`]), so its side ends at once. Returns how many there were.
+    pub fn reset_all(&mut self) -> usize {
+        let n = self.table.reset_all(&self.session);
+        if n > 0 {
+            self.flush();
+        }
+        n
+    }
+
     /// Sends everything the connections and the session have now: each path's datagrams in
     /// GSO batches ([`crate::gso`]), as the daemon does.
     pub fn flush(&mut self) {

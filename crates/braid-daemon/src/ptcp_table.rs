@@ -559,6 +559,27 @@ impl PtcpTable {
         c
     }
 
+    /// This end is going away (the daemon stops): every connection is forgotten, and the next
+    /// [`PtcpTable::transmit`] sends the peer a reset for each on every path that is up (at
+    /// least one), so its applications are told at once that their streams broke, instead of
+    /// after a keepalive minutes later or a clean end of file on a truncated stream. Returns
+    /// how many connections there were.
+    pub fn reset_all(&mut self, session: &Session) -> usize {
+        let mut paths: Vec<PathId> = (0..session.paths())
+            .map(|p| PathId(p as u8))
+            .filter(|&p| session.path_is_up(p))
+            .collect();
+        if paths.is_empty() && session.paths() > 0 {
+            paths.push(PathId(0));
+        }
+        let ids = self.conn_ids();
+        for &id in &ids {
+            self.resets.extend(paths.iter().map(|&p| (id, p)));
+            self.remove(id);
+        }
+        ids.len()
+    }
+
     /// Forget a connection after the next [`PtcpTable::transmit`] sent what it has left (the
     /// ACK of the peer's FIN that closed it): a connection removed at once leaves its peer
     /// resending that FIN to an id nobody holds.

@@ -92,14 +92,20 @@ impl Pair {
         }
     }
 
+    /// Dropping the pair from now on resets its TCP connection (`SO_LINGER` 0) instead of
+    /// closing it: the application is told its stream broke. A FIN would read as a clean end
+    /// of a truncated stream.
+    pub fn abort(&self) {
+        let _ = socket2::SockRef::from(&self.tcp).set_linger(Some(std::time::Duration::ZERO));
+    }
+
     /// Copies what it can both ways. Returns `true` once the pair is done.
     pub fn pump(&mut self, c: &mut StripedConnection, now: braid_proto::time::Instant) -> bool {
         if c.was_aborted() {
             // The peer holds no such connection (it restarted), or never answered for the
             // user timeout: the application gets a reset when the socket is dropped, as from
-            // a TCP peer that forgot it, and nothing else first (a FIN before it would read as
-            // a clean end of a truncated stream).
-            let _ = socket2::SockRef::from(&self.tcp).set_linger(Some(std::time::Duration::ZERO));
+            // a TCP peer that forgot it, and nothing else first.
+            self.abort();
             return true;
         }
         let mut buf = [0u8; CHUNK];

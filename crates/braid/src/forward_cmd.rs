@@ -207,5 +207,15 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
             }
         }
     }
+    // Stopped: each connection still forwarded ends with a reset at both ends, not a FIN
+    // that would read as the clean end of a truncated stream (`Pair::abort`).
+    for p in pairs.values() {
+        p.abort();
+    }
+    drop(pairs);
+    let reset = node.reset_all();
+    if reset > 0 && !args.quiet {
+        eprintln!("braid forward: stopping: {reset} connection(s) reset at both ends");
+    }
     Ok(())
 }

@@ -370,8 +370,11 @@ fn tcp_connections_are_forwarded_both_ways_over_ptcp() {
     let mut bed = Bed::new(3);
     bed.configs();
     bed.relay(RelayFaults::default());
-    // The target: an echo server in the server's namespace.
+    // The target: an echo server in the server's namespace. Its third connection is held
+    // open by the client's application while the client's forwarder stops: how its read of
+    // that one ended goes to `ended`.
     let (tx, rx) = std::sync::mpsc::channel();
+    let (ended_tx, ended) = std::sync::mpsc::channel();
     in_ns(&bed.ns("s"), move || {
         let l = TcpListener::bind("127.0.0.1:9000").unwrap();
         tx.send(()).unwrap();
@@ -383,6 +386,17 @@ fn tcp_connections_are_forwarded_both_ways_over_ptcp() {
                 w.shutdown(Shutdown::Write).unwrap();
             });
         }
+        let (mut c, _) = l.accept().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut b = [0u8; 4096];
+        let how = loop {
+            match c.read(&mut b) {
+                Ok(0) => break "end of file".to_string(),
+                Ok(n) => c.write_all(&b[..n]).unwrap(),
+                Err(e) => break format!("{:?}", e.kind()),
+            }
+        };
+        ended_tx.send(how).unwrap();
     });
     rx.recv().unwrap();
     let (s, c) = (bed.dir.join("s.toml"), bed.dir.join("c.toml"));
@@ -472,6 +486,46 @@ fn tcp_connections_are_forwarded_both_ways_over_ptcp() {
     assert!(
         text.contains("pTCP node") && text.contains("disabled"),
         "{text}"
+    );
+    // The client's forwarder stops while it carries a connection: both applications are
+    // told their stream broke (a reset), neither gets a clean end of file (a truncated
+    // stream taken for whole) or silence.
+    let mut held = in_ns(&bed.ns("c"), || {
+        TcpStream::connect("127.0.0.1:8080").unwrap()
+    })
+    .join()
+    .unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    held.write_all(b"hello").unwrap();
+    let mut echo = [0u8; 5];
+    held.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"hello");
+    let client = bed.children.pop().unwrap();
+    // SAFETY: SIGTERM to our own child.
+    unsafe {
+        libc::kill(client.id() as i32, libc::SIGTERM);
+    }
+    let mut client = client;
+    client.wait().unwrap();
+    let mut b = [0u8; 16];
+    let how = match held.read(&mut b) {
+        Ok(0) => "end of file".to_string(),
+        Ok(_) => "data".to_string(),
+        Err(e) => format!("{:?}", e.kind()),
+    };
+    assert_eq!(how, "ConnectionReset", "client: {}", bed.log("c"));
+    assert_eq!(
+        ended.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "ConnectionReset",
+        "server: {}",
+        bed.log("s")
+    );
+    assert!(
+        bed.log("c")
+            .contains("stopping: 1 connection(s) reset at both ends"),
+        "{}",
+        bed.log("c")
     );
 }
 

@@ -860,18 +860,9 @@ fn an_accelerated_connection_is_reset_when_the_server_restarts() {
     std::thread::sleep(Duration::from_millis(300));
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = in_ns(&bed.ns("c"), move || {
-        let mut c = connect_and_tell("10.77.0.1:5202", &tx);
-        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut b = [0u8; 4096];
+        let c = connect_and_tell("10.77.0.1:5202", &tx);
         // How the stream ends: an error (a reset), not a clean end of file.
-        loop {
-            match c.read(&mut b) {
-                Ok(0) => return "end of file",
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return "reset",
-                Err(_) => return "another error",
-            }
-        }
+        read_to_end_of(c, Duration::from_secs(30))
     });
     rx.recv().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -914,6 +905,108 @@ fn an_accelerated_connection_is_reset_when_the_server_restarts() {
         "10.77.0.1:5201".parse().unwrap(),
         1 << 20,
     );
+}
+
+/// How a reader's stream ended within `wait`: `"reset"`, `"end of file"`, `"another error"`,
+/// or `"still open"`.
+fn read_to_end_of(mut c: TcpStream, wait: Duration) -> &'static str {
+    c.set_read_timeout(Some(wait)).unwrap();
+    let mut b = [0u8; 4096];
+    loop {
+        match c.read(&mut b) {
+            Ok(0) => return "end of file",
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return "reset",
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return "still open"
+            }
+            Err(_) => return "another error",
+        }
+    }
+}
+
+#[test]
+fn a_daemon_that_stops_resets_its_accelerated_connections_at_both_ends() {
+    need_root!();
+    let Some(mut bed) = Bed::accelerating(24, false) else {
+        return;
+    };
+    // Two connections the client daemon carries when it stops: on one the client's
+    // application reads what the server's writes, on the other the server's reads what the
+    // client's writes. Each reader must be told its stream broke (a reset), at once: not a
+    // clean end of file (a truncated stream taken for whole), and not silence until a
+    // keepalive minutes later.
+    let wait = Duration::from_secs(10);
+    let server_writes = in_ns(&bed.ns("s"), || {
+        let l = TcpListener::bind("10.77.0.1:5210").unwrap();
+        let (mut c, _) = l.accept().unwrap();
+        while c.write_all(&[2; 1000]).is_ok() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let server_reads = in_ns(&bed.ns("s"), move || {
+        let l = TcpListener::bind("10.77.0.1:5211").unwrap();
+        let (c, _) = l.accept().unwrap();
+        read_to_end_of(c, wait)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx2 = tx.clone();
+    let client_reads = in_ns(&bed.ns("c"), move || {
+        let c = connect_and_tell("10.77.0.1:5210", &tx);
+        read_to_end_of(c, wait)
+    });
+    let client_writes = in_ns(&bed.ns("c"), move || {
+        let mut c = connect_and_tell("10.77.0.1:5211", &tx2);
+        c.write_all(&[1; 1000]).unwrap();
+        // Kept open until the test ends: the client's application neither closes nor
+        // writes more, so only the daemon's reset can end the server's read.
+        std::thread::sleep(wait + Duration::from_secs(2));
+    });
+    rx.recv().unwrap();
+    rx.recv().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && bed.status("s").is_none_or(|st| st["tcp"]["active"] != 2) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        bed.status("s").unwrap()["tcp"]["active"],
+        2,
+        "logs: {}",
+        bed.logs()
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    // The client daemon stops (SIGTERM), and stays away.
+    let mut client = bed.children.pop().unwrap();
+    // SAFETY: SIGTERM to our own child.
+    unsafe {
+        libc::kill(client.id() as i32, libc::SIGTERM);
+    }
+    client.wait().unwrap();
+    assert_eq!(
+        client_reads.join().unwrap(),
+        "reset",
+        "the client's reading application; logs: {}",
+        bed.logs()
+    );
+    assert_eq!(
+        server_reads.join().unwrap(),
+        "reset",
+        "the server's reading application; logs: {}",
+        bed.logs()
+    );
+    assert!(
+        logs(&bed.dir, &["c"]).contains("2 accelerated TCP connection(s) reset at both ends"),
+        "logs: {}",
+        bed.logs()
+    );
+    let _ = server_writes.join();
+    let _ = client_writes.join();
 }
 
 #[test]
