@@ -22,7 +22,10 @@
 # the end; the client's at 5 minutes and before its (first) restart; failed TCP exchanges and lost UDP
 # queries; and whether both daemons answered `braid status` at the end. With KEEP_DIR, each
 # sample also appends both daemons' `braid status --json` (with `t`) to c-status.jsonl and
-# s-status.jsonl there, and the configs and logs stay.
+# s-status.jsonl there, and the configs and logs stay, with c-fail.log and s-fail.log (each
+# failed exchange as the traffic's client and server saw it, `ss -tino` of a connection that
+# hung; soak_traffic.py) and events.log (each path event and restart, in Unix seconds, to set
+# beside them and the daemons' logs, c.log and s.log, whose lines carry it too).
 # With SOAK_ACCEL=1 both ends set `[tcp] accelerate = true`, so the TCP rides pTCP connections
 # (and the status samples carry their committed bytes, `ptcp_unacked_bytes`/`ptcp_window_bytes`).
 # Needs root, python3, tc (tbf); nft too with SOAK_ACCEL. docs/benchmarks.md, "A soak", has the
@@ -60,15 +63,20 @@ if [ -n "${SOAK_ACCEL:-}" ]; then
   printf '[tcp]\naccelerate = true\n' >> "$D/c.toml"
   printf '[tcp]\naccelerate = true\n' >> "$D/s.toml"
 fi
-start_client() { ip netns exec sa "$BIN" up -c "$D/c.toml" >> "$D/c.log" 2>&1 & }
-ip netns exec sb "$BIN" up -c "$D/s.toml" > "$D/s.log" 2>&1 &
+# Each line the daemons log, after the Unix time it came (their own lines carry none).
+stamp() { while IFS= read -r l; do echo "t=$(date +%s.%N | cut -c1-14) $l"; done; }
+start_client() { ip netns exec sa "$BIN" up -c "$D/c.toml" 2>&1 | stamp >> "$D/c.log" & }
+ip netns exec sb "$BIN" up -c "$D/s.toml" 2>&1 | stamp > "$D/s.log" &
 sleep 0.3
 start_client
 sleep 3
 SPID=$(pgrep -f "up -c $D/s.toml"); CPID=$(pgrep -f "up -c $D/c.toml")
-ip netns exec sb python3 "$HERE/soak_traffic.py" serve 10.77.0.1 > /dev/null 2>&1 &
+FAILS=(); SFAIL=()
+[ -n "$KEEP" ] && FAILS=("$D/c-fail.log") && SFAIL=("$D/s-fail.log")
+event() { [ -n "$KEEP" ] && echo "t=$(date +%s.%N | cut -c1-14) $*" >> "$D/events.log"; }
+ip netns exec sb python3 "$HERE/soak_traffic.py" serve 10.77.0.1 "${SFAIL[@]}" > /dev/null 2>&1 &
 sleep 0.5
-ip netns exec sa python3 "$HERE/soak_traffic.py" churn 10.77.0.1 "$SECS" "$RATE" | tee "$D/traffic.txt" &
+ip netns exec sa python3 "$HERE/soak_traffic.py" churn 10.77.0.1 "$SECS" "$RATE" "${FAILS[@]}" | tee "$D/traffic.txt" &
 TRAFFIC=$!
 
 mem() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -97,18 +105,19 @@ while kill -0 $TRAFFIC 2>/dev/null; do
   fi
   [ -z "$S5" ] && [ $t -ge 300 ] && S5=$(mem $SPID) && C5=$(mem $CPID)
   if [ $t -ge 60 ] && [ $(( (t - 60) % 120 )) -lt 10 ]; then
-    "$BIN" path down two -s "$D/c.sock" > /dev/null
-    ( sleep 10; "$BIN" path up two -s "$D/c.sock" > /dev/null ) &
+    "$BIN" path down two -s "$D/c.sock" > /dev/null; event "path two down"
+    ( sleep 10; "$BIN" path up two -s "$D/c.sock" > /dev/null; event "path two up" ) &
   fi
   if [ $t -ge 120 ] && [ $(( (t - 120) % 180 )) -lt 10 ]; then
-    ip -n sa link set sa1 down
-    ( sleep 5; ip -n sa link set sa1 up ) &
+    ip -n sa link set sa1 down; event "link one down"
+    ( sleep 5; ip -n sa link set sa1 up; event "link one up" ) &
   fi
   if [ $RESTARTED -lt $RESTARTS ] && [ $t -ge $((SECS * (RESTARTED + 1) / (RESTARTS + 1))) ]; then
     [ $RESTARTED = 0 ] && SHALF=$(mem $SPID) && CPRE=$(mem $CPID)
     echo "restarting the client at ${t} s"
+    event "client stopped"
     kill -TERM $CPID; while kill -0 $CPID 2>/dev/null; do sleep 0.05; done
-    start_client; sleep 0.5; CPID=$(pgrep -f "up -c $D/c.toml"); RESTARTED=$((RESTARTED + 1))
+    start_client; event "client started"; sleep 0.5; CPID=$(pgrep -f "up -c $D/c.toml"); RESTARTED=$((RESTARTED + 1))
   fi
 done
 wait $TRAFFIC

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Traffic for contrib/bench/soak.sh: what a home router's bond carries for hours.
 
-  soak_traffic.py serve ADDR            # TCP 5002 (request/response), UDP 5003 (echo), TCP 5004 (bulk sink)
-  soak_traffic.py churn ADDR SECS RATE  # RATE new TCP connections and RATE new UDP sockets a second
+  soak_traffic.py serve ADDR [FAILLOG]           # TCP 5002 (request/response), UDP 5003 (echo), TCP 5004 (bulk sink)
+  soak_traffic.py churn ADDR SECS RATE [FAILLOG]  # RATE new TCP connections and RATE new UDP sockets a second
 
 `churn` opens each TCP connection from a new ephemeral port, sends 1-16 kB, reads the 4-64 kB
 answer and closes it; one in eight is reset instead (SO_LINGER 0: no FIN, as when a NAT forgets
@@ -10,8 +10,14 @@ a flow). Each UDP query goes from a new socket (a new source port, as a DNS reso
 waits up to 1 s for its echo. Every 10 s it also sends 5 s of bulk TCP to port 5004. Each line it
 prints is one 10 s interval: `t=.. tcp_ok=.. tcp_fail=.. udp_ok=.. udp_lost=.. bulk_mbit=..`;
 the last line sums the run.
+
+With FAILLOG, each failed exchange is also a line there, to be set beside the daemons' events:
+`t=.. tcp port=.. phase=connect|send|recv got=../.. reset=.. took=.. err=..` (t in Unix
+seconds when the exchange began, port the connection's local port), followed for a connection that hung in `recv` by
+the kernel's `ss -tino` view of it taken before it was closed; `t=.. udp port=.. err=..` for a
+lost query. The server's side logs `t=.. serve peer=.. got=../.. err=..` for an exchange it could not finish.
 """
-import os, random, socket, struct, sys, threading, time
+import os, random, socket, struct, subprocess, sys, threading, time
 
 TCP_PORT, UDP_PORT, BULK_PORT = 5002, 5003, 5004
 
@@ -27,7 +33,32 @@ def read_up_to(c, n):
     return got
 
 
-def serve(addr):
+class FailLog:
+    """Lines about failed exchanges, appended to a file (or dropped without one)."""
+
+    def __init__(self, path):
+        self.lock = threading.Lock()
+        self.f = open(path, 'a', buffering=1) if path else None
+
+    def write(self, line):
+        if self.f:
+            with self.lock:
+                self.f.write(line + '\n')
+
+
+def ss_of(port):
+    """The kernel's view of the TCP sockets on local port `port` (`ss -tino`)."""
+    try:
+        out = subprocess.run(['ss', '-tino', 'sport', '=', f':{port}'], capture_output=True,
+                             text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        out = f'ss failed: {e}'
+    return '\n'.join('    ' + l for l in out.strip().splitlines()[1:])
+
+
+def serve(addr, faillog=None):
+    log = FailLog(faillog)
+
     def listen(port, handler):
         ls = socket.socket()
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -39,18 +70,28 @@ def serve(addr):
 
     def answer(c):
         c.settimeout(10)
+        want, got = 8, 0
+        try:
+            peer = c.getpeername()
+        except OSError:
+            peer = '?'
         try:
             head = b''
             while len(head) < 8:
                 b = c.recv(8 - len(head))
                 if not b:
+                    if head:
+                        log.write(f't={time.time():.3f} serve peer={peer} got={len(head)}/8 err=closed')
                     return
                 head += b
             want, back = struct.unpack('!II', head)
-            if read_up_to(c, want) == want:
+            got = read_up_to(c, want)
+            if got == want:
                 c.sendall(b'r' * back)
-        except OSError:
-            pass
+            else:
+                log.write(f't={time.time():.3f} serve peer={peer} got={got}/{want} err=closed')
+        except OSError as e:
+            log.write(f't={time.time():.3f} serve peer={peer} got={got}/{want} err={e!r}')
         finally:
             c.close()
 
@@ -91,36 +132,58 @@ class Tally:
         return n
 
 
-def churn(addr, secs, rate):
+def churn(addr, secs, rate, faillog=None):
     tally = Tally()
+    log = FailLog(faillog)
     end = time.monotonic() + secs
     rng = random.Random(os.getpid())
 
     def one_tcp():
         want, back = rng.randint(1, 16) * 1024, rng.randint(4, 64) * 1024
         reset = rng.random() < 0.125
+        t0, wall = time.monotonic(), time.time()
+        phase, got, port, c = 'connect', 0, 0, None
         try:
-            c = socket.create_connection((addr, TCP_PORT), timeout=5)
+            c = socket.socket()
             c.settimeout(5)
+            c.connect((addr, TCP_PORT))
+            port = c.getsockname()[1]
+            phase = 'send'
             c.sendall(struct.pack('!II', want, back) + b'q' * want)
+            phase = 'recv'
             got = read_up_to(c, back)
             if reset:
                 c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
-            c.close()
-            tally.add('tcp_ok' if got == back else 'tcp_fail')
-        except OSError:
+            err = None if got == back else 'closed'
+        except OSError as e:
+            err = repr(e)
+        if err is None:
+            tally.add('tcp_ok')
+        else:
             tally.add('tcp_fail')
+            line = (f't={wall:.3f} tcp port={port} phase={phase} got={got}/{back} '
+                    f'reset={int(reset)} took={time.monotonic() - t0:.3f} err={err}')
+            if phase != 'connect' and port:
+                line += '\n' + ss_of(port)
+            log.write(line)
+        if c is not None:
+            c.close()
 
     def one_udp():
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.settimeout(1)
         msg = os.urandom(rng.randint(40, 1200))
+        wall = time.time()
         try:
             s.sendto(msg, (addr, UDP_PORT))
             data, _ = s.recvfrom(2048)
-            tally.add('udp_ok' if data == msg else 'udp_lost')
-        except OSError:
-            tally.add('udp_lost')
+            ok = data == msg
+            err = 'mismatch'
+        except OSError as e:
+            ok, err = False, repr(e)
+        tally.add('udp_ok' if ok else 'udp_lost')
+        if not ok:
+            log.write(f't={wall:.3f} udp port={s.getsockname()[1]} err={err}')
         s.close()
 
     def spawner(work):
@@ -163,6 +226,7 @@ def churn(addr, secs, rate):
 
 if __name__ == '__main__':
     if sys.argv[1] == 'serve':
-        serve(sys.argv[2])
+        serve(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
     else:
-        churn(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))
+        churn(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]),
+              sys.argv[5] if len(sys.argv) > 5 else None)

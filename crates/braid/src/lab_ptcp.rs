@@ -47,6 +47,22 @@ struct Run {
     client: Option<JoinHandle<Result<ClientEnd, LabError>>>,
     server: Option<JoinHandle<Result<serde_json::Value, LabError>>>,
     notes: Vec<String>,
+    /// The client's state directory (its handshake clock floor), removed with the run.
+    state: std::path::PathBuf,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        // Both ends are stopped first: the client may still write its clock floor there.
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.client.take() {
+            let _ = h.join();
+        }
+        if let Some(h) = self.server.take() {
+            let _ = h.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
 }
 
 struct ClientEnd {
@@ -145,6 +161,7 @@ impl PtcpLauncher for Launcher {
             client: Some(client),
             server: Some(server),
             notes: note.into_iter().chain([cc_note]).collect(),
+            state,
         };
         let deadline = Instant::now() + SETUP;
         while !run.shared.ready.load(Ordering::Relaxed) {
