@@ -1408,6 +1408,56 @@ mod tests {
         );
     }
 
+    /// A daemon that stops resets its connections ([`PtcpTable::reset_all`]): one whose peer
+    /// is still reading a stream this end finished loses none of it, and one whose stream was
+    /// cut gets nothing more, both ending aborted.
+    #[test]
+    fn a_stop_resets_every_connection_but_cuts_no_stream_the_stopping_end_finished() {
+        let mut n = Pair::established();
+        let whole = n.connect().unwrap();
+        let cut = n.connect().unwrap();
+        // On `whole` the client writes 200 kB and closes; on `cut` it writes 200 kB and does
+        // not close. The server's application reads nothing yet.
+        let mut written = [0usize; 2];
+        for _ in 0..4000 {
+            for (k, id) in [whole, cut].into_iter().enumerate() {
+                if let Some(c) = n.ends[0].1.conn_mut(id) {
+                    written[k] += c.write(&[7; 4096][..4096.min(200_000 - written[k])]);
+                    if k == 0 && written[k] == 200_000 {
+                        c.close(n.now);
+                    }
+                }
+            }
+            while n.ends[1].1.accept().is_some() {}
+            n.step();
+            let here = |id| n.ends[1].1.conn(id).map_or(0, |c| c.readable_bytes());
+            if here(whole) == 200_000 && here(cut) == 200_000 {
+                break;
+            }
+        }
+        // The FIN, which follows the data.
+        for _ in 0..10 {
+            n.step();
+        }
+        assert!(n.ends[1].1.conn(whole).unwrap().peer_stream_whole());
+        assert!(!n.ends[1].1.conn(cut).unwrap().peer_stream_whole());
+        // The client's daemon stops.
+        let (s0, t0) = &mut n.ends[0];
+        assert_eq!(t0.reset_all(s0), 2);
+        assert!(t0.is_empty() && t0.owes_resets());
+        for _ in 0..20 {
+            n.step();
+        }
+        let mut buf = vec![0u8; 1 << 20];
+        let c = n.ends[1].1.conn_mut(whole).unwrap();
+        assert!(c.was_aborted());
+        assert_eq!(c.read(&mut buf), 200_000, "the whole stream is read");
+        assert!(c.is_finished(), "and its end");
+        let c = n.ends[1].1.conn_mut(cut).unwrap();
+        assert!(c.was_aborted());
+        assert_eq!(c.read(&mut buf), 0, "a cut stream gives nothing more");
+    }
+
     #[test]
     fn a_peer_that_forgot_the_connection_resets_it() {
         let mut n = Pair::established();

@@ -101,12 +101,15 @@ impl Pair {
 
     /// Copies what it can both ways. Returns `true` once the pair is done.
     pub fn pump(&mut self, c: &mut StripedConnection, now: braid_proto::time::Instant) -> bool {
-        if c.was_aborted() {
-            // The peer holds no such connection (it restarted), or never answered for the
-            // user timeout: the application gets a reset when the socket is dropped, as from
-            // a TCP peer that forgot it, and nothing else first.
+        if c.was_aborted() && !c.peer_stream_whole() {
+            // The peer holds no such connection (it restarted, stopped), or never answered
+            // for the user timeout: the application gets a reset when the socket is dropped,
+            // as from a TCP peer that forgot it, and nothing else first.
             self.abort();
             return true;
+        }
+        if c.was_aborted() {
+            return self.finish_whole(c);
         }
         let mut buf = [0u8; CHUNK];
         // TCP -> pTCP.
@@ -166,6 +169,47 @@ impl Pair {
             return true;
         }
         tcp_done && c.state() == State::Closed
+    }
+
+    /// The peer went away after its whole stream was here (it wrote everything, closed, then
+    /// stopped): the application gets all of it and a FIN, as from a TCP peer that closed;
+    /// what it still sends has nowhere to go and is dropped, and once the pair is dropped the
+    /// kernel answers more with a reset. `true` once done; until then a full socket holds the
+    /// rest and the pair is pumped again when it drains.
+    fn finish_whole(&mut self, c: &mut StripedConnection) -> bool {
+        let mut buf = [0u8; CHUNK];
+        while !self.tcp_dead {
+            if self.down.is_empty() {
+                let n = c.read(&mut buf);
+                if n == 0 {
+                    break;
+                }
+                self.down.extend_from_slice(&buf[..n]);
+            }
+            match self.tcp.write(&self.down) {
+                Ok(n) => {
+                    self.down.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => self.tcp_dead = true,
+            }
+        }
+        if !self.tcp_dead && !self.tcp_shut {
+            let _ = self.tcp.shutdown(Shutdown::Write);
+            self.tcp_shut = true;
+        }
+        // Read what the application sent, so that closing the socket does not find unread
+        // data and reset it, which would drop what is still queued towards the application.
+        while !self.tcp_dead && !self.tcp_eof {
+            match self.tcp.read(&mut buf) {
+                Ok(0) => self.tcp_eof = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        true
     }
 }
 

@@ -446,8 +446,14 @@ impl StripedConnection {
     pub fn is_finished(&self) -> bool {
         self.recv.is_finished()
     }
+    /// The peer finished its stream and every byte of it is here, read or not: it stays
+    /// readable after an abort ([`StripedConnection::was_aborted`]).
+    pub fn peer_stream_whole(&self) -> bool {
+        self.recv.fin() == Some(self.recv.contiguous_end())
+    }
     /// The peer reset the connection: it holds no such connection (it restarted, or forgot
-    /// it). The connection is [`State::Closed`]; what was unsent or unread is gone.
+    /// it). The connection is [`State::Closed`]; what was unsent is gone, and what was unread
+    /// too unless the peer's stream was whole ([`StripedConnection::peer_stream_whole`]).
     pub fn was_reset(&self) -> bool {
         self.reset
     }
@@ -508,7 +514,13 @@ impl StripedConnection {
         self.restripe = RangeSet::new();
         self.redundant.clear();
         self.persist_deadline = None;
-        self.recv = RecvBuffer::new(0);
+        // The peer's stream stays readable if it was whole (its final length known and every
+        // byte of it here), as a TCP peer's data received before its reset does: a peer that
+        // wrote everything and closed, then went away (a daemon that stopped), broke no
+        // stream of this end's. Anything less is dropped.
+        if !self.peer_stream_whole() {
+            self.recv = RecvBuffer::new(0);
+        }
         self.close_requested = true;
         self.state = State::Closed;
         self.events.push_back(Event::Closed);

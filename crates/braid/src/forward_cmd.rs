@@ -208,7 +208,9 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         }
     }
     // Stopped: each connection still forwarded ends with a reset at both ends, not a FIN
-    // that would read as the clean end of a truncated stream (`Pair::abort`).
+    // that would read as the clean end of a truncated stream (`Pair::abort`); the listener
+    // first, so that none lands meanwhile.
+    drop(listener);
     for p in pairs.values() {
         p.abort();
     }

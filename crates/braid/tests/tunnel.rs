@@ -954,12 +954,35 @@ fn a_daemon_that_stops_resets_its_accelerated_connections_at_both_ends() {
         let (c, _) = l.accept().unwrap();
         read_to_end_of(c, wait)
     });
+    // And a third, whose client application wrote all it had and half-closed before the
+    // stop, while the server's application had not read it yet: that stream is whole, and
+    // the server's application reads all of it and its end after the stop.
+    let (stopped_tx, stopped) = std::sync::mpsc::channel::<()>();
+    let server_reads_late = in_ns(&bed.ns("s"), move || {
+        let l = TcpListener::bind("10.77.0.1:5212").unwrap();
+        let (mut c, _) = l.accept().unwrap();
+        stopped.recv().unwrap();
+        c.set_read_timeout(Some(wait)).unwrap();
+        let mut all = Vec::new();
+        let how = match c.read_to_end(&mut all) {
+            Ok(_) => "end of file".to_string(),
+            Err(e) => format!("{:?}", e.kind()),
+        };
+        (all.len(), how)
+    });
     std::thread::sleep(Duration::from_millis(300));
     let (tx, rx) = std::sync::mpsc::channel();
     let tx2 = tx.clone();
+    let tx3 = tx.clone();
     let client_reads = in_ns(&bed.ns("c"), move || {
         let c = connect_and_tell("10.77.0.1:5210", &tx);
         read_to_end_of(c, wait)
+    });
+    let client_finished = in_ns(&bed.ns("c"), move || {
+        let mut c = connect_and_tell("10.77.0.1:5212", &tx3);
+        c.write_all(&[3; 200_000]).unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        std::thread::sleep(wait + Duration::from_secs(2));
     });
     let client_writes = in_ns(&bed.ns("c"), move || {
         let mut c = connect_and_tell("10.77.0.1:5211", &tx2);
@@ -968,19 +991,22 @@ fn a_daemon_that_stops_resets_its_accelerated_connections_at_both_ends() {
         // writes more, so only the daemon's reset can end the server's read.
         std::thread::sleep(wait + Duration::from_secs(2));
     });
-    rx.recv().unwrap();
-    rx.recv().unwrap();
+    for _ in 0..3 {
+        rx.recv().unwrap();
+    }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && bed.status("s").is_none_or(|st| st["tcp"]["active"] != 2) {
+    while Instant::now() < deadline && bed.status("s").is_none_or(|st| st["tcp"]["active"] != 3) {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(
         bed.status("s").unwrap()["tcp"]["active"],
-        2,
+        3,
         "logs: {}",
         bed.logs()
     );
-    std::thread::sleep(Duration::from_millis(200));
+    // The third stream and its end reach the server's side (its daemon holds what its
+    // application does not read yet).
+    std::thread::sleep(Duration::from_millis(1000));
     // The client daemon stops (SIGTERM), and stays away.
     let mut client = bed.children.pop().unwrap();
     // SAFETY: SIGTERM to our own child.
@@ -988,10 +1014,17 @@ fn a_daemon_that_stops_resets_its_accelerated_connections_at_both_ends() {
         libc::kill(client.id() as i32, libc::SIGTERM);
     }
     client.wait().unwrap();
+    stopped_tx.send(()).unwrap();
     assert_eq!(
         client_reads.join().unwrap(),
         "reset",
         "the client's reading application; logs: {}",
+        bed.logs()
+    );
+    assert_eq!(
+        server_reads_late.join().unwrap(),
+        (200_000, "end of file".to_string()),
+        "the server's application reading a whole stream after the stop; logs: {}",
         bed.logs()
     );
     assert_eq!(
@@ -1001,12 +1034,13 @@ fn a_daemon_that_stops_resets_its_accelerated_connections_at_both_ends() {
         bed.logs()
     );
     assert!(
-        logs(&bed.dir, &["c"]).contains("2 accelerated TCP connection(s) reset at both ends"),
+        logs(&bed.dir, &["c"]).contains("3 accelerated TCP connection(s) reset at both ends"),
         "logs: {}",
         bed.logs()
     );
     let _ = server_writes.join();
     let _ = client_writes.join();
+    let _ = client_finished.join();
 }
 
 #[test]
