@@ -74,9 +74,9 @@ SPID=$(pgrep -f "up -c $D/s.toml"); CPID=$(pgrep -f "up -c $D/c.toml")
 FAILS=(); SFAIL=()
 [ -n "$KEEP" ] && FAILS=("$D/c-fail.log") && SFAIL=("$D/s-fail.log")
 event() { [ -n "$KEEP" ] && echo "t=$(date +%s.%N | cut -c1-14) $*" >> "$D/events.log"; }
-ip netns exec sb python3 "$HERE/soak_traffic.py" serve 10.77.0.1 "${SFAIL[@]}" > /dev/null 2>&1 &
+ip netns exec sb python3 "$HERE/soak_traffic.py" serve 10.77.0.1 ${SFAIL[@]+"${SFAIL[@]}"} > /dev/null 2>&1 &
 sleep 0.5
-ip netns exec sa python3 "$HERE/soak_traffic.py" churn 10.77.0.1 "$SECS" "$RATE" "${FAILS[@]}" | tee "$D/traffic.txt" &
+ip netns exec sa python3 "$HERE/soak_traffic.py" churn 10.77.0.1 "$SECS" "$RATE" ${FAILS[@]+"${FAILS[@]}"} | tee "$D/traffic.txt" &
 TRAFFIC=$!
 
 mem() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }

@@ -50,10 +50,10 @@ def ss_of(port):
     """The kernel's view of the TCP sockets on local port `port` (`ss -tino`)."""
     try:
         out = subprocess.run(['ss', '-tino', 'sport', '=', f':{port}'], capture_output=True,
-                             text=True, timeout=5).stdout
+                             text=True, timeout=5).stdout.strip().splitlines()[1:]
     except (OSError, subprocess.SubprocessError) as e:
-        out = f'ss failed: {e}'
-    return '\n'.join('    ' + l for l in out.strip().splitlines()[1:])
+        out = [f'ss failed: {e}']
+    return '\n'.join('    ' + l for l in out)
 
 
 def serve(addr, faillog=None):

@@ -183,6 +183,10 @@ pub struct PtcpTable {
     accepted: VecDeque<u16>,
     /// Recently removed connection ids (at most [`RETIRED_IDS`]).
     retired: VecDeque<u16>,
+    /// Connections of a peer instance before its last restart, still held (their TCP sides
+    /// finishing): their ids are not retired when they go, since the new instance may name
+    /// them ([`PtcpTable::deliver`]).
+    old_instance: BTreeSet<u16>,
     next_conn: u16,
     /// Connections to forget once their last segments went out ([`PtcpTable::transmit`]).
     leaving: Vec<u16>,
@@ -231,6 +235,7 @@ impl PtcpTable {
             conns: BTreeMap::new(),
             accepted: VecDeque::new(),
             retired: VecDeque::new(),
+            old_instance: BTreeSet::new(),
             next_conn: 1,
             leaving: Vec::new(),
             unknown_conn: 0,
@@ -545,7 +550,7 @@ impl PtcpTable {
     /// Forget a connection (closed, or given up on).
     pub fn remove(&mut self, id: u16) -> Option<StripedConnection> {
         let c = self.conns.remove(&id);
-        if c.is_some() {
+        if c.is_some() && !self.old_instance.remove(&id) {
             if self.retired.len() >= RETIRED_IDS {
                 self.retired.pop_front();
             }
@@ -605,10 +610,14 @@ impl PtcpTable {
             // instance's late segments come under its old keys.
             self.retired.clear();
             // Not a connection that never heard from the peer: one opened while the peer was
-            // away, whose SYN the new instance will take when it is sent again.
+            // away, whose SYN the new instance will take when it is sent again. The others
+            // stay until their TCP sides finish; their ids, the old instance's too, are not
+            // retired when they go (retired after the clearing above, one had the new
+            // instance's connection of the same id reset, tens of seconds after a restart).
             for (&id, c) in &mut self.conns {
                 if c.heard_from_peer() {
                     c.peer_lost();
+                    self.old_instance.insert(id);
                     self.touched.insert(id);
                     self.to_grant.insert(id);
                 }
@@ -1630,6 +1639,37 @@ mod tests {
             assert!(
                 n.now < start + Duration::from_secs(5),
                 "id 7 of the new instance not accepted"
+            );
+        }
+        assert!(!n.ends[0].1.conn(id).unwrap().was_reset());
+        assert_eq!(n.ends[1].1.resets_sent(), 0);
+    }
+
+    /// A connection of the peer's old instance that goes only after the restart (its TCP side
+    /// took a while to finish) leaves its id free for the new instance: retiring it then had
+    /// the new instance's connection of that id reset (a soak's failures 30-90 s after a
+    /// client restart).
+    #[test]
+    fn an_old_instances_connection_that_goes_after_the_restart_leaves_its_id_free() {
+        let (mut n, old) = Pair::idle_connection();
+        // The client daemon restarts; the new instance's first id is the old connection's.
+        n.restart(0);
+        n.ends[0].1 = PtcpTable::new(Role::Initiator, options(false)).with_first_id(old);
+        while !(n.ends[0].0.is_established() && n.ends[1].0.is_established()) {
+            n.step();
+        }
+        n.step();
+        assert!(n.ends[1].1.conn(old).unwrap().was_aborted());
+        // Its TCP side done, the server lets the old connection go.
+        assert!(n.ends[1].1.remove(old).is_some());
+        let id = n.connect().unwrap();
+        assert_eq!(id, old);
+        let start = n.now;
+        while n.ends[1].1.conn(id).is_none() {
+            n.step();
+            assert!(
+                n.now < start + Duration::from_secs(5),
+                "the new instance's connection was not accepted"
             );
         }
         assert!(!n.ends[0].1.conn(id).unwrap().was_reset());
