@@ -875,6 +875,25 @@ mod tests {
             (n, id)
         }
 
+        /// Steps until `done` holds; panics with `what` if it does not within 5 s.
+        fn step_until(&mut self, what: &str, done: impl Fn(&Pair) -> bool) {
+            let start = self.now;
+            while !done(self) {
+                self.step();
+                assert!(self.now < start + Duration::from_secs(5), "{what}");
+            }
+        }
+
+        /// The client daemon restarts (a new session the server sees in its handshake) and
+        /// its random first id is `first`; until both sessions are established again.
+        fn restart_client_from(&mut self, first: u16) {
+            self.restart(0);
+            self.ends[0].1 = PtcpTable::new(Role::Initiator, options(false)).with_first_id(first);
+            while !(self.ends[0].0.is_established() && self.ends[1].0.is_established()) {
+                self.step();
+            }
+        }
+
         /// The client opens a connection.
         fn connect(&mut self) -> Option<u16> {
             let now = self.now;
@@ -1547,14 +1566,9 @@ mod tests {
         // idle connection then, not a keepalive later.
         n.restart(0);
         n.wire.clear();
-        let start = n.now;
-        while n.ends[1].1.conn(id).unwrap().state() != braid_ptcp::State::Closed {
-            n.step();
-            assert!(
-                n.now < start + Duration::from_secs(5),
-                "the server never ended the connection"
-            );
-        }
+        n.step_until("the server never ended the connection", |n| {
+            n.ends[1].1.conn(id).unwrap().state() == braid_ptcp::State::Closed
+        });
         assert_eq!(n.ends[1].0.peer_restarts(), 1);
         let c = n.ends[1].1.conn_mut(id).unwrap();
         assert!(c.was_reset());
@@ -1597,14 +1611,9 @@ mod tests {
         n.ends[0].1 = PtcpTable::new(Role::Initiator, options(false)).with_first_id(7);
         let id = n.connect().unwrap();
         assert_eq!(id, 7);
-        let start = n.now;
-        while n.ends[0].1.conn(id).unwrap().state() != braid_ptcp::State::Closed {
-            n.step();
-            assert!(
-                n.now < start + Duration::from_secs(5),
-                "the SYN for a retired id went unanswered"
-            );
-        }
+        n.step_until("the SYN for a retired id went unanswered", |n| {
+            n.ends[0].1.conn(id).unwrap().state() == braid_ptcp::State::Closed
+        });
         assert!(n.ends[0].1.conn_mut(id).unwrap().was_reset());
         assert_eq!(n.ends[1].1.len(), 0);
         // The next id opens as usual.
@@ -1612,11 +1621,7 @@ mod tests {
         let (s0, t0) = &mut n.ends[0];
         let next = t0.connect(s0, now).unwrap();
         assert_eq!(next, 8);
-        let start = n.now;
-        while n.ends[1].1.conn(next).is_none() {
-            n.step();
-            assert!(n.now < start + Duration::from_secs(5), "id 8 not accepted");
-        }
+        n.step_until("id 8 not accepted", |n| n.ends[1].1.conn(next).is_some());
     }
 
     #[test]
@@ -1624,23 +1629,13 @@ mod tests {
         let mut n = Pair::established();
         // The server retired id 7, a connection of the client's old instance.
         n.ends[1].1.retired.push_back(7);
-        // The client daemon restarts (a new session the server sees in its handshake), and
-        // its random first id is 7.
-        n.restart(0);
-        n.ends[0].1 = PtcpTable::new(Role::Initiator, options(false)).with_first_id(7);
-        while !(n.ends[0].0.is_established() && n.ends[1].0.is_established()) {
-            n.step();
-        }
+        // The client daemon restarts, and its random first id is 7.
+        n.restart_client_from(7);
         let id = n.connect().unwrap();
         assert_eq!(id, 7);
-        let start = n.now;
-        while n.ends[1].1.conn(id).is_none() {
-            n.step();
-            assert!(
-                n.now < start + Duration::from_secs(5),
-                "id 7 of the new instance not accepted"
-            );
-        }
+        n.step_until("id 7 of the new instance not accepted", |n| {
+            n.ends[1].1.conn(id).is_some()
+        });
         assert!(!n.ends[0].1.conn(id).unwrap().was_reset());
         assert_eq!(n.ends[1].1.resets_sent(), 0);
     }
@@ -1653,25 +1648,16 @@ mod tests {
     fn an_old_instances_connection_that_goes_after_the_restart_leaves_its_id_free() {
         let (mut n, old) = Pair::idle_connection();
         // The client daemon restarts; the new instance's first id is the old connection's.
-        n.restart(0);
-        n.ends[0].1 = PtcpTable::new(Role::Initiator, options(false)).with_first_id(old);
-        while !(n.ends[0].0.is_established() && n.ends[1].0.is_established()) {
-            n.step();
-        }
+        n.restart_client_from(old);
         n.step();
         assert!(n.ends[1].1.conn(old).unwrap().was_aborted());
         // Its TCP side done, the server lets the old connection go.
         assert!(n.ends[1].1.remove(old).is_some());
         let id = n.connect().unwrap();
         assert_eq!(id, old);
-        let start = n.now;
-        while n.ends[1].1.conn(id).is_none() {
-            n.step();
-            assert!(
-                n.now < start + Duration::from_secs(5),
-                "the new instance's connection was not accepted"
-            );
-        }
+        n.step_until("the new instance's connection was not accepted", |n| {
+            n.ends[1].1.conn(id).is_some()
+        });
         assert!(!n.ends[0].1.conn(id).unwrap().was_reset());
         assert_eq!(n.ends[1].1.resets_sent(), 0);
     }

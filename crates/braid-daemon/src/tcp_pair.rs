@@ -137,26 +137,7 @@ impl Pair {
             c.close(now);
             self.ptcp_closed = true;
         }
-        // pTCP -> TCP.
-        while !self.tcp_dead {
-            if !self.down.is_empty() {
-                match self.tcp.write(&self.down) {
-                    Ok(n) => {
-                        self.down.drain(..n);
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == ErrorKind::NotConnected => break,
-                    Err(_) => self.tcp_dead = true,
-                }
-                continue;
-            }
-            let n = c.read(&mut buf);
-            if n == 0 {
-                break;
-            }
-            self.down.extend_from_slice(&buf[..n]);
-        }
+        self.copy_down(c, &mut buf);
         let peer_done = c.is_finished() || c.state() == State::Closed;
         if peer_done && self.down.is_empty() && !self.tcp_shut && !self.tcp_dead {
             let _ = self.tcp.shutdown(Shutdown::Write);
@@ -171,6 +152,31 @@ impl Pair {
         tcp_done && c.state() == State::Closed
     }
 
+    /// Copies pTCP -> TCP what the connection has to read and the socket takes; whether the
+    /// socket refused more for now (it is pumped again when it drains).
+    fn copy_down(&mut self, c: &mut StripedConnection, buf: &mut [u8; CHUNK]) -> bool {
+        while !self.tcp_dead {
+            if !self.down.is_empty() {
+                match self.tcp.write(&self.down) {
+                    Ok(n) => {
+                        self.down.drain(..n);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == ErrorKind::NotConnected => break,
+                    Err(_) => self.tcp_dead = true,
+                }
+                continue;
+            }
+            let n = c.read(buf);
+            if n == 0 {
+                break;
+            }
+            self.down.extend_from_slice(&buf[..n]);
+        }
+        false
+    }
+
     /// The peer went away after its whole stream was here (it wrote everything, closed, then
     /// stopped): the application gets all of it and a FIN, as from a TCP peer that closed;
     /// what it still sends has nowhere to go and is dropped, and once the pair is dropped the
@@ -178,22 +184,8 @@ impl Pair {
     /// rest and the pair is pumped again when it drains.
     fn finish_whole(&mut self, c: &mut StripedConnection) -> bool {
         let mut buf = [0u8; CHUNK];
-        while !self.tcp_dead {
-            if self.down.is_empty() {
-                let n = c.read(&mut buf);
-                if n == 0 {
-                    break;
-                }
-                self.down.extend_from_slice(&buf[..n]);
-            }
-            match self.tcp.write(&self.down) {
-                Ok(n) => {
-                    self.down.drain(..n);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => self.tcp_dead = true,
-            }
+        if self.copy_down(c, &mut buf) {
+            return false;
         }
         if !self.tcp_dead && !self.tcp_shut {
             let _ = self.tcp.shutdown(Shutdown::Write);

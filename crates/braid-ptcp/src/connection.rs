@@ -757,7 +757,7 @@ impl StripedConnection {
     /// Once this end closed and holds the peer's whole stream, flows whose FIN was
     /// acknowledged wait only for the peer's FIN, and not for ever ([`MicroFlow::await_peer_fin`]).
     fn await_peer_fins(&mut self, now: Instant) {
-        if self.flows_closing && self.recv.fin() == Some(self.recv.contiguous_end()) {
+        if self.flows_closing && self.peer_stream_whole() {
             for f in &mut self.flows {
                 f.await_peer_fin(now);
             }
