@@ -1549,7 +1549,7 @@ impl Daemon {
                 } else if up {
                     "up".to_owned()
                 } else if s.path_is_one_way(PathId(i as u8)) {
-                    format!("down: it works one way only, {}'s packets come in but it hears nothing of this end's there", who())
+                    format!("down: {} hears nothing of this end's there", who())
                 } else {
                     "down: nothing heard on it".to_owned()
                 };

@@ -10,7 +10,7 @@ use crate::tcp_retransmit::{TcpPacket, TcpRetransmits};
 use braid_proto::credit::{CreditConfig, CreditGrantor};
 use braid_proto::pet::{PetReceiver, PetReceiverConfig, SigAckEntry};
 use braid_proto::resequence::ResequenceMode;
-use braid_proto::resequence::{Resequencer, ResequencerConfig};
+use braid_proto::resequence::{Resequencer, ResequencerConfig, Stall};
 use braid_proto::scheduler::ConfigError;
 use braid_proto::scheduler::SchedulerKind;
 use braid_proto::striper::{Outgoing, SendError, Striper, StriperConfig, SMALL_PACKET_BYTES};
@@ -565,6 +565,7 @@ impl Endpoint {
             | Repr::ProbeAck(_)
             | Repr::Nack(_)
             | Repr::Abandon(_)
+            | Repr::Unheard(_)
             | Repr::Ptcp { .. } => {}
         }
     }
@@ -609,6 +610,12 @@ impl Endpoint {
         if let Some(pet) = self.striper.pet_mut() {
             while pet.poll_event().is_some() {}
         }
+    }
+
+    /// Resequencing `sequence`: a gap whose hold timer ran out, with a path that had not
+    /// passed it ([`Stall`]), not taken yet.
+    pub fn take_stall(&mut self) -> Option<Stall> {
+        self.receiver.take_stall()
     }
 
     /// The next packet for the application, in order.

@@ -22,6 +22,11 @@ impl Default for ReplayWindow {
 }
 
 impl ReplayWindow {
+    /// One past the highest counter accepted (0: none yet).
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
     /// Whether `counter` would be accepted (call before the expensive decryption).
     pub fn check(&self, counter: u64) -> bool {
         if counter >= self.next {

@@ -24,6 +24,14 @@
 //!   believed once this end's own probes have gone unanswered for a round trip and a probe
 //!   interval), or, failing that, this end's probes go unanswered for `dead_after` plus four
 //!   smoothed RTTs (at least 2 s) while the peer's packets come in.
+//! - **A path found dead from the data** (beyond the papers; `resequence = "sequence"`). A path
+//!   that dies under load is out long before `dead_after`: when the resequencer waits a gap's
+//!   hold timer in vain behind it while another path delivered past the gap
+//!   ([`braid_proto::resequence::Stall`]), the gap was not one lost packet, and nothing comes on
+//!   it for a probe interval and its smoothed RTT, it leaves the rotation at both halves (back
+//!   with the next packet heard), and the peer is told ([`Repr::Unheard`] on the fastest path
+//!   in use), which takes it out of its sending half until one of its probes is answered
+//!   ([`Session::on_stall`]).
 //! - **Backup paths** (beyond the papers; [`BondParams::backup_paths`], `[[path]] backup =
 //!   true`). A backup path is in *standby* while any other path is up (in use both ways): out
 //!   of the rotation at both halves, carrying nothing but its probes, every
@@ -56,13 +64,13 @@ use crate::params::BondParams;
 use crate::qos::{BondRates, ClassReport, Egress, PtcpOut, QosShaper};
 use crate::replay::ReplayWindow;
 use crate::retransmit::{GapDetector, RetransmitRing, MAX_NACK_COUNT, MAX_REPAIRABLE_GAP};
-use braid_proto::resequence::Pacing;
+use braid_proto::resequence::{Pacing, Stall};
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
 use braid_qos::classifier::Headers;
 use braid_qos::ClassId;
 use braid_wire::outer::{self, Outer, TAG_LEN, TRANSPORT_HEADER_LEN};
-use braid_wire::{Abandon, Nack, Packet, Probe, Repr};
+use braid_wire::{Abandon, Nack, Packet, Probe, Repr, Unheard};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
@@ -283,6 +291,10 @@ pub struct PathStatus {
     pub queued_bytes: u64,
     /// Times the path went down.
     pub down_events: u64,
+    /// Of those, times this end found it dark from the data: a gap waited for in vain behind
+    /// it while the other paths delivered, and nothing heard on it for a probe interval and
+    /// a round trip ([`Session`]'s liveness).
+    pub stalls: u64,
     /// Scheduler `pet`: the path's rate as PET schedules with it, bit/s (as it counts on the
     /// wire: braid's overhead included): the packet-pair estimate, capped by what the path
     /// delivered while busy.
@@ -510,6 +522,11 @@ struct PathState {
     tx_bps: f64,
     rx_bps: f64,
     down_events: u64,
+    /// Times the path went down because the data showed it dark ([`Session::on_stall`]).
+    stalls: u64,
+    /// A gap was waited for in vain behind this path and nothing came on it since the gap
+    /// opened: it is dark if nothing comes by this time either ([`Session::on_stall`]).
+    dark_at: Option<Instant>,
     /// The rate the peer believes it can send at on this path (from its probes and probe
     /// acknowledgements), bit/s; `None` until it said.
     peer_rate_bps: Option<u64>,
@@ -666,6 +683,10 @@ fn is_link_chatter(packet: &[u8]) -> bool {
 /// `idle_probe_interval` ([`Session::is_idle`]).
 pub const IDLE_AFTER: Duration = Duration::from_secs(5);
 
+/// A gap of fewer missing sequence numbers than this does not take a path out however
+/// quiet it is ([`Session::on_stall`]): a lost packet on a path that carries little.
+const STALL_MISSING: u64 = 4;
+
 /// Added to `dead_after` for a path whose RTT has not been measured yet.
 const UNMEASURED_RTT_SLACK: Duration = Duration::from_secs(1);
 
@@ -718,6 +739,9 @@ pub struct Session {
     nacks: VecDeque<Nack>,
     /// Abandon notices (answers to NACKs of long runs) waiting for the fastest path.
     abandons: VecDeque<Abandon>,
+    /// Paths this end found dark from the data, for the peer to stop sending on
+    /// ([`Session::on_stall`]); sent on the fastest path in use.
+    unheard: VecDeque<Unheard>,
     abandons_sent: u64,
     /// Data packets to resend: the path to resend on and the plaintext.
     resend: VecDeque<(usize, Vec<u8>)>,
@@ -792,6 +816,7 @@ impl Session {
             gaps: GapDetector::default(),
             nacks: VecDeque::new(),
             abandons: VecDeque::new(),
+            unheard: VecDeque::new(),
             abandons_sent: 0,
             resend: VecDeque::new(),
             nacks_sent: 0,
@@ -1080,6 +1105,7 @@ impl Session {
         self.gaps.reset();
         self.nacks.clear();
         self.abandons.clear();
+        self.unheard.clear();
         // Probe at once: it confirms the keys to the peer and measures the paths. Probes
         // under the old keys may go unanswered (a lost handshake response): the one-way clock
         // starts again.
@@ -1352,6 +1378,7 @@ impl Session {
         };
         p.last_rx = Some(now);
         p.woke_at = None;
+        p.dark_at = None;
         p.rx_packets += 1;
         p.rx_bytes += bytes as u64;
         p.tick_rx_bytes += bytes as u64;
@@ -1667,6 +1694,10 @@ impl Session {
                 }
                 Ok(())
             }
+            Ok(Repr::Unheard(u)) => {
+                self.peer_finds_dark(now, u.path.index());
+                Ok(())
+            }
             Ok(repr) => {
                 if let Repr::Data { payload, .. } = repr {
                     if !is_link_chatter(payload) {
@@ -1872,6 +1903,80 @@ impl Session {
         }
         self.update_standby(now);
         self.update_qos_rate(now);
+    }
+
+    /// The resequencer waited a whole gap hold in vain, and `stall.path` had not passed the
+    /// gap. If the gap was not one lost packet ([`STALL_MISSING`]), nothing at all came on
+    /// that path since the gap opened, and nothing comes for a probe interval and the path's
+    /// smoothed RTT after the last packet heard on it (the peer probes every path every probe
+    /// interval, and a probe waits behind at most a round trip of queued data), the path
+    /// died: out at both halves then ([`Self::check_dark`]), as a path silent for
+    /// `dead_after` would be, and back with the next packet heard; and the peer is told
+    /// ([`Repr::Unheard`], on the fastest path in use), so its sending half stops feeding the
+    /// path a one-way trip later instead of after its own `dead_after`.
+    fn on_stall(&mut self, now: Instant, stall: Stall) {
+        let i = stall.path.index();
+        let Some(p) = self.paths.get_mut(i) else {
+            return;
+        };
+        if self.current.is_none() || !p.in_use() || p.disabled || stall.missing < STALL_MISSING {
+            return;
+        }
+        if p.last_rx.is_some_and(|t| t > stall.since) {
+            return;
+        }
+        let quiet = self.cfg.probe_interval + p.srtt.unwrap_or(UNMEASURED_RTT_SLACK);
+        let at = p.last_rx.map_or(now, |t| t + quiet);
+        p.dark_at = Some(p.dark_at.map_or(at, |d| d.min(at)));
+        self.check_dark(now);
+    }
+
+    /// Paths whose [`PathState::dark_at`] has come, heard nothing since: out at both halves,
+    /// and the peer told.
+    fn check_dark(&mut self, now: Instant) {
+        for i in 0..self.paths.len() {
+            let p = &mut self.paths[i];
+            if p.dark_at.is_none_or(|t| now < t) {
+                continue;
+            }
+            p.dark_at = None;
+            if self.current.is_none() || !p.in_use() || p.disabled {
+                continue;
+            }
+            p.up = false;
+            p.deaf = false;
+            p.down_events += 1;
+            p.stalls += 1;
+            let path = PathId(i as u8);
+            if let Some(e) = &mut self.endpoint {
+                e.set_path_active(path, false);
+            }
+            let first = self
+                .current
+                .as_ref()
+                .and_then(|k| k.replay.get(i))
+                .map_or(0, ReplayWindow::next);
+            if self.unheard.len() >= 64 {
+                self.unheard.pop_front();
+            }
+            self.unheard.push_back(Unheard { path, first });
+            self.update_standby(now);
+            self.update_qos_rate(now);
+        }
+    }
+
+    /// The peer found path `i` dark from the data it received ([`Self::on_stall`]): out of
+    /// the sending half, as a path the peer's probes say it hears nothing on, and back with an
+    /// answer to one of this end's probes. The peer's word is taken at once: it saw the
+    /// path's share of the data go missing while the other paths delivered theirs.
+    fn peer_finds_dark(&mut self, now: Instant, i: usize) {
+        let Some(p) = self.paths.get(i) else {
+            return;
+        };
+        if self.current.is_none() || !p.up || p.disabled || p.deaf {
+            return;
+        }
+        self.mark_one_way(now, i);
     }
 
     /// Whether `path` is out of the sending half because it works one way only: the peer hears
@@ -2237,6 +2342,10 @@ impl Session {
             self.nacks_sent += 1;
             return self.seal_repr(i, Repr::Nack(n), out);
         }
+        if !self.unheard.is_empty() && self.nack_path() == Some(i) {
+            let u = self.unheard.pop_front().expect("not empty");
+            return self.seal_repr(i, Repr::Unheard(u), out);
+        }
         if !self.abandons.is_empty() && self.nack_path() == Some(i) {
             let a = self.abandons.pop_front().expect("not empty");
             self.abandons_sent += 1;
@@ -2408,7 +2517,7 @@ impl Session {
             return true;
         }
         self.current.is_some()
-            && ((!(self.nacks.is_empty() && self.abandons.is_empty())
+            && ((!(self.nacks.is_empty() && self.abandons.is_empty() && self.unheard.is_empty())
                 && self.nack_path() == Some(i))
                 || self.resend.iter().any(|&(p, _)| p == i)
                 || self
@@ -2427,7 +2536,12 @@ impl Session {
     /// The next IP packet for the application, in order. Hand the buffer back with
     /// [`Session::recycle`] once done with it, and the session reuses it for a later packet.
     pub fn poll_deliver(&mut self, now: Instant) -> Option<Vec<u8>> {
-        self.endpoint.as_mut()?.poll_deliver(now)
+        let e = self.endpoint.as_mut()?;
+        let delivered = e.poll_deliver(now);
+        while let Some(stall) = self.endpoint.as_mut().and_then(Endpoint::take_stall) {
+            self.on_stall(now, stall);
+        }
+        delivered
     }
 
     /// Give back a buffer [`Session::poll_deliver`] returned, for reuse (optional).
@@ -2449,6 +2563,9 @@ impl Session {
         }
         if let Some(q) = self.qos_wake {
             t = t.min(q);
+        }
+        if let Some(d) = self.paths.iter().filter_map(|p| p.dark_at).min() {
+            t = t.min(d);
         }
         // A pump while another path was polled let packets or segments go for a path the
         // driver may have polled already in its turn: call again at once. (Only after a pump
@@ -2483,6 +2600,7 @@ impl Session {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = now;
         self.pumped_in_poll = false;
+        self.check_dark(now);
         if self.qos.is_some() {
             self.pump_qos(now);
         }
@@ -2674,6 +2792,7 @@ impl Session {
                     hold_max_ms: holds.map(|h| h.max.as_secs_f64() * 1e3),
                     queued_bytes: e.map_or(0, |e| e.striper().queued_bytes(path)),
                     down_events: p.down_events,
+                    stalls: p.stalls,
                     pet_estimate_bps: pet.and_then(|t| t.estimate_bps(path)),
                     pet_pair_bps: pet.and_then(|t| t.pair_estimate_bps(path)),
                     pet_delivery_bps: pet.and_then(|t| t.delivery_cap_bps(path)),

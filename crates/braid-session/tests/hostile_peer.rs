@@ -23,7 +23,7 @@ use braid_session::params::{
     PathPolicy, PolicyStriping, MAX_CREDIT_BUFFER_BYTES, MAX_QUEUE_LIMIT_BYTES,
 };
 use braid_wire::sigack::SigAcks;
-use braid_wire::{Abandon, Credits, Nack, Probe, Repr};
+use braid_wire::{Abandon, Credits, Nack, Probe, Repr, Unheard};
 use proptest::prelude::*;
 
 /// A frame the liar seals and sends on wire path `wire` (its inner path fields are separate:
@@ -60,6 +60,11 @@ enum Frame {
         path: u8,
         first: u64,
         count: u32,
+    },
+    /// "Nothing heard on this path": the receiver takes it out of its sending half.
+    Unheard {
+        path: u8,
+        first: u64,
     },
     SigAck(Vec<(u8, u64, u64)>),
     /// PET's padding: an id (its top bit set if the wire is to take it) and zeros.
@@ -186,6 +191,7 @@ fn frame() -> impl Strategy<Value = Frame> {
             first,
             count
         }),
+        (path(), edgy()).prop_map(|(path, first)| Frame::Unheard { path, first }),
         prop::collection::vec((path(), edgy(), edgy()), 0..12).prop_map(Frame::SigAck),
         (path(), edgy(), 0u16..1500).prop_map(|(path, id, len)| Frame::Padding {
             path,
@@ -323,6 +329,10 @@ fn inner(frame: &Frame) -> Vec<u8> {
             path: PathId(*path),
             first: *first,
             count: *count,
+        })),
+        Frame::Unheard { path, first } => repr(Repr::Unheard(Unheard {
+            path: PathId(*path),
+            first: *first,
         })),
         Frame::SigAck(entries) => {
             let entries: Vec<SigAckEntry> = entries

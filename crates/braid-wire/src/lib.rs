@@ -70,6 +70,10 @@
 //!
 //! Abandon (kind 8) has the NACK's layout.
 //!
+//! Unheard (kind 13) has the NACK's layout with a count of zero: the transport counter at
+//! offset 8 is the first of the named path's that its receiver has not heard
+//! ([`Repr::Unheard`]).
+//!
 //! pTCP (kind 9) carries one segment of a pTCP connection (`braid-ptcp`'s wire format, opaque
 //! here) on the path of the micro-flow it belongs to, outside the striper and the resequencer:
 //! version, kind, the connection id (u16) at offset 2, and the segment: every byte from offset
@@ -258,6 +262,8 @@ pub enum Kind {
     ContextAck = 11,
     /// PET's padding probe: an id and zero bytes.
     Padding = 12,
+    /// A path that went silent while the others delivered: stop sending on it.
+    Unheard = 13,
 }
 
 impl From<Kind> for u8 {
@@ -283,6 +289,7 @@ impl TryFrom<u8> for Kind {
             10 => Ok(Kind::ContextInstall),
             11 => Ok(Kind::ContextAck),
             12 => Ok(Kind::Padding),
+            13 => Ok(Kind::Unheard),
             other => Err(Error::UnknownKind(other)),
         }
     }
@@ -399,7 +406,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
             Kind::ContextAck => CONTEXT_HEADER_LEN,
             Kind::Marker => MARKER_LEN,
             Kind::Probe | Kind::ProbeAck => PROBE_LEN,
-            Kind::Nack | Kind::Abandon => NACK_LEN,
+            Kind::Nack | Kind::Abandon | Kind::Unheard => NACK_LEN,
             Kind::Feedback => {
                 let count = usize::from(self.count()?);
                 if count > MAX_PATHS {
@@ -846,6 +853,11 @@ pub enum Repr<'a> {
     /// its loss at once. Same layout as a NACK: the count where a probe has its id, the first
     /// sequence number where it has its timestamp.
     Abandon(Abandon),
+    /// The receiver has heard nothing on `path` for longer than the path's probes allow,
+    /// while the other paths delivered what was sent after (`braid_session::session`'s
+    /// liveness): what the sender puts on it is lost. Sent on another path. Same layout as a
+    /// NACK, with a count of zero.
+    Unheard(Unheard),
     /// A segment of pTCP connection `conn`, outside the striper and the resequencer. It
     /// travels on its micro-flow's path, which the session's transport header names.
     Ptcp {
@@ -892,6 +904,16 @@ pub struct Abandon {
     pub first: u64,
     /// How many from `first`.
     pub count: u32,
+}
+
+/// A path its receiver hears nothing on ([`Repr::Unheard`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Unheard {
+    /// The silent path.
+    pub path: PathId,
+    /// The first of the path's transport counters the receiver has not heard (one past the
+    /// highest it has; zero if none).
+    pub first: u64,
 }
 
 /// A negative acknowledgement: `count` transport counters from `first` on `path` are missing.
@@ -1062,6 +1084,15 @@ impl<'a> Repr<'a> {
                     Repr::Abandon(Abandon { path, first, count })
                 })
             }
+            Kind::Unheard => {
+                if packet.flags()? != 0 || packet.probe_id()? != 0 {
+                    return Err(Error::Reserved);
+                }
+                let path = packet.path()?;
+                check_path(path)?;
+                let first = packet.probe_timestamp()?;
+                Ok(Repr::Unheard(Unheard { path, first }))
+            }
         }
     }
 
@@ -1080,6 +1111,7 @@ impl<'a> Repr<'a> {
             Repr::ProbeAck(_) => Kind::ProbeAck,
             Repr::Nack(_) => Kind::Nack,
             Repr::Abandon(_) => Kind::Abandon,
+            Repr::Unheard(_) => Kind::Unheard,
             Repr::SigAck(_) => Kind::SigAck,
             Repr::Ptcp { .. } => Kind::Ptcp,
             Repr::ContextInstall { .. } => Kind::ContextInstall,
@@ -1095,7 +1127,7 @@ impl<'a> Repr<'a> {
             Repr::Marker(_) => MARKER_LEN,
             Repr::Feedback(credits) => FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * credits.len(),
             Repr::Probe(_) | Repr::ProbeAck(_) => PROBE_LEN,
-            Repr::Nack(_) | Repr::Abandon(_) => NACK_LEN,
+            Repr::Nack(_) | Repr::Abandon(_) | Repr::Unheard(_) => NACK_LEN,
             Repr::SigAck(entries) => SIGACK_HEADER_LEN + SIGACK_ENTRY_LEN * entries.len(),
             Repr::Ptcp { segment, .. } => PTCP_HEADER_LEN + segment.len(),
             Repr::ContextInstall { template, .. } => CONTEXT_HEADER_LEN + template.len(),
@@ -1151,6 +1183,7 @@ impl<'a> Repr<'a> {
             Repr::ProbeAck(probe) => check_path(probe.path),
             Repr::Nack(nack) => check_path(nack.path),
             Repr::Abandon(a) => check_path(a.path),
+            Repr::Unheard(u) => check_path(u.path),
             Repr::SigAck(entries) => entries.check(),
             Repr::Feedback(credits) => {
                 if credits.len() > MAX_PATHS {
@@ -1211,6 +1244,12 @@ impl<'a> Repr<'a> {
                 packet.set_path(path)?;
                 packet.set_flags(0)?;
                 packet.set_probe_id(count)?;
+                packet.set_probe_timestamp(first)?;
+            }
+            Repr::Unheard(Unheard { path, first }) => {
+                packet.set_path(path)?;
+                packet.set_flags(0)?;
+                packet.set_probe_id(0)?;
                 packet.set_probe_timestamp(first)?;
             }
             Repr::ContextInstall {
@@ -1534,20 +1573,21 @@ mod tests {
 
     #[test]
     fn unknown_kind() {
-        for kind in [0, 13, 0x80, 0xff] {
+        for kind in [0, 14, 0x80, 0xff] {
             assert_eq!(
                 parse(&[0x01, kind, 0x00, 0x00]),
                 Err(Error::UnknownKind(kind))
             );
         }
         assert_eq!(parse(&[0x01, 0x00]), Err(Error::UnknownKind(0)));
-        assert_eq!(Kind::try_from(13), Err(Error::UnknownKind(13)));
+        assert_eq!(Kind::try_from(14), Err(Error::UnknownKind(14)));
         for kind in [
             Kind::Padding,
             Kind::ContextInstall,
             Kind::ContextAck,
             Kind::Ptcp,
             Kind::Abandon,
+            Kind::Unheard,
             Kind::Data,
             Kind::Marker,
             Kind::Feedback,
@@ -1756,6 +1796,7 @@ mod tests {
         ProbeAck(Probe),
         Nack(Nack),
         Abandon(Abandon),
+        Unheard(Unheard),
         Ptcp {
             conn: u16,
             segment: Vec<u8>,
@@ -1790,6 +1831,7 @@ mod tests {
                 Owned::ProbeAck(p) => Repr::ProbeAck(*p),
                 Owned::Nack(n) => Repr::Nack(*n),
                 Owned::Abandon(a) => Repr::Abandon(*a),
+                Owned::Unheard(u) => Repr::Unheard(*u),
                 Owned::Ptcp { conn, segment } => Repr::Ptcp {
                     conn: *conn,
                     segment,
@@ -1865,6 +1907,8 @@ mod tests {
             (arb_path(), any::<u64>(), any::<u32>()).prop_map(|(path, first, count)| {
                 Owned::Abandon(Abandon { path, first, count })
             }),
+            (arb_path(), any::<u64>())
+                .prop_map(|(path, first)| Owned::Unheard(Unheard { path, first })),
             (any::<u16>(), vec(any::<u8>(), 1..1500))
                 .prop_map(|(conn, segment)| Owned::Ptcp { conn, segment }),
             (
@@ -2008,6 +2052,30 @@ mod tests {
         bytes_unheard[3] = 0x02;
         assert_eq!(parse(&bytes_unheard), Err(Error::Reserved));
         assert_eq!(Repr::ProbeAck(unheard).emit_to_vec(), Err(Error::Reserved));
+    }
+
+    #[test]
+    fn unheard_vectors() {
+        let unheard = Unheard {
+            path: PathId(3),
+            first: 0x1122_3344_5566_7788,
+        };
+        let bytes = Repr::Unheard(unheard).emit_to_vec().unwrap();
+        assert_eq!(
+            bytes,
+            [1, 13, 3, 0, 0, 0, 0, 0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
+        );
+        assert_eq!(parse(&bytes), Ok(Repr::Unheard(unheard)));
+        assert_eq!(parse(&bytes[..15]), Err(Error::Truncated));
+        // No flags, and no count: those bytes are a NACK's, zero here.
+        for at in [3, 7] {
+            let mut reserved = bytes.clone();
+            reserved[at] = 1;
+            assert_eq!(parse(&reserved), Err(Error::Reserved));
+        }
+        let mut bad_path = bytes.clone();
+        bad_path[2] = 64;
+        assert!(parse(&bad_path).is_err());
     }
 
     #[test]

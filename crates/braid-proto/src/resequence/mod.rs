@@ -22,7 +22,9 @@ mod sequence;
 pub use equalize::DelayEqualizer;
 pub use logical::LogicalReceiver;
 pub use none::Passthrough;
-pub use sequence::{PathHolds, SequenceReceiver, HOLD_COUNTED, MAX_ABANDONED, MIN_RELEASE_BURST};
+pub use sequence::{
+    PathHolds, SequenceReceiver, Stall, HOLD_COUNTED, MAX_ABANDONED, MIN_RELEASE_BURST,
+};
 // BMP's options live beside the config below: `BackupTimer`, `Pacing`.
 
 use crate::path::{Marker, PathId};
@@ -350,6 +352,15 @@ impl<P> Resequencer<P> {
     pub fn path_holds(&self, path: PathId) -> Option<PathHolds> {
         match self {
             Resequencer::Sequence(r) => Some(r.path_holds(path)),
+            _ => None,
+        }
+    }
+
+    /// Mode `sequence`: a gap whose hold timer ran out, with a path that had not passed it
+    /// ([`Stall`]), not taken yet; `None` in the other modes.
+    pub fn take_stall(&mut self) -> Option<Stall> {
+        match self {
+            Resequencer::Sequence(r) => r.take_stall(),
             _ => None,
         }
     }

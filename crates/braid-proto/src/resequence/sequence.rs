@@ -100,7 +100,26 @@ pub struct SequenceReceiver<P> {
     early: std::collections::BTreeSet<u64>,
     /// Per path: how long what arrived on other paths waited behind this path's packets.
     holds: Vec<PathHolds>,
+    /// Gaps whose hold timer ran out, and the paths that had not passed them
+    /// ([`Self::take_stall`]); at most one per path.
+    stalls: Vec<Stall>,
     stats: ResequencerStats,
+}
+
+/// A gap the receiver waited a whole hold for in vain ([`SequenceReceiver::take_stall`]):
+/// `path`, in the rotation, had not passed it, while another path had. The missing packets may
+/// be on that path: if nothing at all came on it since the gap opened (not even the peer's
+/// probes, which the driver knows of), the path has most likely died, and the driver can take
+/// it out long before its liveness timeout would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// A path in the rotation whose highest arrival was below the gap.
+    pub path: PathId,
+    /// When the gap opened.
+    pub since: Instant,
+    /// Sequence numbers missing below the highest arrival of any path when the timer ran
+    /// out: one for a lost packet, hundreds for a path that went dark under load.
+    pub missing: u64,
 }
 
 /// How long a path's packets made the rest wait (`SequenceReceiver::path_holds`): when the
@@ -168,6 +187,7 @@ impl<P> SequenceReceiver<P> {
             express_bytes: 0,
             early: std::collections::BTreeSet::new(),
             holds: vec![PathHolds::default(); paths_n],
+            stalls: Vec::new(),
             stats: ResequencerStats::default(),
         })
     }
@@ -586,11 +606,50 @@ impl<P> SequenceReceiver<P> {
                     return None;
                 }
                 self.stats.hold_skips += 1;
+                self.note_stall(since);
             } else {
                 return None;
             }
             self.jump(min_head);
         }
+    }
+
+    /// The hold timer of the gap at `next`, open since `since`, ran out: each path in the
+    /// rotation that has not passed `next` is a [`Stall`] suspect.
+    fn note_stall(&mut self, since: Instant) {
+        let next = self.next;
+        let highest = self.paths.iter().filter_map(|rx| rx.highest).max();
+        let Some(highest) = highest.filter(|&h| h > next) else {
+            return;
+        };
+        let here = self.paths.iter().map(|rx| rx.queue.len()).sum::<usize>() + self.early.len();
+        let missing = (highest - next + 1).saturating_sub(here as u64);
+        for (i, rx) in self.paths.iter().enumerate() {
+            let passed = rx.queue.front().is_some() || rx.highest.is_some_and(|h| h > next);
+            if !rx.active || passed {
+                continue;
+            }
+            let path = PathId(i as u8);
+            match self.stalls.iter_mut().find(|s| s.path == path) {
+                Some(s) => {
+                    *s = Stall {
+                        path,
+                        since,
+                        missing,
+                    }
+                }
+                None => self.stalls.push(Stall {
+                    path,
+                    since,
+                    missing,
+                }),
+            }
+        }
+    }
+
+    /// A stall seen and not taken yet ([`Stall`]), oldest first.
+    pub fn take_stall(&mut self) -> Option<Stall> {
+        (!self.stalls.is_empty()).then(|| self.stalls.remove(0))
     }
 
     /// The gap hold timer: with a [`BackupTimer`] and every path in the rotation's RTT known,
@@ -821,6 +880,34 @@ mod tests {
         assert_eq!(t, Instant::from_nanos(5_000_000));
         assert_eq!(deliver_all(&mut r, t), vec![3]);
         assert_eq!(r.stats().lost, 3);
+    }
+
+    #[test]
+    fn a_gap_waited_for_in_vain_names_the_path_that_had_not_passed_it() {
+        let mut r = receiver_measured(Some(Duration::from_millis(5)));
+        // 0 and 2 came on path 0; path 1 (odd numbers) went dark after 0's turn: 1, 3 and 5
+        // are missing, 2, 4 and 6 are here.
+        r.handle_data(Instant::ZERO, PathId(1), Some(0), 100, 0);
+        for seq in [2, 4, 6] {
+            r.handle_data(Instant::ZERO, PathId(0), Some(seq), 100, seq);
+        }
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0]);
+        assert_eq!(r.take_stall(), None, "no stall before the timer runs out");
+        let t = r.poll_timeout().unwrap();
+        assert_eq!(deliver_all(&mut r, t), vec![2]);
+        assert_eq!(
+            r.take_stall(),
+            Some(Stall {
+                path: PathId(1),
+                since: Instant::ZERO,
+                missing: 3,
+            })
+        );
+        assert_eq!(r.take_stall(), None);
+        // Out of the rotation, path 1 is not waited for, and no longer a suspect.
+        r.set_path_active(PathId(1), false);
+        assert_eq!(deliver_all(&mut r, t), vec![4, 6]);
+        assert_eq!(r.take_stall(), None);
     }
 
     #[test]
