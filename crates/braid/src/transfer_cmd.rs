@@ -28,6 +28,8 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Magic at the start of a transfer's stream.
@@ -184,6 +186,47 @@ fn retransmissions(c: &StripedConnection) -> String {
     )
 }
 
+/// Set by SIGINT or SIGTERM once [`watch_interrupts`] has installed its handler.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// From now on SIGINT and SIGTERM do not kill the process: they set [`INTERRUPTED`], which
+/// [`turn`] turns into an error, so the transfer's connection is reset at the other end (a
+/// receiver killed mid-file would leave its sender waiting out [`STALL_TIMEOUT`], and the
+/// other way round).
+fn watch_interrupts() -> Result<()> {
+    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed))
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!("cannot install the SIGINT/SIGTERM handler: {e}"))
+}
+
+/// Whether SIGINT or SIGTERM came ([`watch_interrupts`]).
+fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// One turn of the node, unless SIGINT or SIGTERM came.
+fn turn(node: &mut PtcpNode, wait: Duration) -> Result<()> {
+    if interrupted() {
+        bail!("interrupted (SIGINT or SIGTERM)");
+    }
+    node.turn(wait).context("the event loop failed")?;
+    Ok(())
+}
+
+/// The transfer failed or was interrupted after `node` came up: every connection is reset, so
+/// the other end stops at once with the reason instead of waiting out its stall timeout.
+fn reset_on_error<T>(node: &mut PtcpNode, result: Result<T>) -> Result<T> {
+    if result.is_err() {
+        node.reset_all();
+    }
+    result
+}
+
 /// Wait for the session's keys (client: the handshake; server: the client's).
 fn wait_established(node: &mut PtcpNode, timeout: Option<Duration>, what: &str) -> Result<()> {
     let start = Instant::now();
@@ -191,7 +234,7 @@ fn wait_established(node: &mut PtcpNode, timeout: Option<Duration>, what: &str) 
         if timeout.is_some_and(|t| start.elapsed() > t) {
             bail!("{what}");
         }
-        node.turn(TURN).context("the event loop failed")?;
+        turn(node, TURN)?;
     }
     Ok(())
 }
@@ -232,7 +275,7 @@ fn open_source(path: &Path) -> Result<(File, u64, String)> {
 /// `braid send FILE -c client.toml`.
 pub fn send(args: &SendArgs) -> Result<()> {
     let cfg = load(&args.config, Role::Initiator, "send")?;
-    let (mut file, len, name) = open_source(&args.file)?;
+    let (file, len, name) = open_source(&args.file)?;
     let name = name.as_str();
     crate::daemon_cmd::refuse_beside_daemon(&cfg, &args.config, "send")?;
     let options = NodeOptions {
@@ -249,8 +292,22 @@ pub fn send(args: &SendArgs) -> Result<()> {
         |a| a.to_string(),
     );
     let mut node = PtcpNode::new(&cfg, options)?;
+    watch_interrupts()?;
+    let result = send_over(&mut node, args, file, len, name, &server);
+    reset_on_error(&mut node, result)
+}
+
+/// [`send`] once its node is up: the handshake, the transfer and the receiver's verdict.
+fn send_over(
+    node: &mut PtcpNode,
+    args: &SendArgs,
+    mut file: File,
+    len: u64,
+    name: &str,
+    server: &str,
+) -> Result<()> {
     wait_established(
-        &mut node,
+        node,
         Some(HANDSHAKE_TIMEOUT),
         &format!(
             "no answer from the server at {server} within {} s: is `braid recv -c server.toml` \
@@ -262,7 +319,7 @@ pub fn send(args: &SendArgs) -> Result<()> {
     // Give every path a first RTT sample, for the receive-buffer rule.
     let measured_by = Instant::now() + Duration::from_secs(1);
     while Instant::now() < measured_by && node.status().paths.iter().any(|p| p.rtt_ms.is_none()) {
-        node.turn(TURN)?;
+        turn(node, TURN)?;
     }
     let id = node.connect().context("the session has no paths")?;
 
@@ -339,7 +396,7 @@ pub fn send(args: &SendArgs) -> Result<()> {
         }
         if state == State::Closed {
             let why = if conn.was_reset() {
-                "reset the connection (it no longer held it: restarted?)"
+                "reset the connection (it was stopped, or restarted and no longer held it)"
             } else {
                 "closed the connection"
             };
@@ -355,15 +412,22 @@ pub fn send(args: &SendArgs) -> Result<()> {
                  paths: {}",
                 STALL_TIMEOUT.as_secs(),
                 acked.saturating_sub(18 + name.len() as u64).min(len),
-                path_states(&node)
+                path_states(node)
+            );
+        }
+        if interrupted() {
+            bail!(
+                "interrupted after {} of {len} bytes acknowledged; the receiver's connection \
+                 is reset",
+                acked.saturating_sub(18 + name.len() as u64).min(len)
             );
         }
         if Instant::now() >= next_draw {
             next_draw = Instant::now() + Duration::from_millis(200);
             pb.set_position(acked.saturating_sub(18 + name.len() as u64).min(len));
-            pb.set_message(path_rates(&node, true));
+            pb.set_message(path_rates(node, true));
         }
-        node.turn(TURN)?;
+        turn(node, TURN)?;
     }
     let secs = start.elapsed().as_secs_f64();
     pb.finish_and_clear();
@@ -377,7 +441,7 @@ pub fn send(args: &SendArgs) -> Result<()> {
     let line = outcome(verdict, &args.file, len, acked, secs, || {
         format!(
             "paths (bytes on the wire): {}; {}",
-            shares(&node, true),
+            shares(node, true),
             retransmissions(conn)
         )
     })?;
@@ -565,6 +629,7 @@ pub fn recv(args: &RecvArgs) -> Result<()> {
     };
     let listen = cfg.listen.map_or(String::new(), |l| l.to_string());
     let mut node = PtcpNode::new(&cfg, options)?;
+    watch_interrupts()?;
     if !args.quiet {
         eprintln!("braid recv: waiting for a sender on {listen}");
     }
@@ -572,8 +637,14 @@ pub fn recv(args: &RecvArgs) -> Result<()> {
         if let Some(id) = node.accept() {
             break id;
         }
-        node.turn(Duration::from_millis(100))?;
+        turn(&mut node, Duration::from_millis(100))?;
     };
+    let result = recv_over(&mut node, args, id);
+    reset_on_error(&mut node, result)
+}
+
+/// [`recv`] once a sender's connection `id` is accepted: the file, and the verdict sent back.
+fn recv_over(node: &mut PtcpNode, args: &RecvArgs, id: u16) -> Result<()> {
     let mut buf = vec![0u8; 256 * 1024];
     let mut head = Vec::new();
     let mut file: Option<(BufWriter<File>, PathBuf, u64, String)> = None;
@@ -644,8 +715,8 @@ pub fn recv(args: &RecvArgs) -> Result<()> {
         }
         if conn.was_reset() {
             bail!(
-                "the sender reset the connection (it no longer held it: restarted?) after \
-                 {got} bytes of the file: the partial file is left as it is"
+                "the sender reset the connection (it was stopped, or restarted and no longer \
+                 held it) after {got} bytes of the file: the partial file is left as it is"
             );
         }
         if conn.is_finished() || conn.state() == State::Closed {
@@ -654,19 +725,25 @@ pub fn recv(args: &RecvArgs) -> Result<()> {
                  partial file is left as it is"
             );
         }
+        if interrupted() {
+            bail!(
+                "interrupted after {got} bytes of the file: the partial file is left as it is; \
+                 the sender's connection is reset"
+            );
+        }
         if file.is_some() && last_progress.elapsed() > STALL_TIMEOUT {
             bail!(
                 "the transfer stalled: nothing received for {} s ({got} bytes); paths: {}",
                 STALL_TIMEOUT.as_secs(),
-                path_states(&node)
+                path_states(node)
             );
         }
         if Instant::now() >= next_draw {
             next_draw = Instant::now() + Duration::from_millis(200);
             pb.set_position(got);
-            pb.set_message(path_rates(&node, false));
+            pb.set_message(path_rates(node, false));
         }
-        node.turn(TURN)?;
+        turn(node, TURN)?;
     }
     let secs = start.elapsed().as_secs_f64();
     pb.finish_and_clear();
@@ -712,7 +789,7 @@ pub fn recv(args: &RecvArgs) -> Result<()> {
         } else {
             ""
         },
-        shares(&node, false)
+        shares(node, false)
     );
     Ok(())
 }

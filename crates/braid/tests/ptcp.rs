@@ -208,26 +208,31 @@ impl Bed {
         );
     }
 
-    fn wait(&mut self, k: usize, limit: Duration) {
+    /// Waits for child `k` to exit within `limit`, and says whether it succeeded.
+    fn wait_exit(&mut self, k: usize, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(st) = self.children[k].try_wait().unwrap() {
-                assert!(
-                    st.success(),
-                    "exit {st}; client: {} server: {}",
-                    self.log("c"),
-                    self.log("s")
-                );
-                return;
+                return st.success();
             }
             assert!(
                 Instant::now() < deadline,
-                "not done in {limit:?}; client: {} server: {}",
+                "still running after {limit:?}; client: {} server: {}",
                 self.log("c"),
                 self.log("s")
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    fn wait(&mut self, k: usize, limit: Duration) {
+        let ok = self.wait_exit(k, limit);
+        assert!(
+            ok,
+            "exit with an error; client: {} server: {}",
+            self.log("c"),
+            self.log("s")
+        );
     }
 }
 
@@ -303,6 +308,44 @@ fn a_path_blacked_out_mid_transfer_loses_nothing() {
     blackout.store(false, Ordering::Relaxed);
     bed.finish_transfer(tx, rx, &file, &out);
     eprintln!("{}", bed.log("c"));
+}
+
+/// An interrupted `braid send` or `braid recv` (SIGINT) resets its connection: the other end
+/// stops at once with the reason. Before, the sender died with its connection open and the
+/// receiver waited out its 30 s stall timeout (the sender too, for a receiver interrupted).
+#[test]
+fn an_interrupted_transfer_stops_the_other_end_at_once() {
+    need_root!();
+    let mut bed = Bed::new(8);
+    bed.configs();
+    for (victim, other, said) in [
+        ("c", "s", "the sender reset the connection"),
+        ("s", "c", "the receiver reset the connection"),
+    ] {
+        // The first round's partial file.
+        let _ = std::fs::remove_file(bed.dir.join("received.bin"));
+        let (_file, out, rx, tx) = bed.send_file(64 << 20);
+        bed.wait_received(&out, 1 << 20);
+        let (k, j) = if victim == "c" { (tx, rx) } else { (rx, tx) };
+        // SAFETY: kill(2) on a child of this process that has not been waited for.
+        unsafe {
+            libc::kill(bed.children[k].id() as i32, libc::SIGINT);
+        }
+        let at = Instant::now();
+        assert!(
+            !bed.wait_exit(k, Duration::from_secs(5)),
+            "{victim} exits with an error"
+        );
+        assert!(
+            !bed.wait_exit(j, Duration::from_secs(5)),
+            "{other} exits with an error"
+        );
+        let waited = at.elapsed();
+        let (victim_log, other_log) = (bed.log(victim), bed.log(other));
+        assert!(victim_log.contains("interrupted after"), "{victim_log}");
+        assert!(other_log.contains(said), "{other_log}");
+        eprintln!("{victim} interrupted: {other} stopped within {waited:?}: {other_log}");
+    }
 }
 
 /// `braid send` follows its server's host name, as `braid up` does: path one's `remote` is a
