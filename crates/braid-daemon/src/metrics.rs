@@ -109,6 +109,12 @@ pub fn render(st: &Status) -> String {
         "Times the path went down",
         &|p| p.down_events as f64,
     );
+    per_path(
+        &mut reg,
+        "path_stalls",
+        "Of those, times this end found the path dark from the data it waited for (mode sequence)",
+        &|p| p.stalls as f64,
+    );
     let drops = Family::<ReasonLabels, F64Gauge>::default();
     for peer in &st.peers {
         for (reason, n) in &peer.session.dropped {
