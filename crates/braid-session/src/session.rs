@@ -25,13 +25,14 @@
 //!   interval), or, failing that, this end's probes go unanswered for `dead_after` plus four
 //!   smoothed RTTs (at least 2 s) while the peer's packets come in.
 //! - **A path found dead from the data** (beyond the papers; `resequence = "sequence"`). A path
-//!   that dies under load is out long before `dead_after`: when the resequencer waits a gap's
-//!   hold timer in vain behind it while another path delivered past the gap
-//!   ([`braid_proto::resequence::Stall`]), the gap was not one lost packet, and nothing comes on
-//!   it for a probe interval and its smoothed RTT, it leaves the rotation at both halves (back
-//!   with the next packet heard), and the peer is told ([`Repr::Unheard`] on the fastest path
-//!   in use), which takes it out of its sending half until one of its probes is answered
-//!   ([`Session::on_stall`]).
+//!   that dies under load is out long before `dead_after`: when the resequencer gives up on a
+//!   gap (its hold timer, or a full buffer) that the path, which delivered up to just before
+//!   it, had not passed while another path had ([`braid_proto::resequence::Stall`]), the gap
+//!   was not one lost packet, and nothing comes on the path for a probe interval, its smoothed
+//!   RTT and half that again (at least 25 ms) after its last packet, it leaves the rotation
+//!   at both halves (back with the next packet heard), and the peer is told
+//!   ([`Repr::Unheard`] on the fastest path in use), which takes it out of its sending half
+//!   until one of its probes is answered.
 //! - **Backup paths** (beyond the papers; [`BondParams::backup_paths`], `[[path]] backup =
 //!   true`). A backup path is in *standby* while any other path is up (in use both ways): out
 //!   of the rotation at both halves, carrying nothing but its probes, every
@@ -361,6 +362,10 @@ pub struct SessionStatus {
     pub retransmitted_packets: u64,
     /// Abandon notices sent: runs of data a path lost to congestion, not resent.
     pub abandons_sent: u64,
+    /// Notices sent that a path is dark (this end found it from the data: per-path `stalls`).
+    pub unheard_sent: u64,
+    /// Such notices from the peer that took a path out of this end's sending half.
+    pub unheard_received: u64,
     /// Data packets sent a second time on another path (`duplicate_dscp`).
     pub duplicated_packets: u64,
     /// Packets the receiver declared lost at once because the peer abandoned them.
@@ -687,6 +692,10 @@ pub const IDLE_AFTER: Duration = Duration::from_secs(5);
 /// quiet it is ([`Session::on_stall`]): a lost packet on a path that carries little.
 const STALL_MISSING: u64 = 4;
 
+/// A path is dark only after a probe interval, its smoothed RTT and half that again, at least
+/// this, without a packet ([`Session::on_stall`]).
+const DARK_SLACK: Duration = Duration::from_millis(25);
+
 /// Added to `dead_after` for a path whose RTT has not been measured yet.
 const UNMEASURED_RTT_SLACK: Duration = Duration::from_secs(1);
 
@@ -742,6 +751,8 @@ pub struct Session {
     /// Paths this end found dark from the data, for the peer to stop sending on
     /// ([`Session::on_stall`]); sent on the fastest path in use.
     unheard: VecDeque<Unheard>,
+    unheard_sent: u64,
+    unheard_received: u64,
     abandons_sent: u64,
     /// Data packets to resend: the path to resend on and the plaintext.
     resend: VecDeque<(usize, Vec<u8>)>,
@@ -817,6 +828,8 @@ impl Session {
             nacks: VecDeque::new(),
             abandons: VecDeque::new(),
             unheard: VecDeque::new(),
+            unheard_sent: 0,
+            unheard_received: 0,
             abandons_sent: 0,
             resend: VecDeque::new(),
             nacks_sent: 0,
@@ -1385,6 +1398,8 @@ impl Session {
         if !p.up && !p.disabled && !p.deaf {
             p.up = true;
             p.up_since = Some(now);
+            // A notice not sent yet would take a path that works out of the peer's rotation.
+            self.unheard.retain(|u| u.path != path);
             p.settled = false;
             // Probes unanswered while the path was down do not count against it now.
             p.unanswered_since = None;
@@ -1905,49 +1920,73 @@ impl Session {
         self.update_qos_rate(now);
     }
 
-    /// The resequencer waited a whole gap hold in vain, and `stall.path` had not passed the
-    /// gap. If the gap was not one lost packet ([`STALL_MISSING`]), nothing at all came on
-    /// that path since the gap opened, and nothing comes for a probe interval and the path's
-    /// smoothed RTT after the last packet heard on it (the peer probes every path every probe
-    /// interval, and a probe waits behind at most a round trip of queued data), the path
-    /// died: out at both halves then ([`Self::check_dark`]), as a path silent for
-    /// `dead_after` would be, and back with the next packet heard; and the peer is told
-    /// ([`Repr::Unheard`], on the fastest path in use), so its sending half stops feeding the
-    /// path a one-way trip later instead of after its own `dead_after`.
+    /// The resequencer gave up on a gap that `stall.path`, which carried traffic up to just
+    /// before it, had not passed. If the gap was not one lost packet ([`STALL_MISSING`]),
+    /// nothing at all came on that path since the gap opened, and nothing comes for a probe
+    /// interval, the path's smoothed RTT and half that again (at least [`DARK_SLACK`]) after
+    /// the last packet heard on it (the peer probes every path every probe interval, and a
+    /// probe waits behind the data queued before it: about a round trip of it on a loaded
+    /// path, the slack allowing for a queue that grew), the path died: out at both halves
+    /// then ([`Self::check_dark`]), as a path silent for `dead_after` would be, and back with
+    /// the next packet heard; and the peer is told ([`Repr::Unheard`], on the fastest path in
+    /// use), so its sending half stops feeding the path a one-way trip later instead of after
+    /// its own `dead_after`. A path the peer took out of this end's sending half that way
+    /// already leaves the receiving half too.
     fn on_stall(&mut self, now: Instant, stall: Stall) {
         let i = stall.path.index();
         let Some(p) = self.paths.get_mut(i) else {
             return;
         };
-        if self.current.is_none() || !p.in_use() || p.disabled || stall.missing < STALL_MISSING {
+        // A path the peer took out of this end's sending half (it found it dark first) still
+        // receives: its own direction may have died too.
+        let receiving = p.in_use() || (p.deaf && !p.standby);
+        if self.current.is_none() || !receiving || p.disabled || stall.missing < STALL_MISSING {
             return;
         }
-        if p.last_rx.is_some_and(|t| t > stall.since) {
+        // Never heard from is no evidence either way: the tick takes such a path down.
+        let Some(last) = p.last_rx.filter(|&t| t <= stall.since) else {
             return;
-        }
-        let quiet = self.cfg.probe_interval + p.srtt.unwrap_or(UNMEASURED_RTT_SLACK);
-        let at = p.last_rx.map_or(now, |t| t + quiet);
+        };
+        // The smoothed RTT is a mean: a probe may come a little later than it says.
+        let srtt = p.srtt.unwrap_or(UNMEASURED_RTT_SLACK);
+        let quiet = self.cfg.probe_interval + srtt + (srtt / 2).max(DARK_SLACK);
+        let at = last + quiet;
         p.dark_at = Some(p.dark_at.map_or(at, |d| d.min(at)));
         self.check_dark(now);
     }
 
     /// Paths whose [`PathState::dark_at`] has come, heard nothing since: out at both halves,
-    /// and the peer told.
+    /// and the peer told (one the peer took out of the sending half already: out of the
+    /// receiving half too, the peer knows).
     fn check_dark(&mut self, now: Instant) {
-        for i in 0..self.paths.len() {
+        let due: Vec<usize> = (0..self.paths.len())
+            .filter(|&i| self.paths[i].dark_at.is_some_and(|t| now >= t))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        for &i in &due {
             let p = &mut self.paths[i];
-            if p.dark_at.is_none_or(|t| now < t) {
+            p.dark_at = None;
+            if self.current.is_none() || p.disabled {
                 continue;
             }
-            p.dark_at = None;
-            if self.current.is_none() || !p.in_use() || p.disabled {
+            let path = PathId(i as u8);
+            if p.deaf && !p.standby {
+                p.deaf = false;
+                p.stalls += 1;
+                if let Some(e) = &mut self.endpoint {
+                    e.set_path_active(path, false);
+                }
+                continue;
+            }
+            if !p.in_use() {
                 continue;
             }
             p.up = false;
             p.deaf = false;
             p.down_events += 1;
             p.stalls += 1;
-            let path = PathId(i as u8);
             if let Some(e) = &mut self.endpoint {
                 e.set_path_active(path, false);
             }
@@ -1960,9 +1999,9 @@ impl Session {
                 self.unheard.pop_front();
             }
             self.unheard.push_back(Unheard { path, first });
-            self.update_standby(now);
-            self.update_qos_rate(now);
         }
+        self.update_standby(now);
+        self.update_qos_rate(now);
     }
 
     /// The peer found path `i` dark from the data it received ([`Self::on_stall`]): out of
@@ -1973,9 +2012,10 @@ impl Session {
         let Some(p) = self.paths.get(i) else {
             return;
         };
-        if self.current.is_none() || !p.up || p.disabled || p.deaf {
+        if self.current.is_none() || !p.in_use() || p.disabled || p.deaf {
             return;
         }
+        self.unheard_received += 1;
         self.mark_one_way(now, i);
     }
 
@@ -2344,6 +2384,7 @@ impl Session {
         }
         if !self.unheard.is_empty() && self.nack_path() == Some(i) {
             let u = self.unheard.pop_front().expect("not empty");
+            self.unheard_sent += 1;
             return self.seal_repr(i, Repr::Unheard(u), out);
         }
         if !self.abandons.is_empty() && self.nack_path() == Some(i) {
@@ -2827,6 +2868,8 @@ impl Session {
             nacks_sent: self.nacks_sent,
             retransmitted_packets: self.retransmitted,
             abandons_sent: self.abandons_sent,
+            unheard_sent: self.unheard_sent,
+            unheard_received: self.unheard_received,
             duplicated_packets: e.map_or(0, |e| e.striper().stats().duplicates),
             abandoned_packets: rx.abandoned,
             policy_packets: e.map_or(0, |e| e.stats().policy_packets),

@@ -23,7 +23,7 @@ pub use equalize::DelayEqualizer;
 pub use logical::LogicalReceiver;
 pub use none::Passthrough;
 pub use sequence::{
-    PathHolds, SequenceReceiver, Stall, HOLD_COUNTED, MAX_ABANDONED, MIN_RELEASE_BURST,
+    PathHolds, SequenceReceiver, Stall, HOLD_COUNTED, MAX_ABANDONED, MIN_RELEASE_BURST, STALL_NEAR,
 };
 // BMP's options live beside the config below: `BackupTimer`, `Pacing`.
 

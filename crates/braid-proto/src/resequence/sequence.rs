@@ -106,11 +106,14 @@ pub struct SequenceReceiver<P> {
     stats: ResequencerStats,
 }
 
-/// A gap the receiver waited a whole hold for in vain ([`SequenceReceiver::take_stall`]):
-/// `path`, in the rotation, had not passed it, while another path had. The missing packets may
-/// be on that path: if nothing at all came on it since the gap opened (not even the peer's
-/// probes, which the driver knows of), the path has most likely died, and the driver can take
-/// it out long before its liveness timeout would.
+/// A gap the receiver waited a whole hold for in vain, or gave up on because its buffer was
+/// full ([`SequenceReceiver::take_stall`]): `path`, in the rotation, had not passed it while
+/// another path had, and had delivered up to just before it (its highest arrival at most
+/// [`STALL_NEAR`] below the gap): the missing packets are most likely its own. If nothing at
+/// all came on it since the gap opened (not even the peer's probes, which the driver knows
+/// of), the path has most likely died, and the driver can take it out long before its
+/// liveness timeout would. A path that carried nothing lately is not named: a gap that
+/// another path's lost run left is not its doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stall {
     /// A path in the rotation whose highest arrival was below the gap.
@@ -118,9 +121,14 @@ pub struct Stall {
     /// When the gap opened.
     pub since: Instant,
     /// Sequence numbers missing below the highest arrival of any path when the timer ran
-    /// out: one for a lost packet, hundreds for a path that went dark under load.
+    /// out, on whatever path: one for a lost packet, hundreds for a path that went dark under
+    /// load.
     pub missing: u64,
 }
+
+/// A path is named in a [`Stall`] only if its highest arrival is at most this far below the
+/// gap: it carried traffic right up to it (a path of one packet in 64 or less is never named).
+pub const STALL_NEAR: u64 = 64;
 
 /// How long a path's packets made the rest wait (`SequenceReceiver::path_holds`): when the
 /// packet `next` goes from path `i` while packets of other paths were due (their release
@@ -600,6 +608,8 @@ impl<P> SequenceReceiver<P> {
             let since = *self.gap_since.get_or_insert(now);
             if self.held >= self.limit {
                 self.stats.forced_skips += 1;
+                // A fast bond fills its buffer before the hold runs out.
+                self.note_stall(since);
             } else if let Some(h) = self.gap_hold() {
                 if now < since + h {
                     self.wake = Some(since + h);
@@ -614,8 +624,9 @@ impl<P> SequenceReceiver<P> {
         }
     }
 
-    /// The hold timer of the gap at `next`, open since `since`, ran out: each path in the
-    /// rotation that has not passed `next` is a [`Stall`] suspect.
+    /// The hold timer of the gap at `next`, open since `since`, ran out (or the buffer is
+    /// full): each path in the rotation that has not passed `next` but delivered up to just
+    /// before it is a [`Stall`] suspect.
     fn note_stall(&mut self, since: Instant) {
         let next = self.next;
         let highest = self.paths.iter().filter_map(|rx| rx.highest).max();
@@ -626,7 +637,8 @@ impl<P> SequenceReceiver<P> {
         let missing = (highest - next + 1).saturating_sub(here as u64);
         for (i, rx) in self.paths.iter().enumerate() {
             let passed = rx.queue.front().is_some() || rx.highest.is_some_and(|h| h > next);
-            if !rx.active || passed {
+            let near = rx.highest.is_some_and(|h| h + STALL_NEAR >= next);
+            if !rx.active || passed || !near {
                 continue;
             }
             let path = PathId(i as u8);
@@ -907,6 +919,22 @@ mod tests {
         // Out of the rotation, path 1 is not waited for, and no longer a suspect.
         r.set_path_active(PathId(1), false);
         assert_eq!(deliver_all(&mut r, t), vec![4, 6]);
+        assert_eq!(r.take_stall(), None);
+    }
+
+    #[test]
+    fn a_path_that_carried_nothing_lately_is_not_named_for_a_gap() {
+        let mut r = receiver_measured(Some(Duration::from_millis(5)));
+        // Path 1 brought 0 long ago; path 0 carries everything since, and lost 100..=104.
+        r.handle_data(Instant::ZERO, PathId(1), Some(0), 100, 0);
+        for seq in (1..100).chain(105..110) {
+            r.handle_data(Instant::ZERO, PathId(0), Some(seq), 100, seq);
+        }
+        assert_eq!(deliver_all(&mut r, Instant::ZERO).len(), 100);
+        let t = r.poll_timeout().unwrap();
+        assert_eq!(deliver_all(&mut r, t), (105..110).collect::<Vec<_>>());
+        assert_eq!(r.stats().lost, 5);
+        // Path 1 had not passed the gap, but it is not its doing.
         assert_eq!(r.take_stall(), None);
     }
 
