@@ -1550,6 +1550,9 @@ impl Daemon {
                     "up".to_owned()
                 } else if s.path_is_one_way(PathId(i as u8)) {
                     format!("down: {} hears nothing of this end's there", who())
+                } else if s.path_found_dark(PathId(i as u8)) {
+                    "down: its traffic stopped while the other paths' kept coming (found from the data)"
+                        .to_owned()
                 } else {
                     "down: nothing heard on it".to_owned()
                 };

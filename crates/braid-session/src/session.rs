@@ -532,6 +532,8 @@ struct PathState {
     /// A gap was waited for in vain behind this path and nothing came on it since the gap
     /// opened: it is dark if nothing comes by this time either ([`Session::on_stall`]).
     dark_at: Option<Instant>,
+    /// Down because this end found it dark from the data; until it comes up again.
+    found_dark: bool,
     /// The rate the peer believes it can send at on this path (from its probes and probe
     /// acknowledgements), bit/s; `None` until it said.
     peer_rate_bps: Option<u64>,
@@ -1397,6 +1399,7 @@ impl Session {
         p.tick_rx_bytes += bytes as u64;
         if !p.up && !p.disabled && !p.deaf {
             p.up = true;
+            p.found_dark = false;
             p.up_since = Some(now);
             // A notice not sent yet would take a path that works out of the peer's rotation.
             self.unheard.retain(|u| u.path != path);
@@ -1985,6 +1988,7 @@ impl Session {
             }
             p.up = false;
             p.deaf = false;
+            p.found_dark = true;
             p.down_events += 1;
             p.stalls += 1;
             if let Some(e) = &mut self.endpoint {
@@ -2017,6 +2021,14 @@ impl Session {
         }
         self.unheard_received += 1;
         self.mark_one_way(now, i);
+    }
+
+    /// Whether `path` is down because this end found it dark from the data
+    /// ([`Self::on_stall`]): its traffic stopped while the other paths' kept coming.
+    pub fn path_found_dark(&self, path: PathId) -> bool {
+        self.paths
+            .get(path.index())
+            .is_some_and(|p| p.found_dark && !p.up)
     }
 
     /// Whether `path` is out of the sending half because it works one way only: the peer hears

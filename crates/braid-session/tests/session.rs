@@ -546,6 +546,9 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
             for (k, s) in [&net.client, &net.server].into_iter().enumerate() {
                 if net.dead[1] && out[k].is_none() && s.status().paths[1].state != "up" {
                     out[k] = Some(ms - 500);
+                    // What the log says: found from the data (the server), or not.
+                    let found = k == 1 && mode == ResequenceMode::Sequence;
+                    assert_eq!(s.path_found_dark(PathId(1)), found, "{mode:?}, end {k}");
                 }
             }
         }
