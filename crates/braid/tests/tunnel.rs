@@ -1242,6 +1242,11 @@ fn a_path_killed_mid_transfer_does_not_stall_it() {
         st["peers"][0]["session"]["paths"][1]["state"], "down",
         "{st}"
     );
+    // The server, receiving, found it from the data, and said so.
+    let st = bed.status("s").unwrap();
+    assert_eq!(st["peers"][0]["session"]["paths"][1]["stalls"], 1, "{st}");
+    let log = logs(&bed.dir, &["s"]);
+    assert!(log.contains("found from the data"), "{log}");
     eprintln!("longest read gap with a path killed: {gap:?}");
 }
 
