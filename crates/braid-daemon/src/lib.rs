@@ -1551,7 +1551,7 @@ impl Daemon {
                 } else if s.path_is_one_way(PathId(i as u8)) {
                     format!("down: {} hears nothing of this end's there", who())
                 } else if s.path_found_dark(PathId(i as u8)) {
-                    "down: its traffic stopped while the other paths' kept coming (found from the data)"
+                    "down: the traffic on it stopped short and nothing came since (found from the data)"
                         .to_owned()
                 } else {
                     "down: nothing heard on it".to_owned()

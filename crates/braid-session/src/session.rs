@@ -534,6 +534,9 @@ struct PathState {
     dark_at: Option<Instant>,
     /// Down because this end found it dark from the data; until it comes up again.
     found_dark: bool,
+    /// Answers to this end's probes since the path last came up (saturating): how much its
+    /// `loss` has seen.
+    answered: u32,
     /// The rate the peer believes it can send at on this path (from its probes and probe
     /// acknowledgements), bit/s; `None` until it said.
     peer_rate_bps: Option<u64>,
@@ -697,6 +700,24 @@ const STALL_MISSING: u64 = 4;
 /// A path is dark only after a probe interval, its smoothed RTT and half that again, at least
 /// this, without a packet ([`Session::on_stall`]).
 const DARK_SLACK: Duration = Duration::from_millis(25);
+
+/// How long a path must bring nothing before it counts as dark ([`Session::on_stall`]): a probe
+/// interval (the peer probes every path every probe interval), its smoothed RTT (a probe
+/// waits behind about a round trip of queued data on a loaded path) and half that again, at
+/// least [`DARK_SLACK`] (a queue that grew: the smoothed RTT is a mean).
+fn dark_quiet(p: &PathState, probe_interval: Duration) -> Duration {
+    let srtt = p.srtt.unwrap_or(UNMEASURED_RTT_SLACK);
+    probe_interval + srtt + (srtt / 2).max(DARK_SLACK)
+}
+
+/// The one path in use is busy, for [`Session::sole_line_dark_at`], if it receives at least
+/// this much (bit/s, smoothed over probe intervals): data, not just probes.
+const BUSY_RX_BPS: f64 = 256_000.0;
+
+/// Answers to its probes the one path in use must have had since it came up before
+/// [`Session::sole_line_dark_at`] judges it: two seconds of them at the default pace, for its
+/// probes' loss to mean something.
+const SOLE_LINE_ANSWERS: u32 = 20;
 
 /// Added to `dead_after` for a path whose RTT has not been measured yet.
 const UNMEASURED_RTT_SLACK: Duration = Duration::from_secs(1);
@@ -1400,6 +1421,7 @@ impl Session {
         if !p.up && !p.disabled && !p.deaf {
             p.up = true;
             p.found_dark = false;
+            p.answered = 0;
             p.up_since = Some(now);
             // A notice not sent yet would take a path that works out of the peer's rotation.
             self.unheard.retain(|u| u.path != path);
@@ -1677,6 +1699,7 @@ impl Session {
                 if let Some(k) = st.outstanding.iter().position(|&(id, _)| id == p.id) {
                     st.outstanding.remove(k);
                     st.loss *= 0.9;
+                    st.answered = st.answered.saturating_add(1);
                     // An answer to a probe still awaited: the path works both ways again
                     // (path_heard puts a one-way path back). A late answer to an old probe
                     // does not say so.
@@ -1950,12 +1973,43 @@ impl Session {
         let Some(last) = p.last_rx.filter(|&t| t <= stall.since) else {
             return;
         };
-        // The smoothed RTT is a mean: a probe may come a little later than it says.
-        let srtt = p.srtt.unwrap_or(UNMEASURED_RTT_SLACK);
-        let quiet = self.cfg.probe_interval + srtt + (srtt / 2).max(DARK_SLACK);
-        let at = last + quiet;
+        let at = last + dark_quiet(p, self.cfg.probe_interval);
         p.dark_at = Some(p.dark_at.map_or(at, |d| d.min(at)));
         self.check_dark(now);
+    }
+
+    /// The one path in use while a backup waits in standby, busy (receiving at least
+    /// [`BUSY_RX_BPS`]): it and when it counts as dark if nothing comes on it. No other path
+    /// delivers past its gaps ([`Self::on_stall`] cannot find it), but a busy path quiet for a
+    /// probe interval and a round trip and a half has stopped all the same, and the backup
+    /// can take over then instead of after `dead_after` (by when the transport above has
+    /// backed off its retransmission timer twice). A path whose probes get lost waits a probe
+    /// interval more (its probe loss 1% or more) or two (10% or more): a probe lost between
+    /// bursts of data is not a line that died. One that loses a quarter or more is left to
+    /// `dead_after`, and so is one whose probes have been answered fewer than
+    /// [`SOLE_LINE_ANSWERS`] times since it came up.
+    fn sole_line_dark_at(&self) -> Option<(usize, Instant)> {
+        let backups = self.params.as_ref().map_or(0, |p| p.backup_paths);
+        if self.current.is_none() || backups == 0 {
+            return None;
+        }
+        let waiting = self
+            .paths
+            .iter()
+            .enumerate()
+            .any(|(i, p)| is_backup(backups, i) && p.up && p.standby);
+        let mut in_use = self.paths.iter().enumerate().filter(|(_, p)| p.in_use());
+        let (i, p) = in_use.next()?;
+        if !waiting || in_use.next().is_some() || p.disabled || p.rx_bps < BUSY_RX_BPS {
+            return None;
+        }
+        // Its probes' loss must be known (a path just up has lost none yet), and low enough.
+        if p.answered < SOLE_LINE_ANSWERS || p.loss >= 0.25 {
+            return None;
+        }
+        let more = u32::from(p.loss >= 0.01) + u32::from(p.loss >= 0.1);
+        let quiet = dark_quiet(p, self.cfg.probe_interval) + self.cfg.probe_interval * more;
+        Some((i, p.last_rx? + quiet))
     }
 
     /// Paths whose [`PathState::dark_at`] has come, heard nothing since: out at both halves,
@@ -2620,6 +2674,9 @@ impl Session {
         if let Some(d) = self.paths.iter().filter_map(|p| p.dark_at).min() {
             t = t.min(d);
         }
+        if let Some((_, d)) = self.sole_line_dark_at() {
+            t = t.min(d);
+        }
         // A pump while another path was polled let packets or segments go for a path the
         // driver may have polled already in its turn: call again at once. (Only after a pump
         // that moved something, which handle_timeout clears: whatever has_transmit says, this
@@ -2653,6 +2710,9 @@ impl Session {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = now;
         self.pumped_in_poll = false;
+        if let Some((i, at)) = self.sole_line_dark_at().filter(|&(_, at)| now >= at) {
+            self.paths[i].dark_at = Some(at);
+        }
         self.check_dark(now);
         if self.qos.is_some() {
             self.pump_qos(now);

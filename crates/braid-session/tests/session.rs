@@ -703,11 +703,15 @@ fn a_backup_path_carries_only_slow_probes_until_the_other_paths_die_with(
         .find(|&&t| t > died + Duration::from_millis(100))
         .copied()
         .expect("delivery resumed on the backup");
-    assert!(
-        resumed - died < Duration::from_millis(1000),
-        "delivery resumed after {:?}",
-        resumed - died
+    // Busy, the line is found dark after a probe interval and its RTT and a half of silence
+    // (dead_after and its RTT would take 405 ms), and the backup carries the traffic a
+    // one-way trip of it later (475-600 ms when dead_after decided).
+    let resumed = resumed - died;
+    eprintln!(
+        "{scheduler:?}, backup {backup_ms} ms: delivery resumed {resumed:?} after the line died"
     );
+    let limit = Duration::from_millis(200 + backup_ms);
+    assert!(resumed < limit, "delivery resumed after {resumed:?}");
     for s in [&net.client, &net.server] {
         let st = s.status();
         assert_eq!(st.paths[0].state, "down", "{st:?}");
@@ -2996,4 +3000,41 @@ fn a_path_that_dies_both_ways_a_little_apart_is_found_at_both_ends() {
     // packets a millisecond to the client: nearly all of them arrive.
     let moved = to_client_at[1000] - to_client_at[800];
     assert!(moved >= 500, "{moved} delivered to the client in 200 ms");
+}
+
+/// A line that is busy in bursts (50 packets every 200 ms, a frame of video) and loses some of
+/// its datagrams both ways, beside a backup in standby: its silences between bursts, a lost
+/// probe in one of them, are not a line that died, and the backup stays in standby. (With a
+/// probe interval of silence allowed whatever the probes' loss, it went down at 10%.)
+#[test]
+fn a_bursty_lossy_line_is_not_taken_for_dead_while_the_backup_waits() {
+    for loss in [2, 10, 30] {
+        a_bursty_lossy_line_is_not_taken_for_dead_while_the_backup_waits_at(loss);
+    }
+}
+
+fn a_bursty_lossy_line_is_not_taken_for_dead_while_the_backup_waits_at(loss: u64) {
+    let mut net = backup_net(SchedulerKind::Srr, 25);
+    net.loss_pct[0] = loss;
+    let mut next = 0u32;
+    for ms in 0..20_000u64 {
+        if ms % 200 == 0 {
+            for _ in 0..50 {
+                net.server.send(net.now, &packet(next, 1000));
+                next += 1;
+            }
+        }
+        net.step(Duration::from_millis(1));
+    }
+    for s in [&net.client, &net.server] {
+        let st = s.status();
+        assert!(st.paths[0].rx_bps > 0.0);
+        assert_eq!(
+            (st.paths[0].down_events, st.paths[0].stalls),
+            (0, 0),
+            "{loss}% lost: {:?}",
+            st.paths[0]
+        );
+        assert_eq!(st.paths[1].state, "standby", "{loss}%: {:?}", st.paths[1]);
+    }
 }
