@@ -537,6 +537,8 @@ struct PathState {
     /// Answers to this end's probes since the path last came up (saturating): how much its
     /// `loss` has seen.
     answered: u32,
+    /// When the last data packet (not a probe, NACK or other control) arrived on it.
+    last_data_rx: Option<Instant>,
     /// The rate the peer believes it can send at on this path (from its probes and probe
     /// acknowledgements), bit/s; `None` until it said.
     peer_rate_bps: Option<u64>,
@@ -713,6 +715,11 @@ fn dark_quiet(p: &PathState, probe_interval: Duration) -> Duration {
 /// The one path in use is busy, for [`Session::sole_line_dark_at`], if it receives at least
 /// this much (bit/s, smoothed over probe intervals): data, not just probes.
 const BUSY_RX_BPS: f64 = 256_000.0;
+
+/// The one path in use counts as dark by [`Session::sole_line_dark_at`] only if data came on it
+/// at most this long before the last packet it brought (a probe may trail the data in flight
+/// as the line dies).
+const DATA_RECENT: Duration = Duration::from_millis(20);
 
 /// Answers to its probes the one path in use must have had since it came up before
 /// [`Session::sole_line_dark_at`] judges it: two seconds of them at the default pace, for its
@@ -1712,6 +1719,7 @@ impl Session {
                 // Not for pure ACKs and keepalives (an idle accelerated connection's).
                 if segment.len() > braid_proto::striper::SMALL_PACKET_BYTES as usize {
                     self.note_data(now);
+                    self.paths[i].last_data_rx = Some(now);
                 }
                 if self.ptcp_rx.len() >= PTCP_RX_QUEUE {
                     self.ptcp.dropped += 1;
@@ -1743,6 +1751,7 @@ impl Session {
                 if let Repr::Data { payload, .. } = repr {
                     if !is_link_chatter(payload) {
                         self.note_data(now);
+                        self.paths[i].last_data_rx = Some(now);
                     }
                 }
                 if let Some(e) = &mut self.endpoint {
@@ -1980,14 +1989,16 @@ impl Session {
 
     /// The one path in use while a backup waits in standby, busy (receiving at least
     /// [`BUSY_RX_BPS`]): it and when it counts as dark if nothing comes on it. No other path
-    /// delivers past its gaps ([`Self::on_stall`] cannot find it), but a busy path quiet for a
-    /// probe interval and a round trip and a half has stopped all the same, and the backup
-    /// can take over then instead of after `dead_after` (by when the transport above has
-    /// backed off its retransmission timer twice). A path whose probes get lost waits a probe
-    /// interval more (its probe loss 1% or more) or two (10% or more): a probe lost between
-    /// bursts of data is not a line that died. One that loses a quarter or more is left to
+    /// delivers past its gaps ([`Self::on_stall`] cannot find it), but a busy path quiet for
+    /// two probe intervals and a round trip and a half has stopped all the same (two of the
+    /// peer's probes missing: one lost just as a download ended would look like a line that
+    /// died), and the backup can take over then instead of after `dead_after` (by when the
+    /// transport above has backed off its retransmission timer twice). A path whose probes
+    /// get lost waits a probe interval more (its probe loss 1% or more) or two (10% or more):
+    /// probes lost between bursts of data are not a line that died. One that loses a quarter or more is left to
     /// `dead_after`, and so is one whose probes have been answered fewer than
-    /// [`SOLE_LINE_ANSWERS`] times since it came up.
+    /// [`SOLE_LINE_ANSWERS`] times since it came up, and one whose last data came more than
+    /// [`DATA_RECENT`] before its last packet.
     fn sole_line_dark_at(&self) -> Option<(usize, Instant)> {
         let backups = self.params.as_ref().map_or(0, |p| p.backup_paths);
         if self.current.is_none() || backups == 0 {
@@ -2007,9 +2018,16 @@ impl Session {
         if p.answered < SOLE_LINE_ANSWERS || p.loss >= 0.25 {
             return None;
         }
-        let more = u32::from(p.loss >= 0.01) + u32::from(p.loss >= 0.1);
+        // Data must have come up to its last packet: a line whose data just ended (a
+        // download done) brings only probes, and its smoothed rate says busy for a second
+        // more; one lost probe then is no line that died.
+        let last = p.last_rx?;
+        if p.last_data_rx? + DATA_RECENT < last {
+            return None;
+        }
+        let more = 1 + u32::from(p.loss >= 0.01) + u32::from(p.loss >= 0.1);
         let quiet = dark_quiet(p, self.cfg.probe_interval) + self.cfg.probe_interval * more;
-        Some((i, p.last_rx? + quiet))
+        Some((i, last + quiet))
     }
 
     /// Paths whose [`PathState::dark_at`] has come, heard nothing since: out at both halves,
