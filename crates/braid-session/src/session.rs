@@ -292,9 +292,10 @@ pub struct PathStatus {
     pub queued_bytes: u64,
     /// Times the path went down.
     pub down_events: u64,
-    /// Of those, times this end found it dark from the data: a gap waited for in vain behind
-    /// it while the other paths delivered, and nothing heard on it for a probe interval and
-    /// a round trip ([`Session`]'s liveness).
+    /// Of those, times this end found it dark from the data before `dead_after`: a gap given
+    /// up on behind it while the other paths delivered, or its busy traffic stopped short
+    /// while it was the only path in use and a backup waited; and nothing heard on it since
+    /// for the probes' pace and a round trip and a half ([`Session`]'s liveness).
     pub stalls: u64,
     /// Scheduler `pet`: the path's rate as PET schedules with it, bit/s (as it counts on the
     /// wire: braid's overhead included): the packet-pair estimate, capped by what the path
@@ -527,7 +528,8 @@ struct PathState {
     tx_bps: f64,
     rx_bps: f64,
     down_events: u64,
-    /// Times the path went down because the data showed it dark ([`Session::on_stall`]).
+    /// Times the path went down because the data showed it dark ([`Session::on_stall`],
+    /// [`Session::sole_line_dark_at`]).
     stalls: u64,
     /// A gap was waited for in vain behind this path and nothing came on it since the gap
     /// opened: it is dark if nothing comes by this time either ([`Session::on_stall`]).
@@ -539,6 +541,10 @@ struct PathState {
     answered: u32,
     /// When the last data packet (not a probe, NACK or other control) arrived on it.
     last_data_rx: Option<Instant>,
+    /// When the peer's last probe on it arrived, and the smoothed time between its probes
+    /// (the peer's own pace, which its config sets): for [`dark_quiet`].
+    last_peer_probe: Option<Instant>,
+    peer_probe_gap: Option<Duration>,
     /// The rate the peer believes it can send at on this path (from its probes and probe
     /// acknowledgements), bit/s; `None` until it said.
     peer_rate_bps: Option<u64>,
@@ -709,7 +715,11 @@ const DARK_SLACK: Duration = Duration::from_millis(25);
 /// least [`DARK_SLACK`] (a queue that grew: the smoothed RTT is a mean).
 fn dark_quiet(p: &PathState, probe_interval: Duration) -> Duration {
     let srtt = p.srtt.unwrap_or(UNMEASURED_RTT_SLACK);
-    probe_interval + srtt + (srtt / 2).max(DARK_SLACK)
+    // The peer's pace is its own config's: the slower of the two, as its probes have come.
+    let pace = p
+        .peer_probe_gap
+        .map_or(probe_interval, |g| g.max(probe_interval));
+    pace + srtt + (srtt / 2).max(DARK_SLACK)
 }
 
 /// The one path in use is busy, for [`Session::sole_line_dark_at`], if it receives at least
@@ -1664,6 +1674,10 @@ impl Session {
             Ok(Repr::Probe(p)) if p.path == path => {
                 self.note_peer_rate(i, p.rate_kbps);
                 let st = &mut self.paths[i];
+                if let Some(t) = st.last_peer_probe.replace(now) {
+                    let gap = now.saturating_duration_since(t);
+                    st.peer_probe_gap = Some(st.peer_probe_gap.map_or(gap, |g| (g * 7 + gap) / 8));
+                }
                 // A disabled path sends nothing: answers queued now would go out on re-enabling,
                 // giving the peer RTT samples as long as the pause.
                 if st.acks.len() < 8 && !st.disabled {
@@ -2004,11 +2018,16 @@ impl Session {
         if self.current.is_none() || backups == 0 {
             return None;
         }
-        let waiting = self
-            .paths
-            .iter()
-            .enumerate()
-            .any(|(i, p)| is_backup(backups, i) && p.up && p.standby);
+        // A backup that waits and works: none of its probes overdue (one that died in standby
+        // stays up for its slow probes' dead-path time, seconds).
+        let now = self.last_now;
+        let waiting = self.paths.iter().enumerate().any(|(i, p)| {
+            is_backup(backups, i)
+                && p.up
+                && p.standby
+                && p.unanswered_since
+                    .is_none_or(|t| now.saturating_duration_since(t) <= p.probe_lost_after())
+        });
         let mut in_use = self.paths.iter().enumerate().filter(|(_, p)| p.in_use());
         let (i, p) = in_use.next()?;
         if !waiting || in_use.next().is_some() || p.disabled || p.rx_bps < BUSY_RX_BPS {
@@ -2026,7 +2045,10 @@ impl Session {
             return None;
         }
         let more = 1 + u32::from(p.loss >= 0.01) + u32::from(p.loss >= 0.1);
-        let quiet = dark_quiet(p, self.cfg.probe_interval) + self.cfg.probe_interval * more;
+        let pace = p
+            .peer_probe_gap
+            .map_or(self.cfg.probe_interval, |g| g.max(self.cfg.probe_interval));
+        let quiet = dark_quiet(p, self.cfg.probe_interval) + pace * more;
         Some((i, last + quiet))
     }
 
@@ -2096,7 +2118,8 @@ impl Session {
     }
 
     /// Whether `path` is down because this end found it dark from the data
-    /// ([`Self::on_stall`]): its traffic stopped while the other paths' kept coming.
+    /// ([`Self::on_stall`], [`Self::sole_line_dark_at`]): its traffic stopped short and
+    /// nothing came since.
     pub fn path_found_dark(&self, path: PathId) -> bool {
         self.paths
             .get(path.index())

@@ -3067,3 +3067,31 @@ fn a_line_whose_upload_ends_as_a_probe_is_lost_is_not_taken_for_dead() {
     );
     assert_eq!(st.paths[1].state, "standby");
 }
+
+/// The backup died in standby a second ago (its slow probes have not told yet), then the line
+/// pauses for 250 ms: the line is not handed over to the dead backup (which would hold its
+/// return for the backup's wake-up wait), and delivery resumes when the line does.
+#[test]
+fn a_line_that_pauses_is_not_handed_to_a_backup_that_died_in_standby() {
+    let mut net = backup_net(SchedulerKind::Srr, 25);
+    let (mut next, mut back) = (0u32, 0u32);
+    let mut last = net.now;
+    let mut longest = Duration::ZERO;
+    let mut delivered = 0;
+    for ms in 0..6000u64 {
+        net.dead[1] = ms >= 3000;
+        net.dead[0] = (4000..4250).contains(&ms);
+        net.offer_both_ways(1, &mut next, &mut back);
+        net.step(Duration::from_millis(1));
+        if net.to_server.len() > delivered {
+            delivered = net.to_server.len();
+            longest = longest.max(net.now - last);
+            last = net.now;
+        }
+    }
+    // The pause itself and the line's one-way delay; 600 ms when the dead backup took it.
+    assert!(
+        longest < Duration::from_millis(350),
+        "longest pause {longest:?}"
+    );
+}
