@@ -536,6 +536,9 @@ struct PathState {
     dark_at: Option<Instant>,
     /// Down because this end found it dark from the data; until it comes up again.
     found_dark: bool,
+    /// Times the peer is told again, a probe tick apart, while the path stays dark (a notice
+    /// can be lost).
+    notices_left: u8,
     /// Answers to this end's probes since the path last came up (saturating): how much its
     /// `loss` has seen.
     answered: u32,
@@ -704,6 +707,10 @@ pub const IDLE_AFTER: Duration = Duration::from_secs(5);
 /// A gap of fewer missing sequence numbers than this does not take a path out however
 /// quiet it is ([`Session::on_stall`]): a lost packet on a path that carries little.
 const STALL_MISSING: u64 = 4;
+
+/// The peer is told a path is dark ([`Repr::Unheard`]) this many times more, a probe tick
+/// apart, while it stays dark: one notice may be lost.
+const UNHEARD_REPEATS: u8 = 2;
 
 /// A path is dark only after a probe interval, its smoothed RTT and half that again, at least
 /// this, without a packet ([`Session::on_stall`]).
@@ -1970,18 +1977,19 @@ impl Session {
     }
 
     /// The resequencer gave up on a gap that `stall.path`, which carried traffic up to just
-    /// before it, had not passed. If the gap was not one lost packet ([`STALL_MISSING`]),
-    /// nothing at all came on that path since the gap opened, and nothing comes for a probe
-    /// interval, the path's smoothed RTT and half that again (at least [`DARK_SLACK`]) after
-    /// the last packet heard on it (the peer probes every path every probe interval, and a
-    /// probe waits behind the data queued before it: about a round trip of it on a loaded
-    /// path, the slack allowing for a queue that grew), the path died: out at both halves
-    /// then ([`Self::check_dark`]), as a path silent for `dead_after` would be, and back with
-    /// the next packet heard; and the peer is told ([`Repr::Unheard`], on the fastest path in
-    /// use), so its sending half stops feeding the path a one-way trip later instead of after
-    /// its own `dead_after`. A path the peer took out of this end's sending half that way
-    /// already leaves the receiving half too.
-    fn on_stall(&mut self, now: Instant, stall: Stall) {
+    /// before it, had not passed. If the gap was not one lost packet ([`STALL_MISSING`]) and
+    /// nothing comes on that path for [`dark_quiet`] after the last packet heard on it (the
+    /// peer probes every path at its pace, and a probe waits behind the data queued before
+    /// it: about a round trip of it on a loaded path, the slack allowing for a queue that
+    /// grew), the path died: out at both halves then ([`Self::check_dark`], from
+    /// `handle_timeout`), as a path silent for `dead_after` would be, and back with the next
+    /// packet heard; and the peer is told ([`Repr::Unheard`], on the fastest path in use, and
+    /// again at the next [`UNHEARD_REPEATS`] probe ticks while it stays dark), so its sending
+    /// half stops feeding the path a one-way trip later instead of after its own
+    /// `dead_after`. A path the peer took out of this end's sending half that way already
+    /// leaves the receiving half too, and the peer is told as well (it may be sending there
+    /// again, having heard this end's probes).
+    fn on_stall(&mut self, stall: Stall) {
         let i = stall.path.index();
         let Some(p) = self.paths.get_mut(i) else {
             return;
@@ -1992,13 +2000,17 @@ impl Session {
         if self.current.is_none() || !receiving || p.disabled || stall.missing < STALL_MISSING {
             return;
         }
-        // Never heard from is no evidence either way: the tick takes such a path down.
-        let Some(last) = p.last_rx.filter(|&t| t <= stall.since) else {
+        // Never heard from is no evidence either way: the tick takes such a path down. A
+        // packet that comes on it from now on clears the timer (`path_heard`); one already in
+        // flight as the gap opened (a probe) is no sign of life.
+        let Some(last) = p.last_rx else {
             return;
         };
         let at = last + dark_quiet(p, self.cfg.probe_interval);
         p.dark_at = Some(p.dark_at.map_or(at, |d| d.min(at)));
-        self.check_dark(now);
+        // Acted on in handle_timeout, not here: a driver that delivers after each socket it
+        // reads may call this before it has read the path's own socket, whose packets would
+        // say it lives.
     }
 
     /// The one path in use while a backup waits in standby, busy (receiving at least
@@ -2070,36 +2082,42 @@ impl Session {
             }
             let path = PathId(i as u8);
             if p.deaf && !p.standby {
+                // The peer may be sending on it again (it heard this end's probes there).
                 p.deaf = false;
-                p.stalls += 1;
-                if let Some(e) = &mut self.endpoint {
-                    e.set_path_active(path, false);
-                }
+            } else if p.in_use() {
+                p.up = false;
+                p.deaf = false;
+                p.down_events += 1;
+            } else {
                 continue;
             }
-            if !p.in_use() {
-                continue;
-            }
-            p.up = false;
-            p.deaf = false;
             p.found_dark = true;
-            p.down_events += 1;
             p.stalls += 1;
+            p.notices_left = UNHEARD_REPEATS;
             if let Some(e) = &mut self.endpoint {
                 e.set_path_active(path, false);
             }
-            let first = self
-                .current
-                .as_ref()
-                .and_then(|k| k.replay.get(i))
-                .map_or(0, ReplayWindow::next);
-            if self.unheard.len() >= 64 {
-                self.unheard.pop_front();
-            }
-            self.unheard.push_back(Unheard { path, first });
+            self.queue_unheard(i);
         }
         self.update_standby(now);
         self.update_qos_rate(now);
+    }
+
+    /// Tell the peer that path `i` is dark here ([`Repr::Unheard`]), on the fastest path in
+    /// use.
+    fn queue_unheard(&mut self, i: usize) {
+        let first = self
+            .current
+            .as_ref()
+            .and_then(|k| k.replay.get(i))
+            .map_or(0, ReplayWindow::next);
+        if self.unheard.len() >= 64 {
+            self.unheard.pop_front();
+        }
+        self.unheard.push_back(Unheard {
+            path: PathId(i as u8),
+            first,
+        });
     }
 
     /// The peer found path `i` dark from the data it received ([`Self::on_stall`]): out of
@@ -2117,9 +2135,9 @@ impl Session {
         self.mark_one_way(now, i);
     }
 
-    /// Whether `path` is down because this end found it dark from the data
-    /// ([`Self::on_stall`], [`Self::sole_line_dark_at`]): its traffic stopped short and
-    /// nothing came since.
+    /// Whether `path` is down because this end found it dark from the data (a gap the
+    /// resequencer gave up on behind it, or the only path in use going quiet while a backup
+    /// waits): its traffic stopped short and nothing came since.
     pub fn path_found_dark(&self, path: PathId) -> bool {
         self.paths
             .get(path.index())
@@ -2687,7 +2705,7 @@ impl Session {
         let e = self.endpoint.as_mut()?;
         let delivered = e.poll_deliver(now);
         while let Some(stall) = self.endpoint.as_mut().and_then(Endpoint::take_stall) {
-            self.on_stall(now, stall);
+            self.on_stall(stall);
         }
         delivered
     }
@@ -2772,7 +2790,12 @@ impl Session {
         let slow = [self.slow_probe_for(false), self.slow_probe_for(true)];
         let (idle, standby_every) = (self.idle, self.standby_probe_ticks());
         let mut one_way = Vec::new();
+        let mut tell_again = Vec::new();
         for (i, p) in self.paths.iter_mut().enumerate() {
+            if p.found_dark && !p.up && p.notices_left > 0 {
+                p.notices_left -= 1;
+                tell_again.push(i);
+            }
             p.tx_bps = 0.7 * p.tx_bps + 0.3 * (p.tick_tx_bytes as f64 * 8.0 / interval);
             p.rx_bps = 0.7 * p.rx_bps + 0.3 * (p.tick_rx_bytes as f64 * 8.0 / interval);
             p.tick_tx_bytes = 0;
@@ -2849,6 +2872,9 @@ impl Session {
                     e.set_path_active(PathId(i as u8), false);
                 }
             }
+        }
+        for i in tell_again {
+            self.queue_unheard(i);
         }
         for i in one_way {
             if self.paths[i].up {

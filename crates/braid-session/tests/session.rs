@@ -2976,30 +2976,38 @@ fn a_light_path_that_loses_a_probe_is_not_blamed_for_another_paths_loss() {
     }
 }
 
-/// Bulk both ways; path 1 dies one way, and 6 ms later (more than the fast path's one-way
-/// delay) the other way too. The server finds the first and tells the client, which stops
-/// sending there; the client must still find its own direction dark, or every gap the server's
-/// last packets on path 1 left would hold its deliveries until dead_after.
+/// Bulk both ways; path 1 dies one way, and 6 or 150 ms later (more than the fast path's
+/// one-way delay) the other way too. The server finds the first and tells the client, which
+/// stops sending there; the client must still find its own direction dark (its receiving half
+/// out, the server told in turn), or every gap the server's last packets on path 1 left would
+/// hold its deliveries until dead_after.
 #[test]
 fn a_path_that_dies_both_ways_a_little_apart_is_found_at_both_ends() {
-    let mut net = Net::new(2, ResequenceMode::Sequence);
-    net.established();
-    let (mut next, mut back) = (0u32, 0u32);
-    let mut to_client_at = Vec::new();
-    for ms in 0..1500u64 {
-        net.dead_upstream[1] = ms >= 500;
-        net.dead_downstream[1] = ms >= 506;
-        net.offer_both_ways(3, &mut next, &mut back);
-        net.step(Duration::from_millis(1));
-        to_client_at.push(net.to_client.len());
+    for lag in [6u64, 150] {
+        let mut net = Net::new(2, ResequenceMode::Sequence);
+        net.established();
+        let (mut next, mut back) = (0u32, 0u32);
+        let mut to_client_at = Vec::new();
+        for ms in 0..1500u64 {
+            net.dead_upstream[1] = ms >= 500;
+            net.dead_downstream[1] = ms >= 500 + lag;
+            net.offer_both_ways(3, &mut next, &mut back);
+            net.step(Duration::from_millis(1));
+            to_client_at.push(net.to_client.len());
+        }
+        let (c, s) = (net.client.status(), net.server.status());
+        assert_eq!((c.paths[1].stalls, s.paths[1].stalls), (1, 1), "lag {lag}");
+        assert_eq!(c.unheard_received, 1, "lag {lag}");
+        assert!(s.unheard_sent >= 1 && c.unheard_sent >= 1, "lag {lag}");
+        // From 300 ms after the second death to 500 ms after, path 0 alone carries the
+        // server's 3 packets a millisecond to the client: nearly all of them arrive.
+        let from = (800 + lag) as usize;
+        let moved = to_client_at[from + 200] - to_client_at[from];
+        assert!(
+            moved >= 500,
+            "lag {lag}: {moved} delivered to the client in 200 ms"
+        );
     }
-    let (c, s) = (net.client.status(), net.server.status());
-    assert_eq!((c.paths[1].stalls, s.paths[1].stalls), (1, 1));
-    assert_eq!((c.unheard_received, s.unheard_sent), (1, 1));
-    // From 300 ms after the death to 500 ms after, path 0 alone carries the server's 3
-    // packets a millisecond to the client: nearly all of them arrive.
-    let moved = to_client_at[1000] - to_client_at[800];
-    assert!(moved >= 500, "{moved} delivered to the client in 200 ms");
 }
 
 /// A line that is busy in bursts (50 packets every 200 ms, a frame of video) and loses some of

@@ -120,9 +120,9 @@ pub struct Stall {
     pub path: PathId,
     /// When the gap opened.
     pub since: Instant,
-    /// Sequence numbers missing below the highest arrival of any path when the timer ran
-    /// out, on whatever path: one for a lost packet, hundreds for a path that went dark under
-    /// load.
+    /// Sequence numbers missing from the gap up to the lowest highest arrival of the paths
+    /// that passed it (above that they may still be in flight), on whatever path: one for a
+    /// lost packet, hundreds for a path that went dark under load.
     pub missing: u64,
 }
 
@@ -629,15 +629,31 @@ impl<P> SequenceReceiver<P> {
     /// before it is a [`Stall`] suspect.
     fn note_stall(&mut self, since: Instant) {
         let next = self.next;
-        let highest = self.paths.iter().filter_map(|rx| rx.highest).max();
-        let Some(highest) = highest.filter(|&h| h > next) else {
+        let passed =
+            |rx: &RxPath<P>| rx.queue.front().is_some() || rx.highest.is_some_and(|h| h > next);
+        // Missing below what every path that passed the gap has passed: numbers above the
+        // slowest of them may still be in flight on it, not lost.
+        let bound = self
+            .paths
+            .iter()
+            .filter(|rx| passed(rx))
+            .filter_map(|rx| rx.highest)
+            .min();
+        let Some(bound) = bound.filter(|&h| h > next) else {
             return;
         };
-        let here = self.paths.iter().map(|rx| rx.queue.len()).sum::<usize>() + self.early.len();
-        let missing = (highest - next + 1).saturating_sub(here as u64);
+        let queued = self
+            .paths
+            .iter()
+            .map(|rx| rx.queue.partition_point(|x| x.seq <= bound))
+            .sum::<usize>();
+        let here = queued + self.early.range(next..=bound).count();
+        let missing = (bound - next + 1).saturating_sub(here as u64);
         for (i, rx) in self.paths.iter().enumerate() {
-            let passed = rx.queue.front().is_some() || rx.highest.is_some_and(|h| h > next);
-            let near = rx.highest.is_some_and(|h| h + STALL_NEAR >= next);
+            let near = rx
+                .highest
+                .is_some_and(|h| h.saturating_add(STALL_NEAR) >= next);
+            let passed = passed(rx);
             if !rx.active || passed || !near {
                 continue;
             }
