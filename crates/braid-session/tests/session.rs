@@ -79,6 +79,11 @@ struct Net {
     /// Turns after which the client had a datagram for a path yet did not ask to be called
     /// again at once: a driver that sleeps until `poll_timeout` would have left it there.
     stranded: usize,
+    /// The server's next datagram of this length is lost (then this is cleared).
+    drop_server_once: Option<usize>,
+    /// The server's loop is stalled: what arrives for it waits in `unread`, and it neither
+    /// sends, runs its timers nor delivers.
+    server_paused: bool,
 }
 
 /// The client's source address on path `p`, as the server's guard sees it.
@@ -142,6 +147,8 @@ impl Net {
             loss_pct: vec![0; paths],
             rng: 0x9e3779b97f4a7c15,
             stranded: 0,
+            drop_server_once: None,
+            server_paused: false,
         }
     }
 
@@ -167,9 +174,12 @@ impl Net {
                 }
                 self.client_wire(p, &buf[..len], lost);
             }
-            while let Some(len) = self
-                .server
-                .poll_transmit(self.now, PathId(p as u8), &mut buf)
+            while let Some(len) = (!self.server_paused)
+                .then(|| {
+                    self.server
+                        .poll_transmit(self.now, PathId(p as u8), &mut buf)
+                })
+                .flatten()
             {
                 self.server_wire(p, &buf[..len]);
             }
@@ -207,6 +217,10 @@ impl Net {
 
     /// Puts a datagram of the server on path `p`'s wire (no rate), unless the path is dead or the datagram is lost at random.
     fn server_wire(&mut self, p: usize, datagram: &[u8]) {
+        if self.drop_server_once == Some(datagram.len()) {
+            self.drop_server_once = None;
+            return;
+        }
         if !self.dead[p] && !self.dead_downstream[p] && !self.random_lost(p) {
             self.wires
                 .push(self.now + self.delay[p], p, false, datagram);
@@ -217,7 +231,11 @@ impl Net {
         let end = self.now + dt;
         loop {
             self.flush();
-            let sessions = [&self.client, &self.server];
+            let sessions = if self.server_paused {
+                [&self.client, &self.client]
+            } else {
+                [&self.client, &self.server]
+            };
             let Some(due) = self.wires.next(&mut self.now, end, sessions) else {
                 break;
             };
@@ -238,7 +256,7 @@ impl Net {
                         }
                     }
                 }
-                if to_server && self.server_reads.is_some() {
+                if to_server && (self.server_reads.is_some() || self.server_paused) {
                     self.unread.push((self.now, bytes));
                 } else if to_server {
                     // The server learns paths from packets; the client knows its sockets.
@@ -249,7 +267,7 @@ impl Net {
                         .handle_datagram(self.now, Some(PathId(p as u8)), &bytes);
                 }
             }
-            if let Some((every, stamped)) = self.server_reads {
+            if let (Some((every, stamped)), false) = (self.server_reads, self.server_paused) {
                 if self.now >= self.next_read {
                     self.next_read = self.now + every;
                     for (arrival, bytes) in std::mem::take(&mut self.unread) {
@@ -263,14 +281,17 @@ impl Net {
                 }
             }
             self.client.handle_timeout(self.now);
+            if self.server_paused {
+                while let Some(p) = self.client.poll_deliver(self.now) {
+                    self.to_client.push(p);
+                }
+                continue;
+            }
             self.server.handle_timeout(self.now);
             while let Some(p) = self.client.poll_deliver(self.now) {
                 self.to_client.push(p);
             }
-            while let Some(p) = self.server.poll_deliver(self.now) {
-                self.to_server.push(p);
-                self.to_server_at.push(self.now);
-            }
+            self.server_deliver();
         }
     }
 
@@ -287,6 +308,36 @@ impl Net {
                 *back += 1;
             }
         }
+    }
+
+    /// What the server's session delivers now.
+    fn server_deliver(&mut self) {
+        while let Some(p) = self.server.poll_deliver(self.now) {
+            self.to_server.push(p);
+            self.to_server_at.push(self.now);
+        }
+    }
+
+    /// The server's loop resumes after a stall: it reads what waited one socket (path) after
+    /// the other, delivering after each, as the daemon does (`deliver_claimed`).
+    fn resume_server_by_socket(&mut self) {
+        self.server_paused = false;
+        let mut unread = std::mem::take(&mut self.unread);
+        let path_of = |b: &[u8]| match Outer::parse(b) {
+            Ok(Outer::Transport { path, .. }) => path.index(),
+            _ => 0,
+        };
+        unread.sort_by_key(|(_, b)| path_of(b));
+        let mut last = None;
+        for (_, bytes) in unread {
+            let path = path_of(&bytes);
+            if last.is_some_and(|l| l != path) {
+                self.server_deliver();
+            }
+            last = Some(path);
+            let _ = self.server.handle_datagram(self.now, None, &bytes);
+        }
+        self.server_deliver();
     }
 
     fn established(&mut self) {
@@ -3102,4 +3153,70 @@ fn a_line_that_pauses_is_not_handed_to_a_backup_that_died_in_standby() {
         longest < Duration::from_millis(350),
         "longest pause {longest:?}"
     );
+}
+
+/// Path 1 stops carrying what the client sends; the server finds it dark and tells the client,
+/// and its first notice is lost: the next, a probe tick later, takes the path out of the
+/// client's sending half (with the one notice lost, the client kept sending there until the
+/// server's probes said so, after dead_after: 1024 ms into the test).
+#[test]
+fn a_lost_notice_is_sent_again() {
+    let mut p = params(2, ResequenceMode::Sequence);
+    // No NACKs: the notice is the only datagram of its length.
+    p.retransmit = false;
+    let mut net = net_with(p);
+    net.established();
+    // Sealed, a notice is 48 bytes.
+    net.drop_server_once = Some(48);
+    let (mut next, mut back) = (0u32, 0u32);
+    let mut out_at = None;
+    for ms in 0..1500u64 {
+        net.dead_upstream[1] = ms >= 500;
+        net.offer_both_ways(3, &mut next, &mut back);
+        net.step(Duration::from_millis(1));
+        if out_at.is_none() && net.client.status().paths[1].state != "up" {
+            out_at = Some(ms);
+        }
+    }
+    assert_eq!(net.drop_server_once, None, "the first notice was lost");
+    let out_at = out_at.expect("never out");
+    assert!(out_at < 900, "out at {out_at} ms");
+    assert_eq!(net.client.status().unheard_received, 1);
+}
+
+/// The server's loop stalls for 300 ms under load, then reads its sockets one after the other,
+/// delivering after each, as the daemon does. Path 1's packets are still unread when path 0's
+/// batch is delivered: its silence is the loop's, not the path's, and it stays up. At twelve
+/// phases. (When the stall acted at once, inside the delivery, path 1 went down in 6 of 12 and
+/// its waiting packets were skipped as lost.)
+#[test]
+fn a_stalled_loop_that_reads_one_socket_at_a_time_takes_no_path_down() {
+    for start in 1000u64..1012 {
+        let mut p = params(2, ResequenceMode::Sequence);
+        p.retransmit = false;
+        let mut net = net_with(p);
+        net.established();
+        let mut next = 0u32;
+        for ms in 0..2000u64 {
+            if ms == start {
+                net.server_paused = true;
+            }
+            if ms == start + 300 {
+                net.resume_server_by_socket();
+            }
+            for _ in 0..3 {
+                if net.client.can_send(1000) {
+                    net.client.send(net.now, &packet(next, 1000));
+                    next += 1;
+                }
+            }
+            net.step(Duration::from_millis(1));
+        }
+        let st = net.server.status();
+        assert_eq!(
+            (st.paths[1].down_events, st.paths[1].stalls),
+            (0, 0),
+            "stalled from {start} ms"
+        );
+    }
 }
