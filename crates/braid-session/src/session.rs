@@ -531,8 +531,8 @@ struct PathState {
     /// Times the path went down because the data showed it dark ([`Session::on_stall`],
     /// [`Session::sole_line_dark_at`]).
     stalls: u64,
-    /// A gap was waited for in vain behind this path and nothing came on it since the gap
-    /// opened: it is dark if nothing comes by this time either ([`Session::on_stall`]).
+    /// Found dark at this time if nothing comes on it before ([`Session::on_stall`], a gap
+    /// given up on behind it; [`Session::sole_line_dark_at`]); cleared by any packet heard.
     dark_at: Option<Instant>,
     /// Down because this end found it dark from the data; until it comes up again.
     found_dark: bool,
@@ -713,7 +713,7 @@ const STALL_MISSING: u64 = 4;
 const UNHEARD_REPEATS: u8 = 2;
 
 /// A path is dark only after a probe interval, its smoothed RTT and half that again, at least
-/// this, without a packet ([`Session::on_stall`]).
+/// this, without a packet ([`dark_quiet`]).
 const DARK_SLACK: Duration = Duration::from_millis(25);
 
 /// How long a path must bring nothing before it counts as dark ([`Session::on_stall`]): a probe
@@ -722,11 +722,14 @@ const DARK_SLACK: Duration = Duration::from_millis(25);
 /// least [`DARK_SLACK`] (a queue that grew: the smoothed RTT is a mean).
 fn dark_quiet(p: &PathState, probe_interval: Duration) -> Duration {
     let srtt = p.srtt.unwrap_or(UNMEASURED_RTT_SLACK);
-    // The peer's pace is its own config's: the slower of the two, as its probes have come.
-    let pace = p
-        .peer_probe_gap
-        .map_or(probe_interval, |g| g.max(probe_interval));
-    pace + srtt + (srtt / 2).max(DARK_SLACK)
+    probe_pace(p, probe_interval) + srtt + (srtt / 2).max(DARK_SLACK)
+}
+
+/// How often a probe comes on path `p`: every `probe_interval` (this end's), or the peer's
+/// pace as its probes have come if slower (each end's config sets its own).
+fn probe_pace(p: &PathState, probe_interval: Duration) -> Duration {
+    p.peer_probe_gap
+        .map_or(probe_interval, |g| g.max(probe_interval))
 }
 
 /// The one path in use is busy, for [`Session::sole_line_dark_at`], if it receives at least
@@ -2021,10 +2024,10 @@ impl Session {
     /// died), and the backup can take over then instead of after `dead_after` (by when the
     /// transport above has backed off its retransmission timer twice). A path whose probes
     /// get lost waits a probe interval more (its probe loss 1% or more) or two (10% or more):
-    /// probes lost between bursts of data are not a line that died. One that loses a quarter or more is left to
-    /// `dead_after`, and so is one whose probes have been answered fewer than
-    /// [`SOLE_LINE_ANSWERS`] times since it came up, and one whose last data came more than
-    /// [`DATA_RECENT`] before its last packet.
+    /// probes lost between bursts of data are not a line that died. One that loses a quarter
+    /// or more is left to `dead_after`, and so is one whose probes have been answered fewer
+    /// than [`SOLE_LINE_ANSWERS`] times since it came up, and one whose last data came more
+    /// than [`DATA_RECENT`] before its last packet.
     fn sole_line_dark_at(&self) -> Option<(usize, Instant)> {
         let backups = self.params.as_ref().map_or(0, |p| p.backup_paths);
         if self.current.is_none() || backups == 0 {
@@ -2057,9 +2060,7 @@ impl Session {
             return None;
         }
         let more = 1 + u32::from(p.loss >= 0.01) + u32::from(p.loss >= 0.1);
-        let pace = p
-            .peer_probe_gap
-            .map_or(self.cfg.probe_interval, |g| g.max(self.cfg.probe_interval));
+        let pace = probe_pace(p, self.cfg.probe_interval);
         let quiet = dark_quiet(p, self.cfg.probe_interval) + pace * more;
         Some((i, last + quiet))
     }
@@ -2120,10 +2121,10 @@ impl Session {
         });
     }
 
-    /// The peer found path `i` dark from the data it received ([`Self::on_stall`]): out of
+    /// The peer found path `i` dark from the data it received ([`Self::check_dark`]): out of
     /// the sending half, as a path the peer's probes say it hears nothing on, and back with an
     /// answer to one of this end's probes. The peer's word is taken at once: it saw the
-    /// path's share of the data go missing while the other paths delivered theirs.
+    /// path's data stop short and nothing come since.
     fn peer_finds_dark(&mut self, now: Instant, i: usize) {
         let Some(p) = self.paths.get(i) else {
             return;

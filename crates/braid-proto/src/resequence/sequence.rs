@@ -109,17 +109,15 @@ pub struct SequenceReceiver<P> {
 /// A gap the receiver waited a whole hold for in vain, or gave up on because its buffer was
 /// full ([`SequenceReceiver::take_stall`]): `path`, in the rotation, had not passed it while
 /// another path had, and had delivered up to just before it (its highest arrival at most
-/// [`STALL_NEAR`] below the gap): the missing packets are most likely its own. If nothing at
-/// all came on it since the gap opened (not even the peer's probes, which the driver knows
-/// of), the path has most likely died, and the driver can take it out long before its
-/// liveness timeout would. A path that carried nothing lately is not named: a gap that
-/// another path's lost run left is not its doing.
+/// [`STALL_NEAR`] below the gap): the missing packets are most likely its own. If nothing
+/// comes on it for a while (not even the peer's probes, which the driver knows of), the path
+/// has most likely died, and the driver can take it out long before its liveness timeout
+/// would. A path that carried nothing lately is not named: a gap that another path's lost run
+/// left is not its doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stall {
     /// A path in the rotation whose highest arrival was below the gap.
     pub path: PathId,
-    /// When the gap opened.
-    pub since: Instant,
     /// Sequence numbers missing from the gap up to the lowest highest arrival of the paths
     /// that passed it (above that they may still be in flight), on whatever path: one for a
     /// lost packet, hundreds for a path that went dark under load.
@@ -609,14 +607,14 @@ impl<P> SequenceReceiver<P> {
             if self.held >= self.limit {
                 self.stats.forced_skips += 1;
                 // A fast bond fills its buffer before the hold runs out.
-                self.note_stall(since);
+                self.note_stall();
             } else if let Some(h) = self.gap_hold() {
                 if now < since + h {
                     self.wake = Some(since + h);
                     return None;
                 }
                 self.stats.hold_skips += 1;
-                self.note_stall(since);
+                self.note_stall();
             } else {
                 return None;
             }
@@ -624,10 +622,10 @@ impl<P> SequenceReceiver<P> {
         }
     }
 
-    /// The hold timer of the gap at `next`, open since `since`, ran out (or the buffer is
-    /// full): each path in the rotation that has not passed `next` but delivered up to just
-    /// before it is a [`Stall`] suspect.
-    fn note_stall(&mut self, since: Instant) {
+    /// The hold timer of the gap at `next` ran out (or the buffer is full): each path in the
+    /// rotation that has not passed `next` but delivered up to just before it is a [`Stall`]
+    /// suspect.
+    fn note_stall(&mut self) {
         let next = self.next;
         let passed =
             |rx: &RxPath<P>| rx.queue.front().is_some() || rx.highest.is_some_and(|h| h > next);
@@ -657,20 +655,13 @@ impl<P> SequenceReceiver<P> {
             if !rx.active || passed || !near {
                 continue;
             }
-            let path = PathId(i as u8);
-            match self.stalls.iter_mut().find(|s| s.path == path) {
-                Some(s) => {
-                    *s = Stall {
-                        path,
-                        since,
-                        missing,
-                    }
-                }
-                None => self.stalls.push(Stall {
-                    path,
-                    since,
-                    missing,
-                }),
+            let stall = Stall {
+                path: PathId(i as u8),
+                missing,
+            };
+            match self.stalls.iter_mut().find(|s| s.path == stall.path) {
+                Some(s) => *s = stall,
+                None => self.stalls.push(stall),
             }
         }
     }
@@ -927,7 +918,6 @@ mod tests {
             r.take_stall(),
             Some(Stall {
                 path: PathId(1),
-                since: Instant::ZERO,
                 missing: 3,
             })
         );
