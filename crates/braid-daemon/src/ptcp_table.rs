@@ -894,6 +894,17 @@ mod tests {
             }
         }
 
+        /// The client opens a connection, which must get id `id` and be taken by the server
+        /// without a reset at either end.
+        fn connect_taken_as(&mut self, id: u16) {
+            assert_eq!(self.connect(), Some(id));
+            self.step_until("the connection was not accepted", |n| {
+                n.ends[1].1.conn(id).is_some()
+            });
+            assert!(!self.ends[0].1.conn(id).unwrap().was_reset());
+            assert_eq!(self.ends[1].1.resets_sent(), 0);
+        }
+
         /// The client opens a connection.
         fn connect(&mut self) -> Option<u16> {
             let now = self.now;
@@ -1631,13 +1642,7 @@ mod tests {
         n.ends[1].1.retired.push_back(7);
         // The client daemon restarts, and its random first id is 7.
         n.restart_client_from(7);
-        let id = n.connect().unwrap();
-        assert_eq!(id, 7);
-        n.step_until("id 7 of the new instance not accepted", |n| {
-            n.ends[1].1.conn(id).is_some()
-        });
-        assert!(!n.ends[0].1.conn(id).unwrap().was_reset());
-        assert_eq!(n.ends[1].1.resets_sent(), 0);
+        n.connect_taken_as(7);
     }
 
     /// A connection of the peer's old instance that goes only after the restart (its TCP side
@@ -1653,13 +1658,7 @@ mod tests {
         assert!(n.ends[1].1.conn(old).unwrap().was_aborted());
         // Its TCP side done, the server lets the old connection go.
         assert!(n.ends[1].1.remove(old).is_some());
-        let id = n.connect().unwrap();
-        assert_eq!(id, old);
-        n.step_until("the new instance's connection was not accepted", |n| {
-            n.ends[1].1.conn(id).is_some()
-        });
-        assert!(!n.ends[0].1.conn(id).unwrap().was_reset());
-        assert_eq!(n.ends[1].1.resets_sent(), 0);
+        n.connect_taken_as(old);
     }
 
     #[test]
