@@ -7,8 +7,6 @@ use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// `braid up`.
 #[derive(Args, Debug)]
@@ -94,10 +92,7 @@ pub fn up(args: &UpArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    ctrlc::set_handler(move || s.store(true, Ordering::Relaxed))
-        .context("cannot install the SIGINT/SIGTERM handler")?;
+    let stop = crate::stop_signal()?;
     braid_daemon::run(cfg, stop)?;
     eprintln!("braid: stopped");
     Ok(())

@@ -20,8 +20,7 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// One node turn waits at most this long.
@@ -98,10 +97,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         congestion: crate::transfer_cmd::congestion(&args.congestion_control)?,
         ..NodeOptions::default()
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    ctrlc::set_handler(move || s.store(true, Ordering::Relaxed))
-        .context("cannot install the SIGINT/SIGTERM handler")?;
+    let stop = crate::stop_signal()?;
     let mut node = PtcpNode::new(&cfg, options)?;
     // `braid status` and `braid path` work on a forwarder as on `braid up`.
     if let Err(e) = node.serve_control(&cfg.control_socket) {

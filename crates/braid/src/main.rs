@@ -23,7 +23,33 @@ use clap::{Parser, Subcommand};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
+
+/// The flag SIGINT and SIGTERM set once [`stop_signal`] has installed its handler.
+static STOP: OnceLock<Result<Arc<AtomicBool>, String>> = OnceLock::new();
+
+/// From the first call on, SIGINT and SIGTERM no longer kill the process: they set the flag
+/// returned, so a command stops cleanly (a daemon takes its routes down, a transfer resets
+/// its connection). One flag for every caller: the handler can be installed only once.
+fn stop_signal() -> Result<Arc<AtomicBool>> {
+    STOP.get_or_init(|| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        ctrlc::set_handler(move || s.store(true, Ordering::Relaxed))
+            .map(|()| stop)
+            .map_err(|e| e.to_string())
+    })
+    .clone()
+    .map_err(|e| anyhow::anyhow!("cannot install the SIGINT/SIGTERM handler: {e}"))
+}
+
+/// Whether SIGINT or SIGTERM came since [`stop_signal`] was first called.
+fn stop_requested() -> bool {
+    STOP.get()
+        .is_some_and(|s| s.as_ref().is_ok_and(|s| s.load(Ordering::Relaxed)))
+}
 
 /// braid: bond several links into one (strIPe striping with logical reception).
 #[derive(Parser, Debug)]

@@ -307,8 +307,7 @@ pub struct RelayArgs {
 /// Runs a relay in the foreground until SIGINT or SIGTERM; prints the counters at exit.
 pub fn run(args: &RelayArgs) -> anyhow::Result<()> {
     use anyhow::Context;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
     let to_std = |s: &str, what: &str| -> anyhow::Result<Duration> {
         let d = crate::spec::duration(s).with_context(|| format!("in --{what}"))?;
         Ok(Duration::from_nanos(
@@ -330,10 +329,7 @@ pub fn run(args: &RelayArgs) -> anyhow::Result<()> {
         idle,
         max_clients: args.max_clients,
     })?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    ctrlc::set_handler(move || s.store(true, Ordering::Relaxed))
-        .context("cannot install the SIGINT/SIGTERM handler")?;
+    let stop = crate::stop_signal()?;
     eprintln!(
         "braid relay: {} -> {server}, idle {:?}, at most {} clients (Ctrl-C to stop)",
         relay.local_addr().unwrap_or(args.listen),

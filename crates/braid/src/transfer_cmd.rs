@@ -28,8 +28,6 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Magic at the start of a transfer's stream.
@@ -186,27 +184,17 @@ fn retransmissions(c: &StripedConnection) -> String {
     )
 }
 
-/// Set by SIGINT or SIGTERM once [`watch_interrupts`] has installed its handler.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-/// From now on SIGINT and SIGTERM do not kill the process: they set [`INTERRUPTED`], which
-/// [`turn`] turns into an error, so the transfer's connection is reset at the other end (a
-/// receiver killed mid-file would leave its sender waiting out [`STALL_TIMEOUT`], and the
-/// other way round).
+/// SIGINT and SIGTERM no longer kill the process once the node is up
+/// ([`crate::stop_signal`]): [`turn`] turns them into an error, so the transfer's connection
+/// is reset at the other end (a receiver killed mid-file would leave its sender waiting out
+/// [`STALL_TIMEOUT`], and the other way round).
 fn watch_interrupts() -> Result<()> {
-    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
-    INSTALLED
-        .get_or_init(|| {
-            ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed))
-                .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(|e| anyhow::anyhow!("cannot install the SIGINT/SIGTERM handler: {e}"))
+    crate::stop_signal().map(drop)
 }
 
 /// Whether SIGINT or SIGTERM came ([`watch_interrupts`]).
 fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::Relaxed)
+    crate::stop_requested()
 }
 
 /// One turn of the node, unless SIGINT or SIGTERM came.
