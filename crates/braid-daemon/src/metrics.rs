@@ -142,7 +142,7 @@ pub fn render(st: &Status) -> String {
             }
             reg.register(name, help, fam);
         };
-    let peer_gauges: [PeerGauge; 15] = [
+    let peer_gauges: [PeerGauge; 16] = [
         ("established", "1 once keys are established", |p| {
             f64::from(u8::from(p.session.established))
         }),
@@ -184,6 +184,11 @@ pub fn render(st: &Status) -> String {
             "retransmitted_packets",
             "Data packets resent on the peer's NACKs",
             |p| p.session.retransmitted_packets as f64,
+        ),
+        (
+            "reinjected_packets",
+            "Data packets resent on the other paths after the peer found their path dark",
+            |p| p.session.reinjected_packets as f64,
         ),
         (
             "spoofed_packets",

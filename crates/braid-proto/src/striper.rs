@@ -321,6 +321,11 @@ impl<P> Striper<P> {
         self.paths.get(path.index()).map_or(0, |p| p.queued_bytes)
     }
 
+    /// The most a path's transmit queue holds, bytes ([`StriperConfig::queue_limit_bytes`]).
+    pub fn queue_limit_bytes(&self) -> u64 {
+        self.queue_limit_bytes
+    }
+
     /// Messages waiting in `path`'s transmit queue.
     pub fn queued_messages(&self, path: PathId) -> usize {
         self.paths.get(path.index()).map_or(0, |p| p.queue.len())

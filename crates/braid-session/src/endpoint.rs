@@ -400,6 +400,12 @@ impl Endpoint {
     /// The next datagram for `path`, encoded into `buf` (cleared first). Feedback goes first,
     /// on whichever path polls.
     pub fn poll_transmit(&mut self, now: Instant, path: PathId, buf: &mut Vec<u8>) -> bool {
+        self.poll_transmit_control(buf) || self.poll_transmit_queued(now, path, buf)
+    }
+
+    /// The next feedback datagram (credits, SIG-ACKs, header compression's installs and
+    /// acknowledgements), for whichever path polls, encoded into `buf` (cleared first).
+    pub fn poll_transmit_control(&mut self, buf: &mut Vec<u8>) -> bool {
         buf.clear();
         if let Some(credits) = self.feedback.pop_front() {
             let ok = emit(Repr::Feedback(Credits::from_slice(&credits)), buf);
@@ -424,7 +430,7 @@ impl Endpoint {
             };
             return emit(repr, buf);
         }
-        self.poll_transmit_queued(now, path, buf)
+        false
     }
 
     /// What waits in `path`'s own queue (data, markers, padding), but none of the feedback,
@@ -618,6 +624,11 @@ impl Endpoint {
         self.receiver.take_stall()
     }
 
+    /// Resequencing `sequence`: the next sequence number the receiver waits for.
+    pub fn next_seq(&self) -> Option<u64> {
+        self.receiver.next_seq()
+    }
+
     /// The next packet for the application, in order.
     pub fn poll_deliver(&mut self, now: Instant) -> Option<Vec<u8>> {
         loop {
@@ -726,11 +737,15 @@ impl Endpoint {
 
     /// Whether `poll_transmit(path)` would produce a datagram.
     pub fn has_transmit(&self, path: PathId) -> bool {
+        self.has_control() || self.has_queued(path)
+    }
+
+    /// Whether [`poll_transmit_control`](Self::poll_transmit_control) would produce a packet.
+    pub fn has_control(&self) -> bool {
         !self.feedback.is_empty()
             || !self.sig_acks.is_empty()
             || self.decompressor.as_ref().is_some_and(|d| d.has_ack())
             || self.compressor.as_ref().is_some_and(|c| c.has_install())
-            || self.has_queued(path)
     }
 
     /// Whether [`poll_transmit_queued`](Self::poll_transmit_queued) would produce a packet.

@@ -27,6 +27,7 @@
 //! Only `resequence = "sequence"` bonds retransmit: the resent packet needs its sequence
 //! number to find its place. Markers, feedback and probes are never resent.
 
+use braid_proto::time::{transmission_time, Duration, Instant};
 use std::collections::VecDeque;
 
 /// Data packets kept per path for resending, at most.
@@ -87,6 +88,17 @@ impl RetransmitRing {
         q.remove(at).map(|(_, b)| b)
     }
 
+    /// Every packet sent on `path` with a counter of at least `first`, oldest first, taken out
+    /// of the ring: what a path found dark swallowed (the peer's next expected counter there
+    /// is `first`), for reinjection on the others.
+    pub fn take_from(&mut self, path: usize, first: u64) -> Vec<Vec<u8>> {
+        let Some(q) = self.paths.get_mut(path) else {
+            return Vec::new();
+        };
+        let at = q.partition_point(|(c, _)| *c < first);
+        q.drain(at..).map(|(_, b)| b).collect()
+    }
+
     /// Give a buffer back for reuse.
     pub fn recycle(&mut self, buf: Vec<u8>) {
         if self.spare.len() < 64 {
@@ -103,6 +115,145 @@ impl RetransmitRing {
                 }
             }
         }
+    }
+}
+
+/// Reinjected packets are sent until this long after the notice that the path went dark; later
+/// the transport above has resent them itself (its retransmission timer has fired) and the
+/// peer's resequencer has moved on.
+pub const REINJECT_FOR: Duration = Duration::from_secs(1);
+
+/// Reinjection may run this far ahead of its pace (about ten full-size packets), so a driver
+/// whose timers fire a millisecond late still keeps the rate.
+pub const REINJECT_BURST_BYTES: u64 = 16 * 1024;
+
+/// What a path found dark swallowed, resent on the paths left (braid's own, as MPTCP
+/// reinjects what a failed subflow held, RFC 8684 section 3.3.6 "reinjection"). The peer's
+/// notice that it hears nothing on the path (`braid_wire::Repr::Unheard`) carries its next
+/// expected transport counter there, so the sender knows exactly what never arrived: the
+/// copies the [`RetransmitRing`] holds from that counter on. Without this a path that dies
+/// under load takes a window of data with it that only the transport's retransmission
+/// timer brings back, and with a single line in use (a backup taking over) nothing arrives
+/// out of order to trigger a fast retransmit.
+///
+/// The copies go out paced at the surviving path's rate: a window of a fast line sent at once
+/// onto a slower backup would overflow its queue and be lost again. They carry their
+/// original sequence numbers, so the peer's resequencer puts them in their place.
+#[derive(Debug, Default)]
+pub struct Reinjection {
+    queue: VecDeque<Vec<u8>>,
+    /// The path that went dark, never a target.
+    dark: usize,
+    rate_bps: u64,
+    /// Pacing (a generic cell rate algorithm): the theoretical send time of the next byte.
+    paced_until: Instant,
+    /// The copies left are dropped from then on.
+    until: Instant,
+    /// This end found a path dark itself and took it out of its sending half: the peer's
+    /// notice of what it missed there is awaited until then, and the data for the path the
+    /// copies will take waits with it.
+    awaiting: Option<(usize, Instant)>,
+}
+
+impl Reinjection {
+    /// Resend `packets` (plaintexts, oldest first) that dark path `dark` swallowed, at
+    /// `rate_bps` from `now`; added behind any reinjection still under way.
+    pub fn start(&mut self, now: Instant, dark: usize, packets: Vec<Vec<u8>>, rate_bps: u64) {
+        if packets.is_empty() {
+            return;
+        }
+        if self.queue.is_empty() {
+            self.paced_until = now;
+        }
+        if self.awaiting.is_some_and(|(d, _)| d == dark) {
+            self.awaiting = None;
+        }
+        self.queue.extend(packets);
+        self.dark = dark;
+        self.rate_bps = rate_bps.max(1);
+        self.until = now + REINJECT_FOR;
+    }
+
+    /// This end found path `dark` dark and took it out of its sending half: the peer is about
+    /// to say what it missed there. Until it has, or until `until`, what would go on the path
+    /// the copies will take waits (sent ahead of the copies, it would open a gap at the peer
+    /// that they must fill within the peer's retransmit grace). Ignored while copies wait.
+    pub fn await_notice(&mut self, dark: usize, until: Instant) {
+        if self.queue.is_empty() {
+            self.awaiting = Some((dark, until));
+        }
+    }
+
+    /// Whether the data for the path the copies take must wait at `now`: copies wait, or the
+    /// peer's notice is awaited.
+    pub fn is_holding(&self, now: Instant) -> bool {
+        !self.queue.is_empty() || self.awaiting.is_some_and(|(_, t)| now < t)
+    }
+
+    /// Copies waiting.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// The path that went dark, not to be reinjected on (while copies wait or a notice is
+    /// awaited).
+    pub fn dark(&self) -> Option<usize> {
+        if !self.queue.is_empty() {
+            return Some(self.dark);
+        }
+        self.awaiting.map(|(d, _)| d)
+    }
+
+    /// When the next copy may go, or the wait for the peer's notice ends (`None`: neither).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.queue.is_empty() {
+            return self.awaiting.map(|(_, t)| t);
+        }
+        let burst = transmission_time(REINJECT_BURST_BYTES, self.rate_bps);
+        Some(Instant::from_nanos(
+            self.paced_until
+                .as_nanos()
+                .saturating_sub(u64::try_from(burst.as_nanos()).unwrap_or(u64::MAX)),
+        ))
+    }
+
+    /// Whether a copy may go at `now`.
+    pub fn is_due(&self, now: Instant) -> bool {
+        self.poll_timeout().is_some_and(|t| now >= t)
+    }
+
+    /// The next copy, if one is due at `now`; its length counts against the pace.
+    pub fn pop(&mut self, now: Instant) -> Option<Vec<u8>> {
+        if !self.is_due(now) {
+            return None;
+        }
+        let plain = self.queue.pop_front()?;
+        let need = transmission_time(plain.len() as u64, self.rate_bps);
+        self.paced_until = self.paced_until.max(now) + need;
+        Some(plain)
+    }
+
+    /// The copies left once their time is up (to recycle), none before; the wait for a notice
+    /// ends at its time too.
+    pub fn expire(&mut self, now: Instant) -> Vec<Vec<u8>> {
+        if self.awaiting.is_some_and(|(_, t)| now >= t) {
+            self.awaiting = None;
+        }
+        if now < self.until || self.queue.is_empty() {
+            return Vec::new();
+        }
+        self.queue.drain(..).collect()
+    }
+
+    /// Forget everything (new keys), returning the copies.
+    pub fn clear(&mut self) -> Vec<Vec<u8>> {
+        self.awaiting = None;
+        self.queue.drain(..).collect()
     }
 }
 
@@ -169,6 +320,45 @@ mod tests {
     }
 
     #[test]
+    fn reinjection_is_paced_at_the_rate_and_gives_up_after_a_second() {
+        let mut r = Reinjection::default();
+        let t0 = Instant::from_nanos(1_000_000_000);
+        assert_eq!(r.poll_timeout(), None);
+        assert_eq!(r.pop(t0), None);
+        // 40 packets of 1,000 bytes at 8 Mbit/s: 1 ms each, 16 KiB of burst.
+        r.start(t0, 1, (0..40u8).map(|i| vec![i; 1000]).collect(), 8_000_000);
+        assert_eq!(r.dark(), Some(1));
+        let mut sent = 0;
+        while r.pop(t0).is_some() {
+            sent += 1;
+        }
+        assert_eq!(sent, 17, "the burst, then the pace");
+        let next = r.poll_timeout().unwrap();
+        assert!(
+            next > t0 && next <= t0 + Duration::from_millis(1),
+            "{next:?}"
+        );
+        // 10 ms later, 10 more.
+        let later = t0 + Duration::from_millis(10);
+        let mut more = 0;
+        while r.pop(later).is_some() {
+            more += 1;
+        }
+        assert_eq!(more, 10);
+        assert_eq!(r.len(), 13);
+        assert!(r.expire(t0 + Duration::from_millis(999)).is_empty());
+        assert_eq!(r.expire(t0 + REINJECT_FOR).len(), 13);
+        assert!(r.is_empty());
+        assert_eq!(r.dark(), None);
+        assert_eq!(r.poll_timeout(), None);
+        // After a pause the pace starts afresh, not from its old debt.
+        let t1 = t0 + Duration::from_secs(5);
+        r.start(t1, 0, vec![vec![0; 1000]; 2], 8_000_000);
+        assert_eq!(r.pop(t1).map(|p| p.len()), Some(1000));
+        assert_eq!(r.clear().len(), 1);
+    }
+
+    #[test]
     fn the_ring_finds_each_packet_once_and_forgets_the_oldest() {
         let mut r = RetransmitRing::new(2);
         for c in 0..(RING_PACKETS as u64 + 10) {
@@ -182,6 +372,14 @@ mod tests {
         assert_eq!(r.take(0, 40), None);
         assert_eq!(r.take(7, 40), None);
         r.recycle(got);
+        let from: Vec<Vec<u8>> = r.take_from(1, 8_000);
+        let expect: Vec<Vec<u8>> = (4_000..RING_PACKETS as u64 + 10)
+            .map(|c| c.to_be_bytes().to_vec())
+            .collect();
+        assert_eq!(from, expect, "from counter 8,000 on, oldest first");
+        assert!(r.take_from(1, 8_000).is_empty(), "taken once");
+        assert_eq!(r.take(1, 7_998).unwrap(), 3_999u64.to_be_bytes());
+        assert!(r.take_from(5, 0).is_empty());
         r.clear();
         assert_eq!(r.take(1, 100), None);
     }

@@ -64,7 +64,9 @@ use crate::noise::{SeededResolver, PATTERN, PROLOGUE};
 use crate::params::BondParams;
 use crate::qos::{BondRates, ClassReport, Egress, PtcpOut, QosShaper};
 use crate::replay::ReplayWindow;
-use crate::retransmit::{GapDetector, RetransmitRing, MAX_NACK_COUNT, MAX_REPAIRABLE_GAP};
+use crate::retransmit::{
+    GapDetector, Reinjection, RetransmitRing, MAX_NACK_COUNT, MAX_REPAIRABLE_GAP,
+};
 use braid_proto::resequence::{Pacing, Stall};
 use braid_proto::time::{Duration, Instant};
 use braid_proto::PathId;
@@ -361,6 +363,9 @@ pub struct SessionStatus {
     pub nacks_sent: u64,
     /// Data packets resent because the peer's NACK named them.
     pub retransmitted_packets: u64,
+    /// Data packets resent on the other paths because the peer found the path they went on
+    /// dark (reinjection).
+    pub reinjected_packets: u64,
     /// Abandon notices sent: runs of data a path lost to congestion, not resent.
     pub abandons_sent: u64,
     /// Notices sent that a path is dark (this end found it from the data: per-path `stalls`).
@@ -539,6 +544,10 @@ struct PathState {
     /// Times the peer is told again, a probe tick apart, while the path stays dark (a notice
     /// can be lost).
     notices_left: u8,
+    /// The peer's next expected counter in the last notice that it hears nothing here
+    /// ([`Session::on_unheard`]): a notice that says the same again is a repeat, or one that
+    /// crossed the path's recovery, and changes nothing.
+    unheard_first: Option<u64>,
     /// Answers to this end's probes since the path last came up (saturating): how much its
     /// `loss` has seen.
     answered: u32,
@@ -712,6 +721,17 @@ const STALL_MISSING: u64 = 4;
 /// apart, while it stays dark: one notice may be lost.
 const UNHEARD_REPEATS: u8 = 2;
 
+/// Reinjection's pace when neither the path it goes on nor the dark one has a known rate (no
+/// rates configured, no PET): modest, so a slow backup's queue survives it.
+const REINJECT_DEFAULT_BPS: u64 = 8_000_000;
+
+/// A peer's notice of what it missed on a path this end found dark is awaited (the data for
+/// the path the copies take waiting) a round trip of that path, at most this, ...
+const AWAIT_NOTICE_MAX: Duration = Duration::from_millis(200);
+
+/// ... and this more (the peer's turn; its quiet time ends a little after this end's).
+const AWAIT_NOTICE_SLACK: Duration = Duration::from_millis(10);
+
 /// A path is dark only after a probe interval, its smoothed RTT and half that again, at least
 /// this, without a packet ([`dark_quiet`]).
 const DARK_SLACK: Duration = Duration::from_millis(25);
@@ -806,6 +826,10 @@ pub struct Session {
     abandons_sent: u64,
     /// Data packets to resend: the path to resend on and the plaintext.
     resend: VecDeque<(usize, Vec<u8>)>,
+    /// What a path the peer found dark swallowed, resent on the others
+    /// ([`Session::on_unheard`]).
+    reinjection: Reinjection,
+    reinjected: u64,
     nacks_sent: u64,
     retransmitted: u64,
     /// The highest arrival rate lately, bit/s (for the paced release).
@@ -882,6 +906,8 @@ impl Session {
             unheard_received: 0,
             abandons_sent: 0,
             resend: VecDeque::new(),
+            reinjection: Reinjection::default(),
+            reinjected: 0,
             nacks_sent: 0,
             rx_peak_bps: 0.0,
             release_rate_bps: 0,
@@ -1165,6 +1191,9 @@ impl Session {
         self.handshakes += 1;
         // Counters start again under the new keys.
         self.ring.clear();
+        for plain in self.reinjection.clear() {
+            self.ring.recycle(plain);
+        }
         self.gaps.reset();
         self.nacks.clear();
         self.abandons.clear();
@@ -1768,7 +1797,7 @@ impl Session {
                 Ok(())
             }
             Ok(Repr::Unheard(u)) => {
-                self.peer_finds_dark(now, u.path.index());
+                self.on_unheard(now, u);
                 Ok(())
             }
             Ok(repr) => {
@@ -2082,6 +2111,7 @@ impl Session {
                 continue;
             }
             let path = PathId(i as u8);
+            let mut sending = false;
             if p.deaf && !p.standby {
                 // The peer may be sending on it again (it heard this end's probes there).
                 p.deaf = false;
@@ -2089,12 +2119,16 @@ impl Session {
                 p.up = false;
                 p.deaf = false;
                 p.down_events += 1;
+                sending = p.tx_bps > 0.0;
             } else {
                 continue;
             }
             p.found_dark = true;
             p.stalls += 1;
             p.notices_left = UNHEARD_REPEATS;
+            if sending && self.retransmit {
+                self.await_notice(now, i);
+            }
             if let Some(e) = &mut self.endpoint {
                 e.set_path_active(path, false);
             }
@@ -2102,6 +2136,25 @@ impl Session {
         }
         self.update_standby(now);
         self.update_qos_rate(now);
+    }
+
+    /// This end took path `i`, which carried data, out of its sending half: the peer is likely
+    /// to find it dark too and say what it missed there ([`Self::on_unheard`]). The data for
+    /// the path that will carry those copies waits for them, a round trip of that path at
+    /// most (of a backup too, which leaves standby now).
+    fn await_notice(&mut self, now: Instant, i: usize) {
+        let backups = self.params.as_ref().map_or(0, |p| p.backup_paths);
+        let rtt = self
+            .paths
+            .iter()
+            .enumerate()
+            .filter(|&(j, q)| j != i && q.up && (q.in_use() || is_backup(backups, j)))
+            .filter_map(|(_, q)| q.srtt.or(q.min_rtt.get()))
+            .min();
+        if let Some(rtt) = rtt {
+            let wait = rtt.min(AWAIT_NOTICE_MAX) + AWAIT_NOTICE_SLACK;
+            self.reinjection.await_notice(i, now + wait);
+        }
     }
 
     /// Tell the peer that path `i` is dark here ([`Repr::Unheard`]), on the fastest path in
@@ -2112,13 +2165,81 @@ impl Session {
             .as_ref()
             .and_then(|k| k.replay.get(i))
             .map_or(0, ReplayWindow::next);
+        let next_seq = self
+            .endpoint
+            .as_ref()
+            .and_then(Endpoint::next_seq)
+            .unwrap_or(0);
         if self.unheard.len() >= 64 {
             self.unheard.pop_front();
         }
         self.unheard.push_back(Unheard {
             path: PathId(i as u8),
             first,
+            next_seq,
         });
+    }
+
+    /// The peer found `u.path` dark from the data it received: out of the sending half
+    /// ([`Self::peer_finds_dark`]), and what it swallowed from the peer's next expected
+    /// counter there on is reinjected on the paths left ([`Reinjection`]). A notice with the
+    /// same counter as the last one acted on is a repeat (the peer has heard nothing there
+    /// since), or one that crossed the path's recovery: nothing to do.
+    fn on_unheard(&mut self, now: Instant, u: Unheard) {
+        let i = u.path.index();
+        let Some(p) = self.paths.get_mut(i) else {
+            return;
+        };
+        if self.current.is_none() || p.unheard_first == Some(u.first) {
+            return;
+        }
+        p.unheard_first = Some(u.first);
+        self.peer_finds_dark(now, i);
+        if !self.retransmit {
+            return;
+        }
+        // Not what the peer has given up on: its holes are the transport's to fill now (a
+        // copy would come after the transport's own resend, a duplicate).
+        let mut packets = self.ring.take_from(i, u.first);
+        packets.retain(|plain| {
+            Packet::new_checked(&plain[..])
+                .and_then(|p| p.seq())
+                .is_ok_and(|seq| seq.is_some_and(|s| s >= u.next_seq))
+        });
+        if packets.is_empty() {
+            return;
+        }
+        // Paced at the rate of the path it will go on (PET's estimate or the configured
+        // rate); the dark path's own when that is unknown (the pace the data had), else
+        // a modest default.
+        let rate = self
+            .fastest_path(Some(i))
+            .filter(|&t| t != i)
+            .and_then(|t| self.own_rate_bps(t))
+            .or_else(|| self.own_rate_bps(i))
+            .unwrap_or(REINJECT_DEFAULT_BPS);
+        self.reinjection.start(now, i, packets, rate);
+    }
+
+    /// Where reinjected packets go: the fastest path in use other than the one that went
+    /// dark.
+    fn reinject_path(&self) -> Option<usize> {
+        let dark = self.reinjection.dark()?;
+        self.fastest_path(Some(dark)).filter(|&t| t != dark)
+    }
+
+    /// Whether reinjected packets wait for path `i`: the endpoint's data for it waits behind
+    /// them (they are older; sent ahead of them, it would open a gap at the peer's
+    /// resequencer that they must fill within its retransmit grace).
+    /// It waits only while the path's queue is less than half full: held longer it would be
+    /// refused, and a gap the copies fill late is better than data lost.
+    fn reinjects_on(&self, i: usize) -> bool {
+        self.reinjection.is_holding(self.last_now)
+            && self.reinject_path() == Some(i)
+            && self.endpoint.as_ref().is_some_and(|e| {
+                let s = e.striper();
+                s.queued_bytes(PathId(i as u8)) < s.queue_limit_bytes() / 2
+            })
     }
 
     /// The peer found path `i` dark from the data it received ([`Self::check_dark`]): out of
@@ -2527,6 +2648,24 @@ impl Session {
             }
             return sealed;
         }
+        if self.reinjection.is_due(now) && self.reinject_path() == Some(i) {
+            if let Some(mut plain) = self.reinjection.pop(now) {
+                let relabelled = Packet::new_unchecked(&mut plain[..]).set_path(path).is_ok();
+                if relabelled {
+                    if let Some(e) = &mut self.endpoint {
+                        e.account_extra(now, path, plain.len() as u32);
+                    }
+                    let sealed = self.seal_recorded(i, &plain, out);
+                    self.ring.recycle(plain);
+                    if sealed.is_some() {
+                        self.reinjected += 1;
+                        return sealed;
+                    }
+                } else {
+                    self.ring.recycle(plain);
+                }
+            }
+        }
         if let Some(pos) = self.ptcp_tx.iter().position(|o| o.path == path) {
             let o = self.ptcp_tx.remove(pos).expect("found");
             return self.seal_ptcp(now, path, o.conn, &o.segment, out);
@@ -2535,13 +2674,17 @@ impl Session {
         // The endpoint's feedback goes on a path in use: not onto a backup in standby (a
         // metered link) nor one gone down, where it would be lost.
         let in_use = self.paths[i].in_use();
-        let got = self.endpoint.as_mut().is_some_and(|e| {
-            if in_use {
-                e.poll_transmit(now, path, &mut v)
-            } else {
-                e.poll_transmit_queued(now, path, &mut v)
-            }
-        });
+        // What a dark path swallowed is older than what waits here: it goes first.
+        let behind = self.reinjects_on(i);
+        let got = self
+            .endpoint
+            .as_mut()
+            .is_some_and(|e| match (in_use, behind) {
+                (true, false) => e.poll_transmit(now, path, &mut v),
+                (true, true) => e.poll_transmit_control(&mut v),
+                (false, false) => e.poll_transmit_queued(now, path, &mut v),
+                (false, true) => false,
+            });
         let sealed = if got {
             self.seal_recorded(i, &v, out)
         } else {
@@ -2687,15 +2830,18 @@ impl Session {
             && ((!(self.nacks.is_empty() && self.abandons.is_empty() && self.unheard.is_empty())
                 && self.nack_path() == Some(i))
                 || self.resend.iter().any(|&(p, _)| p == i)
+                || (self.reinjection.is_due(self.last_now) && self.reinject_path() == Some(i))
                 || self
                     .paths
                     .get(i)
                     .is_some_and(|p| !p.acks.is_empty() || p.probe_due)
                 || self.endpoint.as_ref().is_some_and(|e| {
-                    if self.paths.get(i).is_some_and(PathState::in_use) {
-                        e.has_transmit(path)
-                    } else {
-                        e.has_queued(path)
+                    let in_use = self.paths.get(i).is_some_and(PathState::in_use);
+                    match (in_use, self.reinjects_on(i)) {
+                        (true, false) => e.has_transmit(path),
+                        (true, true) => e.has_control(),
+                        (false, false) => e.has_queued(path),
+                        (false, true) => false,
                     }
                 }))
     }
@@ -2737,6 +2883,9 @@ impl Session {
         if let Some((_, d)) = self.sole_line_dark_at() {
             t = t.min(d);
         }
+        if let Some(r) = self.reinjection.poll_timeout() {
+            t = t.min(r.max(self.last_now));
+        }
         // A pump while another path was polled let packets or segments go for a path the
         // driver may have polled already in its turn: call again at once. (Only after a pump
         // that moved something, which handle_timeout clears: whatever has_transmit says, this
@@ -2774,6 +2923,9 @@ impl Session {
             self.paths[i].dark_at = Some(at);
         }
         self.check_dark(now);
+        for plain in self.reinjection.expire(now) {
+            self.ring.recycle(plain);
+        }
         if self.qos.is_some() {
             self.pump_qos(now);
         }
@@ -3007,6 +3159,7 @@ impl Session {
             send_dropped: self.send_dropped,
             nacks_sent: self.nacks_sent,
             retransmitted_packets: self.retransmitted,
+            reinjected_packets: self.reinjected,
             abandons_sent: self.abandons_sent,
             unheard_sent: self.unheard_sent,
             unheard_received: self.unheard_received,

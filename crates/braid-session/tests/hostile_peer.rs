@@ -61,10 +61,12 @@ enum Frame {
         first: u64,
         count: u32,
     },
-    /// "Nothing heard on this path": the receiver takes it out of its sending half.
+    /// "Nothing heard on this path": the receiver takes it out of its sending half and
+    /// reinjects what it sent there from `first` on (not below `next_seq`).
     Unheard {
         path: u8,
         first: u64,
+        next_seq: u64,
     },
     SigAck(Vec<(u8, u64, u64)>),
     /// PET's padding: an id (its top bit set if the wire is to take it) and zeros.
@@ -191,7 +193,11 @@ fn frame() -> impl Strategy<Value = Frame> {
             first,
             count
         }),
-        (path(), edgy()).prop_map(|(path, first)| Frame::Unheard { path, first }),
+        (path(), edgy(), edgy()).prop_map(|(path, first, next_seq)| Frame::Unheard {
+            path,
+            first,
+            next_seq
+        }),
         prop::collection::vec((path(), edgy(), edgy()), 0..12).prop_map(Frame::SigAck),
         (path(), edgy(), 0u16..1500).prop_map(|(path, id, len)| Frame::Padding {
             path,
@@ -330,9 +336,14 @@ fn inner(frame: &Frame) -> Vec<u8> {
             first: *first,
             count: *count,
         })),
-        Frame::Unheard { path, first } => repr(Repr::Unheard(Unheard {
+        Frame::Unheard {
+            path,
+            first,
+            next_seq,
+        } => repr(Repr::Unheard(Unheard {
             path: PathId(*path),
             first: *first,
+            next_seq: *next_seq,
         })),
         Frame::SigAck(entries) => {
             let entries: Vec<SigAckEntry> = entries

@@ -74,7 +74,7 @@ fn digest(repr: Result<Repr<'_>, braid_wire::Error>) -> u64 {
             .fold(0, |acc, c| acc ^ u64::from(c.path.0) ^ c.limit_bytes),
         Ok(Repr::Nack(n)) => u64::from(n.path.0) ^ n.first ^ u64::from(n.count),
         Ok(Repr::Abandon(a)) => u64::from(a.path.0) ^ a.first ^ u64::from(a.count),
-        Ok(Repr::Unheard(u)) => u64::from(u.path.0) ^ u.first,
+        Ok(Repr::Unheard(u)) => u64::from(u.path.0) ^ u.first ^ u.next_seq,
         Ok(Repr::Probe(p) | Repr::ProbeAck(p)) => {
             u64::from(p.path.0) ^ u64::from(p.id) ^ p.timestamp
         }

@@ -70,8 +70,9 @@
 //!
 //! Abandon (kind 8) has the NACK's layout.
 //!
-//! Unheard (kind 13) has the NACK's layout with a count of zero: the transport counter at
-//! offset 8 is the first of the named path's that its receiver has not heard
+//! Unheard (kind 13) is 24 bytes: the NACK's layout with a count of zero (the transport
+//! counter at offset 8 is the first of the named path's that its receiver has not heard),
+//! then a u64 at offset 16: the next data sequence number its resequencer waits for
 //! ([`Repr::Unheard`]).
 //!
 //! pTCP (kind 9) carries one segment of a pTCP connection (`braid-ptcp`'s wire format, opaque
@@ -147,6 +148,9 @@ pub const PROBE_LEN: usize = 20;
 /// Length of a NACK or an abandon.
 pub const NACK_LEN: usize = 16;
 
+/// Length of an unheard notice.
+pub const UNHEARD_LEN: usize = 24;
+
 /// Length of a pTCP packet's header (version, kind, 16-bit connection id) in front of its
 /// segment. The path is the one the session's authenticated transport header names (it is
 /// part of the AEAD nonce), so it does not travel twice.
@@ -199,6 +203,8 @@ mod field {
     pub const PROBE_ID: usize = 4;
     pub const PROBE_TIMESTAMP: usize = 8;
     pub const PROBE_RATE: usize = 16;
+    /// Unheard.
+    pub const UNHEARD_NEXT_SEQ: usize = 16;
     /// pTCP.
     pub const CONN: usize = 2;
     pub const SEGMENT: usize = 4;
@@ -406,7 +412,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
             Kind::ContextAck => CONTEXT_HEADER_LEN,
             Kind::Marker => MARKER_LEN,
             Kind::Probe | Kind::ProbeAck => PROBE_LEN,
-            Kind::Nack | Kind::Abandon | Kind::Unheard => NACK_LEN,
+            Kind::Nack | Kind::Abandon => NACK_LEN,
+            Kind::Unheard => UNHEARD_LEN,
             Kind::Feedback => {
                 let count = usize::from(self.count()?);
                 if count > MAX_PATHS {
@@ -528,6 +535,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
         read(self.buffer.as_ref(), field::PROBE_RATE).map(u32::from_be_bytes)
     }
 
+    /// Unheard: the next data sequence number the notice's sender waits for.
+    pub fn unheard_next_seq(&self) -> Result<u64, Error> {
+        read(self.buffer.as_ref(), field::UNHEARD_NEXT_SEQ).map(u64::from_be_bytes)
+    }
+
     /// The path of feedback entry `index` (not range-checked, nor checked against `count`).
     pub fn credit_path(&self, index: usize) -> Result<PathId, Error> {
         let at = entry_offset(index)?
@@ -627,6 +639,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
             self.buffer.as_mut(),
             field::PROBE_TIMESTAMP,
             timestamp.to_be_bytes(),
+        )
+    }
+
+    /// Sets an unheard notice's next data sequence number.
+    pub fn set_unheard_next_seq(&mut self, next_seq: u64) -> Result<(), Error> {
+        write(
+            self.buffer.as_mut(),
+            field::UNHEARD_NEXT_SEQ,
+            next_seq.to_be_bytes(),
         )
     }
 
@@ -914,6 +935,11 @@ pub struct Unheard {
     /// The first of the path's transport counters the receiver has not heard (one past the
     /// highest it has; zero if none).
     pub first: u64,
+    /// The next data sequence number the receiver's resequencer waits for: it has delivered
+    /// or given up on everything below (zero if it has none: resequencing other than
+    /// `sequence`). The sender reinjects what it sent on the path from `first` on, but not
+    /// below this.
+    pub next_seq: u64,
 }
 
 /// A negative acknowledgement: `count` transport counters from `first` on `path` are missing.
@@ -1091,7 +1117,12 @@ impl<'a> Repr<'a> {
                 let path = packet.path()?;
                 check_path(path)?;
                 let first = packet.probe_timestamp()?;
-                Ok(Repr::Unheard(Unheard { path, first }))
+                let next_seq = packet.unheard_next_seq()?;
+                Ok(Repr::Unheard(Unheard {
+                    path,
+                    first,
+                    next_seq,
+                }))
             }
         }
     }
@@ -1127,7 +1158,8 @@ impl<'a> Repr<'a> {
             Repr::Marker(_) => MARKER_LEN,
             Repr::Feedback(credits) => FEEDBACK_HEADER_LEN + FEEDBACK_ENTRY_LEN * credits.len(),
             Repr::Probe(_) | Repr::ProbeAck(_) => PROBE_LEN,
-            Repr::Nack(_) | Repr::Abandon(_) | Repr::Unheard(_) => NACK_LEN,
+            Repr::Nack(_) | Repr::Abandon(_) => NACK_LEN,
+            Repr::Unheard(_) => UNHEARD_LEN,
             Repr::SigAck(entries) => SIGACK_HEADER_LEN + SIGACK_ENTRY_LEN * entries.len(),
             Repr::Ptcp { segment, .. } => PTCP_HEADER_LEN + segment.len(),
             Repr::ContextInstall { template, .. } => CONTEXT_HEADER_LEN + template.len(),
@@ -1246,11 +1278,16 @@ impl<'a> Repr<'a> {
                 packet.set_probe_id(count)?;
                 packet.set_probe_timestamp(first)?;
             }
-            Repr::Unheard(Unheard { path, first }) => {
+            Repr::Unheard(Unheard {
+                path,
+                first,
+                next_seq,
+            }) => {
                 packet.set_path(path)?;
                 packet.set_flags(0)?;
                 packet.set_probe_id(0)?;
                 packet.set_probe_timestamp(first)?;
+                packet.set_unheard_next_seq(next_seq)?;
             }
             Repr::ContextInstall {
                 cid,
@@ -1907,8 +1944,13 @@ mod tests {
             (arb_path(), any::<u64>(), any::<u32>()).prop_map(|(path, first, count)| {
                 Owned::Abandon(Abandon { path, first, count })
             }),
-            (arb_path(), any::<u64>())
-                .prop_map(|(path, first)| Owned::Unheard(Unheard { path, first })),
+            (arb_path(), any::<u64>(), any::<u64>()).prop_map(|(path, first, next_seq)| {
+                Owned::Unheard(Unheard {
+                    path,
+                    first,
+                    next_seq,
+                })
+            }),
             (any::<u16>(), vec(any::<u8>(), 1..1500))
                 .prop_map(|(conn, segment)| Owned::Ptcp { conn, segment }),
             (
@@ -2059,14 +2101,18 @@ mod tests {
         let unheard = Unheard {
             path: PathId(3),
             first: 0x1122_3344_5566_7788,
+            next_seq: 0x0102_0304_0506_0708,
         };
         let bytes = Repr::Unheard(unheard).emit_to_vec().unwrap();
         assert_eq!(
             bytes,
-            [1, 13, 3, 0, 0, 0, 0, 0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
+            [
+                1, 13, 3, 0, 0, 0, 0, 0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 1, 2, 3,
+                4, 5, 6, 7, 8
+            ]
         );
         assert_eq!(parse(&bytes), Ok(Repr::Unheard(unheard)));
-        assert_eq!(parse(&bytes[..15]), Err(Error::Truncated));
+        assert_eq!(parse(&bytes[..23]), Err(Error::Truncated));
         // No flags, and no count: those bytes are a NACK's, zero here.
         for at in [3, 7] {
             let mut reserved = bytes.clone();

@@ -702,9 +702,9 @@ fn print_peer(peer: &serde_json::Value, named: bool) {
         println!("{t}");
     }
     println!(
-        "delivered {} (ahead of their turn {})  lost {}  misordering repairs: marker skips {}, hold skips {}, forced skips {}, late {}  receiver dropped (stale, invalid or over its buffer) {}  not taken (no session yet, or the bond full) {}  NACKs sent {}  resent {}  abandoned {}  duplicated {}",
+        "delivered {} (ahead of their turn {})  lost {}  misordering repairs: marker skips {}, hold skips {}, forced skips {}, late {}  receiver dropped (stale, invalid or over its buffer) {}  not taken (no session yet, or the bond full) {}  NACKs sent {}  resent {}  reinjected {}  abandoned {}  duplicated {}",
         s["delivered_packets"], s["delivered_early"], s["lost_packets"], s["resync"][0], s["resync"][1], s["resync"][2], s["resync"][3], s["receiver_dropped"], s["send_dropped"],
-        s["nacks_sent"], s["retransmitted_packets"], s["abandoned_packets"], s["duplicated_packets"]
+        s["nacks_sent"], s["retransmitted_packets"], s["reinjected_packets"], s["abandoned_packets"], s["duplicated_packets"]
     );
     if let Some(r) = s["release_rate_bps"].as_f64() {
         println!("release paced at {:.2} Mbit/s", r / 1e6);

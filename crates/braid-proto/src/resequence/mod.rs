@@ -174,7 +174,9 @@ pub struct ResequencerStats {
     pub hold_skips: u64,
     /// Paths skipped, or gaps abandoned, because the buffer limit was reached.
     pub forced_skips: u64,
-    /// Packets delivered out of turn to catch up after the receiver got ahead of a path.
+    /// Packets delivered out of turn: `logical`, to catch up after the receiver got ahead of
+    /// a path; `sequence`, packets declared lost that came after all (a resend or a
+    /// reinjected copy behind its time), no longer counted in `lost`.
     pub late_deliveries: u64,
     /// `sequence`: packets declared lost.
     pub lost: u64,
@@ -361,6 +363,15 @@ impl<P> Resequencer<P> {
     pub fn take_stall(&mut self) -> Option<Stall> {
         match self {
             Resequencer::Sequence(r) => r.take_stall(),
+            _ => None,
+        }
+    }
+
+    /// Mode `sequence`: the next sequence number it waits for (everything below delivered or
+    /// given up on); `None` in the other modes.
+    pub fn next_seq(&self) -> Option<u64> {
+        match self {
+            Resequencer::Sequence(r) => Some(r.next_seq()),
             _ => None,
         }
     }

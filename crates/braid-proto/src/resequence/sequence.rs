@@ -98,6 +98,12 @@ pub struct SequenceReceiver<P> {
     /// hold, passed on as they came: [`super::Resequencer::handle_data_unheld`]); `next`
     /// steps over them.
     early: std::collections::BTreeSet<u64>,
+    /// Sequence numbers declared lost that may still come: a resend that missed its grace, or
+    /// a copy reinjected after its path went dark (`braid_session::retransmit`). One that
+    /// comes is delivered at once, out of order: for TCP above a late segment is a reordering
+    /// it can absorb, where a dropped one is a loss it must repair. At most
+    /// [`MAX_GIVEN_UP`], the latest; not those the sender abandoned.
+    given_up: std::collections::BTreeSet<u64>,
     /// Per path: how long what arrived on other paths waited behind this path's packets.
     holds: Vec<PathHolds>,
     /// Gaps whose hold timer ran out, and the paths that had not passed them
@@ -147,6 +153,10 @@ pub struct PathHolds {
 /// packet waits its turn like any other.
 pub const MAX_EARLY: usize = 4096;
 
+/// Sequence numbers given up on that are remembered, at most (the latest), so that one that
+/// arrives after all is delivered late instead of dropped.
+pub const MAX_GIVEN_UP: usize = 4096;
+
 /// Holds this long or longer are counted in [`PathHolds::count`].
 pub const HOLD_COUNTED: Duration = Duration::from_millis(20);
 
@@ -192,6 +202,7 @@ impl<P> SequenceReceiver<P> {
             express: VecDeque::new(),
             express_bytes: 0,
             early: std::collections::BTreeSet::new(),
+            given_up: std::collections::BTreeSet::new(),
             holds: vec![PathHolds::default(); paths_n],
             stalls: Vec::new(),
             stats: ResequencerStats::default(),
@@ -302,7 +313,22 @@ impl<P> SequenceReceiver<P> {
             return;
         };
         if seq < self.next {
-            self.stats.stale_dropped += 1;
+            let charge = super::charge::<Delivery<P>>(len);
+            if self.held + charge <= self.limit.saturating_mul(2) && self.given_up.remove(&seq) {
+                // Given up on, and here after all: late, not lost.
+                self.held += charge;
+                self.express_bytes += u64::from(len);
+                self.stats.late_deliveries += 1;
+                self.stats.lost = self.stats.lost.saturating_sub(1);
+                self.express.push_back(Delivery {
+                    path,
+                    seq: Some(seq),
+                    len,
+                    payload,
+                });
+            } else {
+                self.stats.stale_dropped += 1;
+            }
             return;
         }
         if seq - self.next >= SEQ_WINDOW || seq == u64::MAX {
@@ -492,8 +518,20 @@ impl<P> SequenceReceiver<P> {
         }
     }
 
-    /// Give up on everything below `to`.
-    fn jump(&mut self, to: u64) {
+    /// Give up on everything below `to`; remembered as given up ([`Self::given_up`]) if it
+    /// may still come (`late_welcome`).
+    fn jump(&mut self, to: u64, late_welcome: bool) {
+        if late_welcome {
+            let from = self.next.max(to.saturating_sub(MAX_GIVEN_UP as u64));
+            for seq in from..to {
+                if !self.early.contains(&seq) {
+                    self.given_up.insert(seq);
+                }
+            }
+            while self.given_up.len() > MAX_GIVEN_UP {
+                self.given_up.pop_first();
+            }
+        }
         let early = self.early.range(self.next..to).count() as u64;
         self.stats.lost += to.saturating_sub(self.next).saturating_sub(early);
         self.next = self.next.max(to);
@@ -576,7 +614,7 @@ impl<P> SequenceReceiver<P> {
             if self.next_abandoned() {
                 // The sender said it is gone: one packet at a time, the next may be here.
                 self.stats.abandoned += 1;
-                self.jump(self.next + 1);
+                self.jump(self.next + 1, false);
                 continue;
             }
             if all_past {
@@ -600,7 +638,7 @@ impl<P> SequenceReceiver<P> {
                         return None;
                     }
                 }
-                self.jump(resume.min(min_head));
+                self.jump(resume.min(min_head), true);
                 continue;
             }
             let since = *self.gap_since.get_or_insert(now);
@@ -618,7 +656,7 @@ impl<P> SequenceReceiver<P> {
             } else {
                 return None;
             }
-            self.jump(min_head);
+            self.jump(min_head, true);
         }
     }
 
@@ -885,9 +923,34 @@ mod tests {
         r.handle_data(Instant::ZERO, PathId(0), Some(2), 100, 2);
         assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![1, 2]);
         assert_eq!(r.stats().lost, 1);
-        // A late 0 is dropped.
+        // 0 comes after all (a resend, late): delivered at once, out of order, no longer
+        // lost; a second copy of it, or of 1, is dropped.
         r.handle_data(Instant::ZERO, PathId(0), Some(0), 100, 0);
-        assert_eq!(r.stats().stale_dropped, 1);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0]);
+        assert_eq!((r.stats().lost, r.stats().late_deliveries), (0, 1));
+        r.handle_data(Instant::ZERO, PathId(1), Some(0), 100, 0);
+        r.handle_data(Instant::ZERO, PathId(1), Some(1), 100, 1);
+        assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
+        assert_eq!(r.stats().stale_dropped, 2);
+    }
+
+    /// What the sender abandoned is not waited for late, and only the latest
+    /// [`MAX_GIVEN_UP`] given up on are remembered.
+    #[test]
+    fn only_the_latest_given_up_and_not_the_abandoned_come_late() {
+        let mut r = receiver(None);
+        r.abandon(0, 1);
+        let far = MAX_GIVEN_UP as u64 + 10;
+        r.handle_data(Instant::ZERO, PathId(0), Some(far), 100, far);
+        r.handle_data(Instant::ZERO, PathId(1), Some(far + 1), 100, far + 1);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![far, far + 1]);
+        assert_eq!(r.stats().lost, far);
+        for s in [0, 5, 9, 10, far - 1] {
+            r.handle_data(Instant::ZERO, PathId(0), Some(s), 100, s);
+        }
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![10, far - 1]);
+        assert_eq!(r.stats().stale_dropped, 3);
+        assert_eq!(r.stats().lost, far - 2);
     }
 
     #[test]
