@@ -35,13 +35,19 @@ const QUEUE_LIMIT_BYTES: u32 = 64 * 1024;
 /// What either end may hold at most, whatever it is told: its resequencer's hard limit, twice
 /// `ResequencerConfig::buffer_limit_bytes` (4 MiB: past it the resequencer skips gaps, past
 /// twice it drops arrivals), plus a full send queue on every path, and one packet over each (a
-/// packet is taken while there is room).
-pub const HELD_BOUND: u64 = 2 * (4 << 20) + PATHS as u64 * (QUEUE_LIMIT_BYTES as u64 + 2048);
+/// packet is taken while there is room), plus the most copies waiting for reinjection (a
+/// peer's notices that paths are dark: [`crate::retransmit::MAX_REINJECT`] packets, of the
+/// bond's largest, 1500 bytes here, and their headers).
+pub const HELD_BOUND: u64 = 2 * (4 << 20)
+    + PATHS as u64 * (QUEUE_LIMIT_BYTES as u64 + 2048)
+    + crate::retransmit::MAX_REINJECT as u64 * (1500 + 64);
 
 /// [`HELD_BOUND`] for a bond of `params` (the client's choice of queue and packet size).
 pub fn held_bound(params: &BondParams) -> u64 {
     let queue = u64::from(params.queue_limit_bytes.max(params.max_packet));
-    2 * (4 << 20) + PATHS as u64 * (queue + u64::from(params.max_packet) + 2048)
+    2 * (4 << 20)
+        + PATHS as u64 * (queue + u64::from(params.max_packet) + 2048)
+        + crate::retransmit::MAX_REINJECT as u64 * u64::from(params.max_packet + 64)
 }
 
 /// The bond's shape.
@@ -334,7 +340,7 @@ impl Pair {
                 // counts its entry too (`Resequencer::held_charge`), so empty packets count.
                 let resequencer = s.resequencer_charge();
                 let queued = s.status().paths.iter().map(|p| p.queued_bytes).sum::<u64>();
-                resequencer + queued
+                resequencer + queued + s.reinjection_bytes()
             })
             .max()
             .unwrap_or(0)

@@ -123,6 +123,10 @@ impl RetransmitRing {
 /// peer's resequencer has moved on.
 pub const REINJECT_FOR: Duration = Duration::from_secs(1);
 
+/// Copies waiting to be reinjected, at most (as many as the ring keeps of one path): a peer
+/// that says path after path is dark cannot make the queue grow past it.
+pub const MAX_REINJECT: usize = RING_PACKETS;
+
 /// Reinjection may run this far ahead of its pace (about ten full-size packets), so a driver
 /// whose timers fire a millisecond late still keeps the rate.
 pub const REINJECT_BURST_BYTES: u64 = 16 * 1024;
@@ -149,6 +153,8 @@ pub struct Reinjection {
     paced_until: Instant,
     /// The copies left are dropped from then on.
     until: Instant,
+    /// Bytes of the copies in `queue`.
+    bytes: u64,
     /// This end found a path dark itself and took it out of its sending half: the peer's
     /// notice of what it missed there is awaited until then, and the data for the path the
     /// copies will take waits with it.
@@ -157,21 +163,42 @@ pub struct Reinjection {
 
 impl Reinjection {
     /// Resend `packets` (plaintexts, oldest first) that dark path `dark` swallowed, at
-    /// `rate_bps` from `now`; added behind any reinjection still under way.
-    pub fn start(&mut self, now: Instant, dark: usize, packets: Vec<Vec<u8>>, rate_bps: u64) {
+    /// `rate_bps` from `now`; added behind any reinjection still under way (and given up with
+    /// it), up to [`MAX_REINJECT`] in all. Returns what did not fit, to recycle.
+    pub fn start(
+        &mut self,
+        now: Instant,
+        dark: usize,
+        mut packets: Vec<Vec<u8>>,
+        rate_bps: u64,
+    ) -> Vec<Vec<u8>> {
+        self.notice_came(dark);
         if packets.is_empty() {
-            return;
+            return packets;
         }
         if self.queue.is_empty() {
             self.paced_until = now;
+            self.until = now + REINJECT_FOR;
         }
-        if self.awaiting.is_some_and(|(d, _)| d == dark) {
-            self.awaiting = None;
-        }
+        let room = MAX_REINJECT.saturating_sub(self.queue.len());
+        let over = packets.split_off(room.min(packets.len()));
+        self.bytes += packets.iter().map(|p| p.len() as u64).sum::<u64>();
         self.queue.extend(packets);
         self.dark = dark;
         self.rate_bps = rate_bps.max(1);
-        self.until = now + REINJECT_FOR;
+        over
+    }
+
+    /// The peer's notice for `dark` came: no longer awaited.
+    pub fn notice_came(&mut self, dark: usize) {
+        if self.awaiting.is_some_and(|(d, _)| d == dark) {
+            self.awaiting = None;
+        }
+    }
+
+    /// Bytes of the copies waiting.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// This end found path `dark` dark and took it out of its sending half: the peer is about
@@ -233,6 +260,7 @@ impl Reinjection {
             return None;
         }
         let plain = self.queue.pop_front()?;
+        self.bytes -= plain.len() as u64;
         let need = transmission_time(plain.len() as u64, self.rate_bps);
         self.paced_until = self.paced_until.max(now) + need;
         Some(plain)
@@ -247,12 +275,14 @@ impl Reinjection {
         if now < self.until || self.queue.is_empty() {
             return Vec::new();
         }
+        self.bytes = 0;
         self.queue.drain(..).collect()
     }
 
     /// Forget everything (new keys), returning the copies.
     pub fn clear(&mut self) -> Vec<Vec<u8>> {
         self.awaiting = None;
+        self.bytes = 0;
         self.queue.drain(..).collect()
     }
 }
@@ -326,8 +356,9 @@ mod tests {
         assert_eq!(r.poll_timeout(), None);
         assert_eq!(r.pop(t0), None);
         // 40 packets of 1,000 bytes at 8 Mbit/s: 1 ms each, 16 KiB of burst.
-        r.start(t0, 1, (0..40u8).map(|i| vec![i; 1000]).collect(), 8_000_000);
-        assert_eq!(r.dark(), Some(1));
+        let over = r.start(t0, 1, (0..40u8).map(|i| vec![i; 1000]).collect(), 8_000_000);
+        assert!(over.is_empty());
+        assert_eq!((r.dark(), r.bytes()), (Some(1), 40_000));
         let mut sent = 0;
         while r.pop(t0).is_some() {
             sent += 1;
@@ -345,17 +376,41 @@ mod tests {
             more += 1;
         }
         assert_eq!(more, 10);
-        assert_eq!(r.len(), 13);
+        assert_eq!((r.len(), r.bytes()), (13, 13_000));
+        // A second path's copies join the queue; they do not put off its end.
+        assert!(r
+            .start(later, 0, vec![vec![7; 1000]; 2], 8_000_000)
+            .is_empty());
+        assert_eq!(r.len(), 15);
         assert!(r.expire(t0 + Duration::from_millis(999)).is_empty());
-        assert_eq!(r.expire(t0 + REINJECT_FOR).len(), 13);
+        assert_eq!(r.expire(t0 + REINJECT_FOR).len(), 15);
         assert!(r.is_empty());
+        assert_eq!(r.bytes(), 0);
         assert_eq!(r.dark(), None);
         assert_eq!(r.poll_timeout(), None);
         // After a pause the pace starts afresh, not from its old debt.
         let t1 = t0 + Duration::from_secs(5);
-        r.start(t1, 0, vec![vec![0; 1000]; 2], 8_000_000);
+        assert!(r.start(t1, 0, vec![vec![0; 1000]; 2], 8_000_000).is_empty());
         assert_eq!(r.pop(t1).map(|p| p.len()), Some(1000));
         assert_eq!(r.clear().len(), 1);
+        // Bounded: what does not fit comes back.
+        let over = r.start(t1, 0, vec![vec![0; 10]; MAX_REINJECT + 5], 8_000_000);
+        assert_eq!((r.len(), over.len()), (MAX_REINJECT, 5));
+        assert!(r.start(t1, 1, vec![vec![0; 10]; 3], 8_000_000).len() == 3);
+        r.clear();
+        // Awaiting the peer's notice holds until it comes, or until its time.
+        r.await_notice(1, t1 + Duration::from_millis(50));
+        assert!(r.is_holding(t1) && r.dark() == Some(1));
+        assert_eq!(r.poll_timeout(), Some(t1 + Duration::from_millis(50)));
+        assert!(!r.is_holding(t1 + Duration::from_millis(50)));
+        r.notice_came(0);
+        assert!(r.is_holding(t1));
+        assert!(r.start(t1, 1, Vec::new(), 8_000_000).is_empty());
+        assert!(
+            !r.is_holding(t1) && r.dark().is_none(),
+            "a notice with nothing to resend"
+        );
+        assert_eq!(r.poll_timeout(), None);
     }
 
     #[test]

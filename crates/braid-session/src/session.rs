@@ -508,7 +508,8 @@ struct PathState {
     last_rx: Option<Instant>,
     probe_id: u32,
     /// Probes sent and not yet answered: id and send time (at most 32).
-    outstanding: VecDeque<(u32, Instant)>,
+    /// With each, the transport counter it went with.
+    outstanding: VecDeque<(u32, Instant, u64)>,
     /// Since when this end's probes on the path have gone unanswered (the first probe sent
     /// after the last answer, or after the path came up, or after new keys); `None` while
     /// they are answered.
@@ -544,10 +545,11 @@ struct PathState {
     /// Times the peer is told again, a probe tick apart, while the path stays dark (a notice
     /// can be lost).
     notices_left: u8,
-    /// The peer's next expected counter in the last notice that it hears nothing here
-    /// ([`Session::on_unheard`]): a notice that says the same again is a repeat, or one that
-    /// crossed the path's recovery, and changes nothing.
-    unheard_first: Option<u64>,
+    /// The peer has heard this end on the path up to this transport counter (exclusive): one
+    /// past the counter of the last of this end's probes it answered. A notice that it has
+    /// not heard from below that on ([`Session::on_unheard`]) was sent before, and crossed
+    /// the path's recovery: stale.
+    heard_to: u64,
     /// Answers to this end's probes since the path last came up (saturating): how much its
     /// `loss` has seen.
     answered: u32,
@@ -1194,6 +1196,9 @@ impl Session {
         for plain in self.reinjection.clear() {
             self.ring.recycle(plain);
         }
+        for p in &mut self.paths {
+            p.heard_to = 0;
+        }
         self.gaps.reset();
         self.nacks.clear();
         self.abandons.clear();
@@ -1756,8 +1761,10 @@ impl Session {
                 {
                     st.wake_probe = None;
                 }
-                if let Some(k) = st.outstanding.iter().position(|&(id, _)| id == p.id) {
-                    st.outstanding.remove(k);
+                if let Some(k) = st.outstanding.iter().position(|&(id, ..)| id == p.id) {
+                    if let Some((.., counter)) = st.outstanding.remove(k) {
+                        st.heard_to = st.heard_to.max(counter + 1);
+                    }
                     st.loss *= 0.9;
                     st.answered = st.answered.saturating_add(1);
                     // An answer to a probe still awaited: the path works both ways again
@@ -2182,18 +2189,21 @@ impl Session {
 
     /// The peer found `u.path` dark from the data it received: out of the sending half
     /// ([`Self::peer_finds_dark`]), and what it swallowed from the peer's next expected
-    /// counter there on is reinjected on the paths left ([`Reinjection`]). A notice with the
-    /// same counter as the last one acted on is a repeat (the peer has heard nothing there
-    /// since), or one that crossed the path's recovery: nothing to do.
+    /// counter there on is reinjected on the paths left ([`Reinjection`]). A notice that says
+    /// the peer has not heard what it has since answered (a probe) crossed the path's
+    /// recovery: stale, nothing to do. A repeat finds nothing more to reinject unless this end
+    /// sent there again meanwhile, which the peer did not hear either.
     fn on_unheard(&mut self, now: Instant, u: Unheard) {
         let i = u.path.index();
-        let Some(p) = self.paths.get_mut(i) else {
+        let Some(p) = self.paths.get(i) else {
             return;
         };
-        if self.current.is_none() || p.unheard_first == Some(u.first) {
+        if self.current.is_none() || u.first < p.heard_to {
             return;
         }
-        p.unheard_first = Some(u.first);
+        // The notice this end waited for, if it found the path dark too: what waits for the
+        // copies' path goes now, or behind the copies.
+        self.reinjection.notice_came(i);
         self.peer_finds_dark(now, i);
         if !self.retransmit {
             return;
@@ -2218,7 +2228,9 @@ impl Session {
             .and_then(|t| self.own_rate_bps(t))
             .or_else(|| self.own_rate_bps(i))
             .unwrap_or(REINJECT_DEFAULT_BPS);
-        self.reinjection.start(now, i, packets, rate);
+        for plain in self.reinjection.start(now, i, packets, rate) {
+            self.ring.recycle(plain);
+        }
     }
 
     /// Where reinjected packets go: the fastest path in use other than the one that went
@@ -2255,6 +2267,11 @@ impl Session {
         }
         self.unheard_received += 1;
         self.mark_one_way(now, i);
+    }
+
+    /// Bytes of copies waiting to be reinjected ([`Reinjection`]).
+    pub fn reinjection_bytes(&self) -> u64 {
+        self.reinjection.bytes()
     }
 
     /// Whether `path` is down because this end found it dark from the data (a gap the
@@ -2593,6 +2610,11 @@ impl Session {
             return self.seal_repr(i, Repr::ProbeAck(p), out);
         }
         if self.paths[i].probe_due {
+            let counter = self
+                .current
+                .as_ref()
+                .and_then(|k| k.counters.get(i).copied())
+                .unwrap_or(0);
             let st = &mut self.paths[i];
             st.probe_due = false;
             st.probe_id = st.probe_id.wrapping_add(1);
@@ -2600,13 +2622,13 @@ impl Session {
             while st
                 .outstanding
                 .front()
-                .is_some_and(|&(_, sent)| now.saturating_duration_since(sent) > wait)
+                .is_some_and(|&(_, sent, _)| now.saturating_duration_since(sent) > wait)
                 || st.outstanding.len() >= 32
             {
                 st.outstanding.pop_front();
                 st.loss = 0.9 * st.loss + 0.1;
             }
-            st.outstanding.push_back((st.probe_id, now));
+            st.outstanding.push_back((st.probe_id, now, counter));
             st.unanswered_since.get_or_insert(now);
             st.unanswered += 1;
             let id = st.probe_id;
@@ -2883,8 +2905,12 @@ impl Session {
         if let Some((_, d)) = self.sole_line_dark_at() {
             t = t.min(d);
         }
+        // Only while a path can take the copies (none can: they wait for one, or expire at
+        // the next tick).
         if let Some(r) = self.reinjection.poll_timeout() {
-            t = t.min(r.max(self.last_now));
+            if self.reinject_path().is_some() {
+                t = t.min(r.max(self.last_now));
+            }
         }
         // A pump while another path was polled let packets or segments go for a path the
         // driver may have polled already in its turn: call again at once. (Only after a pump

@@ -607,3 +607,86 @@ fn a_flood_of_empty_packets_and_markers_is_bounded_by_entries() {
         settle(&mut pair);
     }
 }
+
+/// A bond whose client is lied to (the server forges), carrying traffic for 300 ms, so its
+/// retransmit ring holds copies a forged "path dark" notice would have reinjected.
+fn reinjecting_pair() -> Pair {
+    // retransmit, equalize, adaptive, qos, liar_is_client, compress, backup
+    let shape = Shape::new(
+        SchedulerKind::Srr,
+        ResequenceMode::Sequence,
+        [true, true, false, false, false, false, false],
+    );
+    let mut pair = Pair::established(&shape).expect("established");
+    for _ in 0..300 {
+        pair.honest(3);
+    }
+    pair
+}
+
+fn unheard(path: u8, first: u64) -> Vec<u8> {
+    Repr::Unheard(Unheard {
+        path: PathId(path),
+        first,
+        next_seq: 0,
+    })
+    .emit_to_vec()
+    .unwrap()
+}
+
+/// Forged notices that every path is dark: the copies have no path left to go on. They wait
+/// (and are given up after a second), and the session does not ask to be polled again at the
+/// same instant over and over (a daemon would spin, the simulator hang).
+#[test]
+fn notices_that_every_path_is_dark_do_not_spin() {
+    let mut pair = reinjecting_pair();
+    // Counters past the last probe the liar answered (one is due every 100 ms; the client
+    // sends about a datagram a millisecond on each path), or the notice is stale.
+    for p in 0..PATHS as u8 {
+        let sent = pair.client.status().paths[usize::from(p)].tx_packets;
+        assert!(pair.forge(PathId(p), &unheard(p, sent - 20)));
+    }
+    assert!(pair.client.reinjection_bytes() > 0);
+    let start = pair.now;
+    let victim = &mut pair.client;
+    let (mut now, mut spins) = (start, 0u32);
+    let mut buf = vec![0; 1 << 17];
+    while now < start + Duration::from_millis(1500) && spins < 10_000 {
+        let t = victim.poll_timeout().expect("established");
+        if t > now {
+            now = t;
+        } else {
+            spins += 1;
+        }
+        victim.handle_timeout(now);
+        while victim.poll_deliver(now).is_some() {}
+        for p in 0..PATHS as u8 {
+            while victim.poll_transmit(now, PathId(p), &mut buf).is_some() {}
+        }
+    }
+    assert!(spins < 100, "{spins} calls at one instant");
+    assert_eq!(victim.reinjection_bytes(), 0, "given up after a second");
+}
+
+/// A liar that says a path is dark again each time it comes back (a new counter each time):
+/// the copies waiting are bounded ([`braid_session::retransmit::MAX_REINJECT`]), and the
+/// victim holds no more than [`HELD_BOUND`].
+#[test]
+fn notices_again_and_again_hold_a_bounded_queue() {
+    let mut pair = reinjecting_pair();
+    let mut k = 0;
+    for _ in 0..12 {
+        for p in 0..2u8 {
+            k += 1;
+            pair.forge(PathId(p), &unheard(p, k % 3));
+        }
+        for _ in 0..400 {
+            pair.honest(3);
+        }
+        let held = pair.held_bytes();
+        assert!(held <= HELD_BOUND, "{held} held");
+    }
+    let copies = pair.client.reinjection_bytes();
+    let bound = braid_session::retransmit::MAX_REINJECT as u64 * 1500;
+    assert!(copies <= bound, "{copies} bytes of copies");
+}
