@@ -40,6 +40,10 @@ struct RxPath<P> {
     rtt: Option<Duration>,
     /// In the rotation; an inactive path is not waited for.
     active: bool,
+    /// Put back into the rotation when `next` was this, and nothing has arrived on it since
+    /// (cleared by its first data): the gaps from here on may be its own, however old its
+    /// `highest` ([`Stall`]).
+    rejoined: Option<u64>,
 }
 
 /// FIFO delivery by sequence number over per-path queues.
@@ -177,6 +181,7 @@ impl<P> SequenceReceiver<P> {
                 highest: None,
                 rtt: None,
                 active: true,
+                rejoined: None,
             })
             .collect();
         let equalizer = DelayEqualizer::new(sched.paths(), config.equalize_delay);
@@ -352,6 +357,7 @@ impl<P> SequenceReceiver<P> {
             // Order matters within a flow's data, which this is not.
             let rx = &mut self.paths[path.index()];
             rx.highest = Some(rx.highest.map_or(seq, |h| h.max(seq)));
+            rx.rejoined = None;
             self.early.insert(seq);
             self.held += super::charge::<Delivery<P>>(len);
             self.express_bytes += u64::from(len);
@@ -396,6 +402,7 @@ impl<P> SequenceReceiver<P> {
             _ => rx.queue.push_back(item),
         }
         rx.highest = Some(rx.highest.map_or(seq, |h| h.max(seq)));
+        rx.rejoined = None;
         rx.buffered += u64::from(len);
         self.total_buffered += u64::from(len);
         self.held += super::charge::<SeqRx<P>>(len);
@@ -405,6 +412,11 @@ impl<P> SequenceReceiver<P> {
     /// for when deciding that a gap is a loss.
     pub fn set_path_active(&mut self, path: PathId, active: bool) {
         if let Some(rx) = self.paths.get_mut(path.index()) {
+            if active && !rx.active {
+                rx.rejoined = Some(self.next);
+            } else if !active {
+                rx.rejoined = None;
+            }
             rx.active = active;
             self.sched.set_active(path, active);
             self.equalizer.set_path_active(path, active);
@@ -686,9 +698,12 @@ impl<P> SequenceReceiver<P> {
         let here = queued + self.early.range(next..=bound).count();
         let missing = (bound - next + 1).saturating_sub(here as u64);
         for (i, rx) in self.paths.iter().enumerate() {
+            // Or it came back into the rotation at or below the gap and brought nothing since
+            // (a path that dies again as it comes back: its highest is from before).
             let near = rx
                 .highest
-                .is_some_and(|h| h.saturating_add(STALL_NEAR) >= next);
+                .is_some_and(|h| h.saturating_add(STALL_NEAR) >= next)
+                || rx.rejoined.is_some_and(|r| r <= next);
             let passed = passed(rx);
             if !rx.active || passed || !near {
                 continue;
@@ -1004,6 +1019,54 @@ mod tests {
         assert_eq!(deliver_all(&mut r, t), (105..110).collect::<Vec<_>>());
         assert_eq!(r.stats().lost, 5);
         // Path 1 had not passed the gap, but it is not its doing.
+        assert_eq!(r.take_stall(), None);
+    }
+
+    /// A path put back into the rotation that brings nothing while later packets come on the
+    /// others (it died again as it came back): named, though its highest arrival is old; once
+    /// it has brought data, the usual nearness applies again.
+    #[test]
+    fn a_path_that_rejoined_and_brought_nothing_is_named_for_a_gap() {
+        let mut r = receiver_measured(Some(Duration::from_millis(5)));
+        r.handle_data(Instant::ZERO, PathId(1), Some(0), 100, 0);
+        r.set_path_active(PathId(1), false);
+        for seq in 1..100 {
+            r.handle_data(Instant::ZERO, PathId(0), Some(seq), 100, seq);
+        }
+        assert_eq!(deliver_all(&mut r, Instant::ZERO).len(), 100);
+        // Back at 100; 100, 102 and 104 vanish on it, 101, 103, 105 come on path 0.
+        r.set_path_active(PathId(1), true);
+        for seq in [101, 103, 105] {
+            r.handle_data(Instant::ZERO, PathId(0), Some(seq), 100, seq);
+        }
+        assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
+        let t = r.poll_timeout().unwrap();
+        assert_eq!(deliver_all(&mut r, t), vec![101]);
+        assert_eq!(
+            r.take_stall(),
+            Some(Stall {
+                path: PathId(1),
+                missing: 3,
+            })
+        );
+        // It brings 102 after all: near the next gap (104) only by its highest now.
+        r.handle_data(t, PathId(1), Some(102), 100, 102);
+        assert_eq!(deliver_all(&mut r, t), vec![102, 103]);
+        r.set_path_active(PathId(1), false);
+        r.set_path_active(PathId(1), true);
+        r.handle_data(t, PathId(1), Some(104), 100, 104);
+        for seq in 106..300 {
+            r.handle_data(t, PathId(0), Some(seq), 100, seq);
+        }
+        let all = deliver_all(&mut r, t);
+        assert_eq!(all.len(), 1 + 1 + 194, "104, 105, 106..300");
+        // Path 0 loses 300..305: path 1, back and with data since (104), is not near.
+        for seq in 305..310 {
+            r.handle_data(t, PathId(0), Some(seq), 100, seq);
+        }
+        assert!(deliver_all(&mut r, t).is_empty());
+        let t2 = r.poll_timeout().unwrap();
+        assert_eq!(deliver_all(&mut r, t2).len(), 5);
         assert_eq!(r.take_stall(), None);
     }
 
