@@ -598,6 +598,7 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
         let mut longest_gap = Duration::ZERO;
         let mut last_delivery = net.now;
         let mut delivered = 0;
+        let mut delivered_at = Vec::new();
         let mut out = [None; 2];
         for ms in 0..3000u64 {
             net.dead[1] = (500..2000).contains(&ms);
@@ -608,6 +609,7 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
                 }
             }
             net.step(Duration::from_millis(1));
+            delivered_at.push(net.to_server.len());
             if net.to_server.len() > delivered {
                 delivered = net.to_server.len();
                 longest_gap = longest_gap.max(net.now - last_delivery);
@@ -623,7 +625,13 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
             }
         }
         let [client_out, server_out] = out.map(|o| o.expect("path 1 never left the rotation"));
-        eprintln!("{mode:?}: out after {client_out} ms (client), {server_out} ms (server); longest pause {longest_gap:?}");
+        // Delivered in the 400 ms after the path died: 3 packets a millisecond offered.
+        let moved = delivered_at[900] - delivered_at[500];
+        let per_50: Vec<usize> = (0..8)
+            .map(|k| delivered_at[550 + 50 * k] - delivered_at[500 + 50 * k])
+            .collect();
+        eprintln!("delivered per 50 ms after the path died: {per_50:?}");
+        eprintln!("{mode:?}: out after {client_out} ms (client), {server_out} ms (server); longest pause {longest_gap:?}; delivered in the 400 ms after {moved}");
         net.step(Duration::from_millis(500));
         for s in [&net.client, &net.server] {
             let st = s.status();
@@ -646,11 +654,17 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
             assert!(server_out <= 250, "server: out after {server_out} ms");
             assert!(client_out <= 260, "client: out after {client_out} ms");
             assert!(longest_gap <= Duration::from_millis(150), "{longest_gap:?}");
-            // 3 packets/ms, 2/3 of them on path 1 until the client took it out: late, not
-            // lost (3 were lost before reinjection).
-            assert!(late <= 2 * (client_out as u32 + 10), "late {late}");
-            assert!(lost <= 10, "lost {lost}, late {late}");
-            assert!(net.client.status().reinjected_packets >= u64::from(late));
+            // 3 packets/ms, 2/3 of them on path 1 until the client took it out: lost or late.
+            // Named after one hold, path 1 is not waited for again: what it swallowed is
+            // given up at once, and delivery resumes (before, only when the path was out,
+            // 200-250 ms after it died); what the receiver had not given up on when it said
+            // the path was dark is reinjected and comes late.
+            assert!(
+                lost + late <= 2 * (client_out as u32 + 10),
+                "lost {lost}, late {late}"
+            );
+            assert!(late > 0 && net.client.status().reinjected_packets >= u64::from(late));
+            assert!(per_50[3] >= 100, "{per_50:?}");
         } else {
             assert_eq!(stalls, 0);
             assert!(
@@ -1077,7 +1091,7 @@ fn a_path_that_works_one_way_only_leaves_the_rotation_and_comes_back_in(mode: Re
     let late = in_order_but_late(&ids) as u32;
     let lost = next - ids.len() as u32;
     if mode == ResequenceMode::Sequence {
-        assert!(lost <= 100 && late > 0, "lost {lost}, late {late}");
+        assert!(late > 0, "lost {lost}, late {late}");
     }
     // 3 packets/ms, 2/3 of them on path 1, for the time it took to take it out.
     let limit = 2 * (down_at as u32 - 500 + 100);

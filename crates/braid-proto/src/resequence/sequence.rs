@@ -44,6 +44,12 @@ struct RxPath<P> {
     /// (cleared by its first data): the gaps from here on may be its own, however old its
     /// `highest` ([`Stall`]).
     rejoined: Option<u64>,
+    /// Named in a [`Stall`] and nothing has arrived on it since: it let a gap wait a whole
+    /// hold in vain, so the next gaps are not waited for on its account (they count as
+    /// certain once the other paths are past them), until its next data. A path that died
+    /// costs one hold, not one per packet it swallowed; one that was only late has what it
+    /// brings delivered late.
+    suspect: bool,
 }
 
 /// FIFO delivery by sequence number over per-path queues.
@@ -182,6 +188,7 @@ impl<P> SequenceReceiver<P> {
                 rtt: None,
                 active: true,
                 rejoined: None,
+                suspect: false,
             })
             .collect();
         let equalizer = DelayEqualizer::new(sched.paths(), config.equalize_delay);
@@ -318,6 +325,10 @@ impl<P> SequenceReceiver<P> {
             return;
         };
         if seq < self.next {
+            // Late, but the path delivers.
+            let rx = &mut self.paths[path.index()];
+            rx.suspect = false;
+            rx.rejoined = None;
             let charge = super::charge::<Delivery<P>>(len);
             if self.held + charge <= self.limit.saturating_mul(2) && self.given_up.remove(&seq) {
                 // Given up on, and here after all: late, not lost.
@@ -358,6 +369,7 @@ impl<P> SequenceReceiver<P> {
             let rx = &mut self.paths[path.index()];
             rx.highest = Some(rx.highest.map_or(seq, |h| h.max(seq)));
             rx.rejoined = None;
+            rx.suspect = false;
             self.early.insert(seq);
             self.held += super::charge::<Delivery<P>>(len);
             self.express_bytes += u64::from(len);
@@ -403,6 +415,7 @@ impl<P> SequenceReceiver<P> {
         }
         rx.highest = Some(rx.highest.map_or(seq, |h| h.max(seq)));
         rx.rejoined = None;
+        rx.suspect = false;
         rx.buffered += u64::from(len);
         self.total_buffered += u64::from(len);
         self.held += super::charge::<SeqRx<P>>(len);
@@ -417,6 +430,7 @@ impl<P> SequenceReceiver<P> {
             } else if !active {
                 rx.rejoined = None;
             }
+            rx.suspect = false;
             rx.active = active;
             self.sched.set_active(path, active);
             self.equalizer.set_path_active(path, active);
@@ -609,8 +623,9 @@ impl<P> SequenceReceiver<P> {
                 match (rx.queue.front(), rx.highest) {
                     (Some(head), _) => resume = resume.min(head.seq),
                     (None, Some(h)) if h > self.next => resume = resume.min(h.saturating_add(1)),
-                    // A path out of the rotation carries nothing new.
-                    (None, _) if !rx.active => {}
+                    // A path out of the rotation carries nothing new; a suspect is not waited
+                    // for either.
+                    (None, _) if !rx.active || rx.suspect => {}
                     _ => all_past = false,
                 }
             }
@@ -638,7 +653,7 @@ impl<P> SequenceReceiver<P> {
                         self.certain_below = self
                             .paths
                             .iter()
-                            .filter(|rx| rx.active)
+                            .filter(|rx| rx.active && !rx.suspect)
                             .map(|rx| rx.highest.map_or(0, |h| h.saturating_add(1)))
                             .min()
                             .unwrap_or(u64::MAX)
@@ -697,6 +712,7 @@ impl<P> SequenceReceiver<P> {
             .sum::<usize>();
         let here = queued + self.early.range(next..=bound).count();
         let missing = (bound - next + 1).saturating_sub(here as u64);
+        let mut named = Vec::new();
         for (i, rx) in self.paths.iter().enumerate() {
             // Or it came back into the rotation at or below the gap and brought nothing since
             // (a path that dies again as it comes back: its highest is from before).
@@ -708,6 +724,10 @@ impl<P> SequenceReceiver<P> {
             if !rx.active || passed || !near {
                 continue;
             }
+            named.push(i);
+        }
+        for i in named {
+            self.paths[i].suspect = true;
             let stall = Stall {
                 path: PathId(i as u8),
                 missing,
@@ -991,7 +1011,8 @@ mod tests {
         assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0]);
         assert_eq!(r.take_stall(), None, "no stall before the timer runs out");
         let t = r.poll_timeout().unwrap();
-        assert_eq!(deliver_all(&mut r, t), vec![2]);
+        // Named, path 1 is a suspect: 3 and 5 are not waited for a hold each on its account.
+        assert_eq!(deliver_all(&mut r, t), vec![2, 4, 6]);
         assert_eq!(
             r.take_stall(),
             Some(Stall {
@@ -1000,9 +1021,20 @@ mod tests {
             })
         );
         assert_eq!(r.take_stall(), None);
+        assert_eq!(r.stats().lost, 3);
+        // 5 comes after all: late, not lost; and path 1 is waited for again (8 and 10 here,
+        // 7 not yet: a hold).
+        r.handle_data(t, PathId(1), Some(5), 100, 5);
+        for seq in [8, 10] {
+            r.handle_data(t, PathId(0), Some(seq), 100, seq);
+        }
+        assert_eq!(deliver_all(&mut r, t), vec![5]);
+        assert_eq!(r.stats().lost, 2);
+        let t2 = r.poll_timeout().unwrap();
+        assert!(t2 > t, "path 1 waited for: a hold for 7");
         // Out of the rotation, path 1 is not waited for, and no longer a suspect.
         r.set_path_active(PathId(1), false);
-        assert_eq!(deliver_all(&mut r, t), vec![4, 6]);
+        assert_eq!(deliver_all(&mut r, t), vec![8, 10]);
         assert_eq!(r.take_stall(), None);
     }
 
@@ -1041,7 +1073,8 @@ mod tests {
         }
         assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
         let t = r.poll_timeout().unwrap();
-        assert_eq!(deliver_all(&mut r, t), vec![101]);
+        // Named (and a suspect: 104 is not waited for another hold).
+        assert_eq!(deliver_all(&mut r, t), vec![101, 103, 105]);
         assert_eq!(
             r.take_stall(),
             Some(Stall {
@@ -1049,18 +1082,19 @@ mod tests {
                 missing: 3,
             })
         );
-        // It brings 102 after all: near the next gap (104) only by its highest now.
+        // It brings 102 after all: late. Out and back again, it brings 106: data since it
+        // rejoined, so it is near a gap only by its highest now.
         r.handle_data(t, PathId(1), Some(102), 100, 102);
-        assert_eq!(deliver_all(&mut r, t), vec![102, 103]);
+        assert_eq!(deliver_all(&mut r, t), vec![102]);
         r.set_path_active(PathId(1), false);
         r.set_path_active(PathId(1), true);
-        r.handle_data(t, PathId(1), Some(104), 100, 104);
-        for seq in 106..300 {
+        r.handle_data(t, PathId(1), Some(106), 100, 106);
+        for seq in 107..300 {
             r.handle_data(t, PathId(0), Some(seq), 100, seq);
         }
         let all = deliver_all(&mut r, t);
-        assert_eq!(all.len(), 1 + 1 + 194, "104, 105, 106..300");
-        // Path 0 loses 300..305: path 1, back and with data since (104), is not near.
+        assert_eq!(all, (106..300).collect::<Vec<_>>());
+        // Path 0 loses 300..305: path 1, back and with data since (106), is not near.
         for seq in 305..310 {
             r.handle_data(t, PathId(0), Some(seq), 100, seq);
         }
