@@ -167,6 +167,12 @@ pub const MAX_EARLY: usize = 4096;
 /// arrives after all is delivered late instead of dropped.
 pub const MAX_GIVEN_UP: usize = 4096;
 
+/// Gaps a suspect path has not passed (every other path has) are given up this long after
+/// they became certain, at least (with retransmission, its grace if longer): one wait for
+/// the batch, not a hold for each gap, and long enough for a path that was only late to
+/// deliver its next packet and clear itself.
+pub const SUSPECT_GRACE: Duration = Duration::from_millis(20);
+
 /// Holds this long or longer are counted in [`PathHolds::count`].
 pub const HOLD_COUNTED: Duration = Duration::from_millis(20);
 
@@ -619,13 +625,15 @@ impl<P> SequenceReceiver<P> {
             // `next` is missing. Lost for sure if every path is already past it.
             let mut resume = u64::MAX;
             let mut all_past = true;
+            let mut suspects_behind = false;
             for rx in &self.paths {
                 match (rx.queue.front(), rx.highest) {
                     (Some(head), _) => resume = resume.min(head.seq),
                     (None, Some(h)) if h > self.next => resume = resume.min(h.saturating_add(1)),
-                    // A path out of the rotation carries nothing new; a suspect is not waited
-                    // for either.
-                    (None, _) if !rx.active || rx.suspect => {}
+                    // A path out of the rotation carries nothing new.
+                    (None, _) if !rx.active => {}
+                    // A suspect is not waited for a hold either (below).
+                    (None, _) if rx.suspect => suspects_behind = true,
                     _ => all_past = false,
                 }
             }
@@ -645,18 +653,25 @@ impl<P> SequenceReceiver<P> {
                 continue;
             }
             if all_past {
-                // A resend may be on its way: wait for it a little before giving up.
-                if let Some(grace) = self.retransmit_grace {
+                // A resend may be on its way: wait for it a little before giving up; and a
+                // suspect's next packet, if it was only late.
+                let grace = match (self.retransmit_grace, suspects_behind) {
+                    (Some(g), true) => Some(g.max(SUSPECT_GRACE)),
+                    (None, true) => Some(SUSPECT_GRACE),
+                    (g, false) => g,
+                };
+                if let Some(grace) = grace {
                     if self.next >= self.certain_below {
                         // Everything missing below every path's highest arrival is certain
-                        // now: a FIFO path delivers nothing older later.
+                        // now: a FIFO path delivers nothing older later (a suspect's is not
+                        // waited for: the batch is what the others have passed).
                         self.certain_below = self
                             .paths
                             .iter()
                             .filter(|rx| rx.active && !rx.suspect)
                             .map(|rx| rx.highest.map_or(0, |h| h.saturating_add(1)))
                             .min()
-                            .unwrap_or(u64::MAX)
+                            .unwrap_or(self.next + 1)
                             .max(self.next + 1);
                         self.certain_since = now;
                     }
@@ -664,6 +679,11 @@ impl<P> SequenceReceiver<P> {
                         self.wake = Some(self.certain_since + grace);
                         return None;
                     }
+                }
+                if suspects_behind {
+                    // Still nothing from it: named again, with what is missing now (the
+                    // driver may have passed over its first naming: too few missing then).
+                    self.note_stall();
                 }
                 self.jump(resume.min(min_head), true);
                 continue;
@@ -719,7 +739,8 @@ impl<P> SequenceReceiver<P> {
             let near = rx
                 .highest
                 .is_some_and(|h| h.saturating_add(STALL_NEAR) >= next)
-                || rx.rejoined.is_some_and(|r| r <= next);
+                || rx.rejoined.is_some_and(|r| r <= next)
+                || rx.suspect;
             let passed = passed(rx);
             if !rx.active || passed || !near {
                 continue;
@@ -732,8 +753,9 @@ impl<P> SequenceReceiver<P> {
                 path: PathId(i as u8),
                 missing,
             };
+            // Not taken yet: the most missing it has been named for.
             match self.stalls.iter_mut().find(|s| s.path == stall.path) {
-                Some(s) => *s = stall,
+                Some(s) => s.missing = s.missing.max(stall.missing),
                 None => self.stalls.push(stall),
             }
         }
@@ -1011,8 +1033,11 @@ mod tests {
         assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0]);
         assert_eq!(r.take_stall(), None, "no stall before the timer runs out");
         let t = r.poll_timeout().unwrap();
-        // Named, path 1 is a suspect: 3 and 5 are not waited for a hold each on its account.
-        assert_eq!(deliver_all(&mut r, t), vec![2, 4, 6]);
+        // Named, path 1 is a suspect: 3 and 5 are not waited for a hold each on its account,
+        // only SUSPECT_GRACE for both.
+        assert_eq!(deliver_all(&mut r, t), vec![2]);
+        let t = r.poll_timeout().unwrap();
+        assert_eq!(deliver_all(&mut r, t), vec![4, 6]);
         assert_eq!(
             r.take_stall(),
             Some(Stall {
@@ -1073,8 +1098,10 @@ mod tests {
         }
         assert!(deliver_all(&mut r, Instant::ZERO).is_empty());
         let t = r.poll_timeout().unwrap();
-        // Named (and a suspect: 104 is not waited for another hold).
-        assert_eq!(deliver_all(&mut r, t), vec![101, 103, 105]);
+        // Named (and a suspect: 104 is not waited for another hold, only SUSPECT_GRACE).
+        assert_eq!(deliver_all(&mut r, t), vec![101]);
+        let t = r.poll_timeout().unwrap();
+        assert_eq!(deliver_all(&mut r, t), vec![103, 105]);
         assert_eq!(
             r.take_stall(),
             Some(Stall {
@@ -1331,5 +1358,91 @@ mod tests {
             "bounded by the buffer limit"
         );
         assert_eq!(r.stats().invalid_dropped, 0);
+    }
+
+    /// A live path whose packets come 1 ms after the hold (its queue grew): named, but its
+    /// next packets fill their gaps within [`SUSPECT_GRACE`]; only the one that missed its
+    /// hold comes late.
+    #[test]
+    fn a_path_only_late_is_not_given_up_wholesale() {
+        let mut r = receiver_measured(Some(Duration::from_millis(5)));
+        r.handle_data(Instant::ZERO, PathId(1), Some(1), 100, 1);
+        r.handle_data(Instant::ZERO, PathId(0), Some(0), 100, 0);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0, 1]);
+        // 2.. : path 0 evens at 0 ms, path 1 odds at 6 ms.
+        for s in (2..10_002u64).step_by(2) {
+            r.handle_data(Instant::ZERO, PathId(0), Some(s), 100, s);
+        }
+        let _ = deliver_all(&mut r, Instant::ZERO);
+        let t = r.poll_timeout().unwrap();
+        let _ = deliver_all(&mut r, t);
+        let t6 = Instant::from_nanos(6_000_000);
+        for s in (3..10_002u64).step_by(2) {
+            r.handle_data(t6, PathId(1), Some(s), 100, s);
+        }
+        let _ = deliver_all(&mut r, t6);
+        let _ = deliver_all(&mut r, Instant::from_nanos(20_000_000));
+        assert_eq!(r.stats().late_deliveries, 1, "only 3 missed its hold");
+        assert_eq!(r.stats().lost, 0);
+    }
+
+    /// Every path in the rotation a suspect or out of it once does not turn the retransmit
+    /// grace off for good.
+    #[test]
+    fn the_grace_survives_a_moment_with_no_path_to_wait_for() {
+        let mut r = receiver_measured(Some(Duration::from_millis(5)));
+        r.set_retransmit_grace(Some(Duration::from_millis(20)));
+        r.handle_data(Instant::ZERO, PathId(0), Some(0), 100, 0);
+        r.handle_data(Instant::ZERO, PathId(1), Some(1), 100, 1);
+        for s in [3, 4] {
+            r.handle_data(Instant::ZERO, PathId(0), Some(s), 100, s);
+        }
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0, 1]);
+        let t = r.poll_timeout().unwrap();
+        assert_eq!(deliver_all(&mut r, t), vec![3, 4]);
+        assert!(r.take_stall().is_some()); // path 1 suspect
+        r.handle_data(t, PathId(0), Some(6), 100, 6);
+        r.set_path_active(PathId(0), false);
+        assert!(deliver_all(&mut r, t).is_empty());
+        let t2 = r.poll_timeout().unwrap();
+        assert_eq!(deliver_all(&mut r, t2), vec![6]);
+        // Both back and well; much later, 7 is lost in flight.
+        r.set_path_active(PathId(0), true);
+        let later = Instant::from_nanos(1_000_000_000);
+        r.handle_data(later, PathId(0), Some(8), 100, 8);
+        r.handle_data(later, PathId(1), Some(9), 100, 9);
+        assert!(deliver_all(&mut r, later).is_empty(), "7 gets its grace");
+    }
+
+    /// A dying path's first stall comes while traffic is light (one missing: the session
+    /// passes over it); once heavier traffic has passed more of its gaps, it is named again.
+    #[test]
+    fn a_suspect_is_named_again_as_more_of_its_gaps_pass() {
+        let mut r = receiver_measured(Some(Duration::from_millis(5)));
+        for s in 0..3u64 {
+            r.handle_data(Instant::ZERO, PathId((s % 2) as u8), Some(s), 100, s);
+        }
+        r.handle_data(Instant::ZERO, PathId(0), Some(4), 100, 4);
+        assert_eq!(deliver_all(&mut r, Instant::ZERO), vec![0, 1, 2]);
+        let t = r.poll_timeout().unwrap();
+        let _ = deliver_all(&mut r, t);
+        assert_eq!(
+            r.take_stall(),
+            Some(Stall {
+                path: PathId(1),
+                missing: 1
+            })
+        );
+        for s in (6..60u64).step_by(2) {
+            r.handle_data(t, PathId(0), Some(s), 100, s);
+        }
+        let _ = deliver_all(&mut r, t);
+        if let Some(t2) = r.poll_timeout() {
+            let _ = deliver_all(&mut r, t2);
+        }
+        assert!(
+            r.take_stall().is_some_and(|s| s.missing >= 4),
+            "no second stall"
+        );
     }
 }
