@@ -41,6 +41,14 @@ impl Instant {
         self.checked_add(d).unwrap_or(Instant::MAX)
     }
 
+    /// `self - d`, clamped to [`Instant::ZERO`].
+    pub fn saturating_sub(self, d: Duration) -> Instant {
+        Instant(
+            self.0
+                .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+
     /// Time elapsed from `earlier` to `self`, or zero if `earlier` is later.
     pub fn saturating_duration_since(self, earlier: Instant) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
@@ -95,6 +103,12 @@ mod tests {
         assert_eq!(Instant::MAX + Duration::from_secs(1), Instant::MAX);
         assert_eq!(t - Instant::from_nanos(20), Duration::ZERO);
         assert_eq!(Instant::from_nanos(20) - t, Duration::from_nanos(10));
+        assert_eq!(
+            t.saturating_sub(Duration::from_nanos(4)),
+            Instant::from_nanos(6)
+        );
+        assert_eq!(t.saturating_sub(Duration::from_secs(1)), Instant::ZERO);
+        assert_eq!(Instant::MAX.saturating_sub(Duration::MAX), Instant::ZERO);
     }
 
     #[test]

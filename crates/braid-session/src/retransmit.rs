@@ -153,8 +153,6 @@ pub struct Reinjection {
     paced_until: Instant,
     /// The copies left are dropped from then on.
     until: Instant,
-    /// Bytes of the copies in `queue`.
-    bytes: u64,
     /// This end found a path dark itself and took it out of its sending half: the peer's
     /// notice of what it missed there is awaited until then, and the data for the path the
     /// copies will take waits with it.
@@ -182,7 +180,6 @@ impl Reinjection {
         }
         let room = MAX_REINJECT.saturating_sub(self.queue.len());
         let over = packets.split_off(room.min(packets.len()));
-        self.bytes += packets.iter().map(|p| p.len() as u64).sum::<u64>();
         self.queue.extend(packets);
         self.dark = dark;
         self.rate_bps = rate_bps.max(1);
@@ -198,7 +195,7 @@ impl Reinjection {
 
     /// Bytes of the copies waiting.
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.queue.iter().map(|p| p.len() as u64).sum()
     }
 
     /// This end found path `dark` dark and took it out of its sending half: the peer is about
@@ -242,11 +239,7 @@ impl Reinjection {
             return self.awaiting.map(|(_, t)| t);
         }
         let burst = transmission_time(REINJECT_BURST_BYTES, self.rate_bps);
-        Some(Instant::from_nanos(
-            self.paced_until
-                .as_nanos()
-                .saturating_sub(u64::try_from(burst.as_nanos()).unwrap_or(u64::MAX)),
-        ))
+        Some(self.paced_until.saturating_sub(burst))
     }
 
     /// Whether a copy may go at `now`.
@@ -260,7 +253,6 @@ impl Reinjection {
             return None;
         }
         let plain = self.queue.pop_front()?;
-        self.bytes -= plain.len() as u64;
         let need = transmission_time(plain.len() as u64, self.rate_bps);
         self.paced_until = self.paced_until.max(now) + need;
         Some(plain)
@@ -275,14 +267,12 @@ impl Reinjection {
         if now < self.until || self.queue.is_empty() {
             return Vec::new();
         }
-        self.bytes = 0;
         self.queue.drain(..).collect()
     }
 
     /// Forget everything (new keys), returning the copies.
     pub fn clear(&mut self) -> Vec<Vec<u8>> {
         self.awaiting = None;
-        self.bytes = 0;
         self.queue.drain(..).collect()
     }
 }

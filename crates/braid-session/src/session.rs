@@ -2672,11 +2672,7 @@ impl Session {
         }
         if self.reinjection.is_due(now) && self.reinject_path() == Some(i) {
             if let Some(mut plain) = self.reinjection.pop(now) {
-                let relabelled = Packet::new_unchecked(&mut plain[..]).set_path(path).is_ok();
-                if relabelled {
-                    if let Some(e) = &mut self.endpoint {
-                        e.account_extra(now, path, plain.len() as u32);
-                    }
+                if self.relabel(now, &mut plain, path) {
                     let sealed = self.seal_recorded(i, &plain, out);
                     self.ring.recycle(plain);
                     if sealed.is_some() {
@@ -2775,18 +2771,28 @@ impl Session {
             let Some(mut plain) = self.ring.take(n.path.index(), c) else {
                 continue;
             };
-            let relabelled = Packet::new_unchecked(&mut plain[..])
-                .set_path(PathId(target as u8))
-                .is_ok();
-            if relabelled && self.resend.len() < 4096 {
-                if let Some(e) = &mut self.endpoint {
-                    e.account_extra(now, PathId(target as u8), plain.len() as u32);
-                }
+            if self.resend.len() < 4096 && self.relabel(now, &mut plain, PathId(target as u8)) {
                 self.resend.push_back((target, plain));
             } else {
                 self.ring.recycle(plain);
             }
         }
+    }
+
+    /// A data packet sent on one path, to go again on `target` (a resend, a reinjected copy):
+    /// its path field says `target`, and PET counts its bytes on `target`'s time. False if it
+    /// cannot be relabelled.
+    fn relabel(&mut self, now: Instant, plain: &mut [u8], target: PathId) -> bool {
+        if Packet::new_unchecked(&mut plain[..])
+            .set_path(target)
+            .is_err()
+        {
+            return false;
+        }
+        if let Some(e) = &mut self.endpoint {
+            e.account_extra(now, target, plain.len() as u32);
+        }
+        true
     }
 
     /// Tell the peer the data sequence numbers that `path`'s transport counters

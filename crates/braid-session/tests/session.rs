@@ -295,14 +295,21 @@ impl Net {
         }
     }
 
-    /// Up to `n` packets of 1000 bytes each way, as far as each end can take them: the
-    /// client's numbered from `next`, the server's from `back`.
-    fn offer_both_ways(&mut self, n: usize, next: &mut u32, back: &mut u32) {
+    /// The client offers `n` numbered 1000-byte packets from `next` on, those the bond takes.
+    fn offer(&mut self, n: usize, next: &mut u32) {
         for _ in 0..n {
             if self.client.can_send(1000) {
                 self.client.send(self.now, &packet(*next, 1000));
                 *next += 1;
             }
+        }
+    }
+
+    /// Up to `n` packets of 1000 bytes each way, as far as each end can take them: the
+    /// client's numbered from `next`, the server's from `back`.
+    fn offer_both_ways(&mut self, n: usize, next: &mut u32, back: &mut u32) {
+        for _ in 0..n {
+            self.offer(1, next);
             if self.server.can_send(1000) {
                 self.server.send(self.now, &packet(*back, 1000));
                 *back += 1;
@@ -602,12 +609,7 @@ fn a_dead_path_leaves_the_rotation_quickly_and_comes_back() {
         let mut out = [None; 2];
         for ms in 0..3000u64 {
             net.dead[1] = (500..2000).contains(&ms);
-            for _ in 0..3 {
-                if net.client.can_send(1000) {
-                    net.client.send(net.now, &packet(next, 1000));
-                    next += 1;
-                }
-            }
+            net.offer(3, &mut next);
             net.step(Duration::from_millis(1));
             delivered_at.push(net.to_server.len());
             if net.to_server.len() > delivered {
@@ -709,12 +711,7 @@ fn a_path_that_dies_again_as_it_comes_back_is_found_again() {
             net.dead[1] = true;
             dead_again = Some(ms);
         }
-        for _ in 0..3 {
-            if net.client.can_send(1000) {
-                net.client.send(net.now, &packet(next, 1000));
-                next += 1;
-            }
-        }
+        net.offer(3, &mut next);
         net.step(Duration::from_millis(1));
         delivered_at.push(net.to_server.len());
         if net.to_server.len() > delivered {
@@ -3026,12 +3023,7 @@ fn a_path_that_broke_one_way_while_idle_is_out_soon_after_the_next_data() {
     let (mut i, start) = (0u32, net.now);
     let mut one_way_at = None;
     for _ in 0..3000 {
-        for _ in 0..3 {
-            if net.client.can_send(1000) {
-                net.client.send(net.now, &packet(i, 1000));
-                i += 1;
-            }
-        }
+        net.offer(3, &mut i);
         net.step(Duration::from_millis(1));
         if one_way_at.is_none() && net.client.path_is_one_way(PathId(1)) {
             one_way_at = Some(net.now - start);
@@ -3090,12 +3082,7 @@ fn a_lossy_or_lightly_used_path_is_not_found_dark() {
             } else {
                 i32::from(ms % -per_ms == 0)
             };
-            for _ in 0..n {
-                if net.client.can_send(1000) {
-                    net.client.send(net.now, &packet(next, 1000));
-                    next += 1;
-                }
-            }
+            net.offer(usize::try_from(n).expect("not negative"), &mut next);
             net.step(Duration::from_millis(1));
         }
         for s in [&net.client, &net.server] {
@@ -3163,12 +3150,7 @@ fn a_light_path_that_loses_a_probe_is_not_blamed_for_another_paths_loss() {
         net.established();
         let mut next = 0u32;
         for ms in 0..3000u64 {
-            for _ in 0..3 {
-                if net.client.can_send(1000) {
-                    net.client.send(net.now, &packet(next, 1000));
-                    next += 1;
-                }
-            }
+            net.offer(3, &mut next);
             if ms == 1000 {
                 // The tail of a burst lost on path 0 (a drop-tail queue overflowing), and
                 // what the client sends on path 1 for 150 ms: a probe.
@@ -3366,12 +3348,7 @@ fn a_stalled_loop_that_reads_one_socket_at_a_time_takes_no_path_down() {
             if ms == start + 300 {
                 net.resume_server_by_socket();
             }
-            for _ in 0..3 {
-                if net.client.can_send(1000) {
-                    net.client.send(net.now, &packet(next, 1000));
-                    next += 1;
-                }
-            }
+            net.offer(3, &mut next);
             net.step(Duration::from_millis(1));
         }
         let st = net.server.status();

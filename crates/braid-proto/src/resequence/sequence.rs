@@ -52,6 +52,15 @@ struct RxPath<P> {
     suspect: bool,
 }
 
+impl<P> RxPath<P> {
+    /// Data came on it (in time, early or late): it delivers, so it is no longer a path that
+    /// rejoined and brought nothing, nor a suspect.
+    fn brought_data(&mut self) {
+        self.rejoined = None;
+        self.suspect = false;
+    }
+}
+
 /// FIFO delivery by sequence number over per-path queues.
 ///
 /// Paths are FIFO, so the packet the receiver waits for (`next`), if it has arrived, is at the
@@ -332,9 +341,7 @@ impl<P> SequenceReceiver<P> {
         };
         if seq < self.next {
             // Late, but the path delivers.
-            let rx = &mut self.paths[path.index()];
-            rx.suspect = false;
-            rx.rejoined = None;
+            self.paths[path.index()].brought_data();
             let charge = super::charge::<Delivery<P>>(len);
             if self.held + charge <= self.limit.saturating_mul(2) && self.given_up.remove(&seq) {
                 // Given up on, and here after all: late, not lost.
@@ -374,8 +381,7 @@ impl<P> SequenceReceiver<P> {
             // Order matters within a flow's data, which this is not.
             let rx = &mut self.paths[path.index()];
             rx.highest = Some(rx.highest.map_or(seq, |h| h.max(seq)));
-            rx.rejoined = None;
-            rx.suspect = false;
+            rx.brought_data();
             self.early.insert(seq);
             self.held += super::charge::<Delivery<P>>(len);
             self.express_bytes += u64::from(len);
@@ -420,8 +426,7 @@ impl<P> SequenceReceiver<P> {
             _ => rx.queue.push_back(item),
         }
         rx.highest = Some(rx.highest.map_or(seq, |h| h.max(seq)));
-        rx.rejoined = None;
-        rx.suspect = false;
+        rx.brought_data();
         rx.buffered += u64::from(len);
         self.total_buffered += u64::from(len);
         self.held += super::charge::<SeqRx<P>>(len);
@@ -481,12 +486,7 @@ impl<P> SequenceReceiver<P> {
         // late (the daemon's event loop) could otherwise never reach the rate on a fast bond.
         let burst =
             crate::time::transmission_time(p.burst_bytes, p.rate_bps).max(MIN_RELEASE_BURST);
-        let due = Instant::from_nanos(
-            self.paced_until
-                .as_nanos()
-                .saturating_sub(u64::try_from(burst.as_nanos()).unwrap_or(u64::MAX)),
-        );
-        due.max(now)
+        self.paced_until.saturating_sub(burst).max(now)
     }
 
     fn pace(&mut self, now: Instant, len: u32) {
